@@ -1,0 +1,28 @@
+# skiplock — the two commands a newcomer needs: `make demo` and `make test`.
+GO ?= go
+export PATH := /usr/local/go/bin:$(PATH)
+
+.PHONY: demo test deps vet lint bench chaos soak build
+
+demo: deps
+	$(GO) run ./cmd/skiplock demo
+
+build:
+	$(GO) build ./...
+
+## deps installs what is missing on a fresh Debian machine: PostgreSQL server binaries,
+## RabbitMQ and PgBouncer (needed by the broker and pooler tests).
+deps:
+	@bash scripts/deps.sh
+
+vet:
+	$(GO) vet ./...
+
+test: deps vet
+	bash scripts/test.sh
+
+lint: vet
+	@test -z "$$(gofmt -l .)" || (gofmt -l . && exit 1)
+
+bench: deps
+	$(GO) run ./cmd/skiplock bench

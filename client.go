@@ -1,0 +1,289 @@
+package skiplock
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/ident"
+	"github.com/skiplock/skiplock/internal/store"
+)
+
+// DefaultQueue is the queue of jobs enqueued without EnqueueOpts.Queue.
+const DefaultQueue = "default"
+
+// DefaultSchema is the PostgreSQL schema skiplock's tables live in.
+const DefaultSchema = "skiplock"
+
+// QueueConfig configures one queue a client works.
+type QueueConfig struct {
+	// MaxWorkers is how many of the queue's jobs this client runs at once. Required, ≥ 1.
+	MaxWorkers int
+}
+
+// Config configures a Client. Every field has a working default; a Client with no
+// Queues only enqueues and administers jobs.
+type Config struct {
+	// Schema holds skiplock's tables. Default "skiplock". Letters, digits, underscores.
+	Schema string
+	// Queues this client works, by name, with their concurrency. Default none.
+	Queues map[string]QueueConfig
+	// Workers maps job kinds to handlers. Required when Queues is set.
+	Workers *Workers
+	// ID names this client in worker_id and logs. Default hostname-pid-random.
+	ID string
+	// Clock supplies time to every time-dependent statement. Default nil: the
+	// database's now().
+	Clock Clock
+	// Logger receives operational logs (never payloads). Default: discard.
+	Logger *slog.Logger
+	// MaxPayloadBytes refuses larger payloads at enqueue. Default 1 MiB.
+	MaxPayloadBytes int
+	// LeaseDuration is how long a claim owns a job without a heartbeat. Default 30s.
+	LeaseDuration time.Duration
+	// HeartbeatInterval is how often all in-flight leases are renewed (one statement).
+	// Default LeaseDuration/3; must be below LeaseDuration/2.
+	HeartbeatInterval time.Duration
+	// PollInterval is the safety-net poll of each queue; it is jittered by ±10%.
+	// NOTIFY wakes producers sooner. Default 1s.
+	PollInterval time.Duration
+	// PollOnly disables LISTEN (for PgBouncer in transaction pooling mode, where a
+	// session-level LISTEN does not work). Enqueue still sends NOTIFY. Default false.
+	PollOnly bool
+	// NotifyCoalesce is the window within which this process sends at most one
+	// in-transaction NOTIFY per queue, plus one trailing NOTIFY at its end if any
+	// enqueue was skipped. NOTIFY serialises committing transactions on a global
+	// lock; coalescing keeps concurrent enqueues from queueing behind it. Default 2ms;
+	// negative notifies every transaction.
+	NotifyCoalesce time.Duration
+	// CompletionBatchSize caps how many outcomes one completion statement writes.
+	// Default 1000.
+	CompletionBatchSize int
+	// CompletionBatchDelay is how long the completer waits to fill a batch once it
+	// has one outcome. Default 1ms.
+	CompletionBatchDelay time.Duration
+	// FetchLimit caps how many jobs a single claim takes. Default 1000.
+	FetchLimit int
+	// ReclaimInterval is how often the reclaimer looks for expired leases (one client
+	// at a time, by advisory lock). Default 15s, jittered; negative disables it.
+	ReclaimInterval time.Duration
+	// RetryPolicy for kinds whose WorkerOpts set none. Default DefaultRetryPolicy.
+	RetryPolicy RetryPolicy
+	// JobTimeout bounds a handler run when its WorkerOpts set no Timeout. Default 0:
+	// no timeout beyond the lease.
+	JobTimeout time.Duration
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	cfg := *c
+	if cfg.Schema == "" {
+		cfg.Schema = DefaultSchema
+	}
+	if err := ident.Validate("schema", cfg.Schema); err != nil {
+		return cfg, invalid("schema", "%v", err)
+	}
+	if cfg.ID == "" {
+		host, _ := os.Hostname()
+		var b [3]byte
+		rand.Read(b[:])
+		cfg.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxPayloadBytes == 0 {
+		cfg.MaxPayloadBytes = DefaultMaxPayload
+	}
+	if cfg.LeaseDuration == 0 {
+		cfg.LeaseDuration = 30 * time.Second
+	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = cfg.LeaseDuration / 3
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = time.Second
+	}
+	if cfg.NotifyCoalesce == 0 {
+		cfg.NotifyCoalesce = 2 * time.Millisecond
+	}
+	if cfg.CompletionBatchSize == 0 {
+		cfg.CompletionBatchSize = 1000
+	}
+	if cfg.CompletionBatchDelay == 0 {
+		cfg.CompletionBatchDelay = time.Millisecond
+	}
+	if cfg.FetchLimit == 0 {
+		cfg.FetchLimit = 1000
+	}
+	if cfg.ReclaimInterval == 0 {
+		cfg.ReclaimInterval = 15 * time.Second
+	}
+	if cfg.RetryPolicy == nil {
+		cfg.RetryPolicy = DefaultRetryPolicy
+	}
+	if cfg.Workers == nil {
+		cfg.Workers = NewWorkers()
+	}
+	switch {
+	case cfg.MaxPayloadBytes < 0:
+		return cfg, invalid("config", "MaxPayloadBytes must be positive")
+	case cfg.LeaseDuration < time.Second:
+		return cfg, invalid("config", "LeaseDuration %s is below 1s; leases that short expire during ordinary pauses", cfg.LeaseDuration)
+	case cfg.HeartbeatInterval <= 0 || cfg.HeartbeatInterval*2 > cfg.LeaseDuration:
+		return cfg, invalid("config", "HeartbeatInterval %s must be positive and at most LeaseDuration/2 (%s), so one missed beat does not lose the lease", cfg.HeartbeatInterval, cfg.LeaseDuration/2)
+	case cfg.PollInterval < time.Millisecond:
+		return cfg, invalid("config", "PollInterval must be at least 1ms")
+	case cfg.CompletionBatchSize < 1 || cfg.FetchLimit < 1:
+		return cfg, invalid("config", "CompletionBatchSize and FetchLimit must be at least 1")
+	case cfg.JobTimeout < 0:
+		return cfg, invalid("config", "JobTimeout must not be negative")
+	}
+	for name, q := range cfg.Queues {
+		if err := ident.ValidateQueue(name); err != nil {
+			return cfg, invalid("queue", "%v", err)
+		}
+		if q.MaxWorkers < 1 {
+			return cfg, invalid("config", "queue %q: MaxWorkers must be at least 1", name)
+		}
+	}
+	return cfg, nil
+}
+
+// Client enqueues jobs, administers them, and — with Queues configured and Start
+// called — works them. It is safe for concurrent use.
+type Client struct {
+	pool    *pgxpool.Pool
+	cfg     Config
+	store   *store.Store
+	workers *Workers
+	log     *slog.Logger
+	channel string
+	metrics counters
+
+	notifyMu   sync.Mutex
+	lastNotify map[string]time.Time
+	trailing   map[string]bool
+	bg         sync.WaitGroup // trailing notifications
+
+	rt *runtime // set while started
+	mu sync.Mutex
+}
+
+// NewClient returns a client on pool. It does not touch the database; run the
+// migrations first (skiplock migrate up, or Migrate).
+func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
+	if pool == nil {
+		return nil, invalid("pool", "must not be nil")
+	}
+	full, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.New(full.Schema)
+	if err != nil {
+		return nil, invalid("schema", "%v", err)
+	}
+	c := &Client{
+		pool: pool, cfg: full, store: st, workers: full.Workers, log: full.Logger,
+		channel: Channel(full.Schema), lastNotify: map[string]time.Time{}, trailing: map[string]bool{},
+	}
+	return c, nil
+}
+
+// Channel returns the NOTIFY channel of a schema's job queue.
+func Channel(schema string) string {
+	ch := schema + ".jobs"
+	if len(ch) > ident.MaxLen {
+		ch = ch[:ident.MaxLen]
+	}
+	return ch
+}
+
+// Schema returns the client's schema name.
+func (c *Client) Schema() string { return c.cfg.Schema }
+
+// ID returns the client's worker id.
+func (c *Client) ID() string { return c.cfg.ID }
+
+// Pool returns the client's pool.
+func (c *Client) Pool() *pgxpool.Pool { return c.pool }
+
+// notifyQueues returns the NOTIFY an insert should carry: a queue is announced
+// unless this process announced it less than NotifyCoalesce ago, in which case one
+// trailing notification is scheduled for the end of that window.
+func (c *Client) notifyQueues(queues []string) *store.Notify {
+	if c.cfg.NotifyCoalesce < 0 {
+		return &store.Notify{Channel: c.channel, Queues: queues}
+	}
+	now := hostNow()
+	var send []string
+	c.notifyMu.Lock()
+	defer c.notifyMu.Unlock()
+	for _, q := range queues {
+		last, ok := c.lastNotify[q]
+		if !ok || now.Sub(last) >= c.cfg.NotifyCoalesce {
+			c.lastNotify[q] = now
+			send = append(send, q)
+			continue
+		}
+		if !c.trailing[q] {
+			c.trailing[q] = true
+			wait := c.cfg.NotifyCoalesce - now.Sub(last)
+			c.bg.Add(1)
+			time.AfterFunc(wait, func() { defer c.bg.Done(); c.sendTrailing(q) })
+		}
+	}
+	if len(send) == 0 {
+		return nil
+	}
+	return &store.Notify{Channel: c.channel, Queues: send}
+}
+
+func (c *Client) sendTrailing(queue string) {
+	c.notifyMu.Lock()
+	c.trailing[queue] = false
+	c.lastNotify[queue] = hostNow()
+	c.notifyMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.pool.Exec(ctx, "SELECT pg_notify($1, $2)", c.channel, queue); err != nil {
+		c.log.Debug("trailing notify failed; polling will pick the jobs up", "queue", queue, "error", err)
+	}
+}
+
+// Close waits for background notifications. Call it when done with a client that
+// was never started (Stop does it for a started client).
+func (c *Client) Close() { c.bg.Wait() }
+
+// counters are the client's in-process totals (see Stats and the metrics package).
+type counters struct {
+	enqueued, succeeded, failed, retried, snoozed, cancelled, leaseLost, reclaimed atomic.Int64
+}
+
+// ErrNotMigrated is matched by errors from a database whose schema lacks skiplock's
+// tables: run `skiplock migrate up` (or Migrate) first.
+var ErrNotMigrated = errors.New("skiplock: schema not migrated (run `skiplock migrate up`)")
+
+// wrapPgError turns PostgreSQL errors a caller can act on into typed errors.
+func wrapPgError(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	switch pgErr.Code {
+	case "22P02", "22P05", "22021": // invalid text representation, untranslatable character, bad encoding
+		return &ValidationError{Field: "payload", Reason: pgErr.Message}
+	case "3F000", "42P01", "42704": // schema, table or type missing
+		return fmt.Errorf("%w: %v", ErrNotMigrated, err)
+	}
+	return err
+}

@@ -1,0 +1,251 @@
+package skiplock
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/skiplock/skiplock/internal/ident"
+	"github.com/skiplock/skiplock/internal/store"
+)
+
+// Limits on enqueue input. Values outside them are refused with a *ValidationError.
+const (
+	MinPriority       = -1000 // lowest priority; higher runs first
+	MaxPriority       = 1000
+	MaxMaxAttempts    = 1000
+	MaxKindLen        = 255
+	MaxDedupKeyLen    = 512
+	DefaultMaxPayload = 1 << 20 // bytes; Config.MaxPayloadBytes
+	// MaxSchedule bounds how far from now RunAt and Delay may point.
+	MaxSchedule = 10 * 365 * 24 * time.Hour
+)
+
+// JobArgs is a typed job payload: its Kind names the worker that runs it, and it is
+// stored as JSON.
+type JobArgs interface {
+	Kind() string
+}
+
+// EnqueueOpts are per-job options. The zero value means: queue "default", priority 0,
+// due now, max attempts of the kind's worker (or 8), no deduplication.
+type EnqueueOpts struct {
+	// Queue the job goes to. Default "default".
+	Queue string
+	// Priority, MinPriority..MaxPriority; higher is claimed first. Default 0.
+	Priority int
+	// RunAt schedules the job; zero means now. Wins over Delay.
+	RunAt time.Time
+	// Delay schedules the job at the statement's now + Delay.
+	Delay time.Duration
+	// MaxAttempts before the job fails for good, 1..MaxMaxAttempts. Default: the
+	// kind's WorkerOpts.MaxAttempts, else 8.
+	MaxAttempts int
+	// DeduplicationKey, when set, makes (kind, key) unique: a second enqueue with the
+	// same pair inserts nothing and returns the id of the job holding the key.
+	DeduplicationKey string
+}
+
+// EnqueueResult tells what an enqueue did.
+type EnqueueResult struct {
+	// ID of the inserted job, or of the job that already holds the deduplication key.
+	ID string
+	// Duplicate is true when nothing was inserted because of the deduplication key.
+	Duplicate bool
+}
+
+// EnqueueParams is one job of EnqueueManyTx.
+type EnqueueParams struct {
+	Kind    string
+	Payload []byte // JSON; use Args for a typed payload
+	Args    JobArgs
+	Opts    EnqueueOpts
+}
+
+// EnqueueTx inserts a job for args in tx (any DB). The job exists iff tx commits.
+func (c *Client) EnqueueTx(ctx context.Context, tx DB, args JobArgs, opts *EnqueueOpts) (EnqueueResult, error) {
+	res, err := c.EnqueueManyTx(ctx, tx, []EnqueueParams{{Args: args, Opts: deref(opts)}})
+	if err != nil {
+		return EnqueueResult{}, err
+	}
+	return res[0], nil
+}
+
+// Enqueue inserts a job in its own transaction on the client's pool.
+func (c *Client) Enqueue(ctx context.Context, args JobArgs, opts *EnqueueOpts) (EnqueueResult, error) {
+	return c.EnqueueTx(ctx, c.pool, args, opts)
+}
+
+// EnqueueRawTx inserts a job with an untyped JSON payload.
+func (c *Client) EnqueueRawTx(ctx context.Context, tx DB, kind string, payload []byte, opts *EnqueueOpts) (EnqueueResult, error) {
+	res, err := c.EnqueueManyTx(ctx, tx, []EnqueueParams{{Kind: kind, Payload: payload, Opts: deref(opts)}})
+	if err != nil {
+		return EnqueueResult{}, err
+	}
+	return res[0], nil
+}
+
+// EnqueueManyTx inserts a batch in one statement (one round trip), with the same
+// validation and deduplication as EnqueueTx. Results are in input order. Either every
+// job is valid and the batch is written, or nothing is.
+func (c *Client) EnqueueManyTx(ctx context.Context, tx DB, jobs []EnqueueParams) ([]EnqueueResult, error) {
+	if len(jobs) == 0 {
+		return nil, nil
+	}
+	ps := make([]store.InsertParams, len(jobs))
+	var queues []string
+	seen := map[string]bool{}
+	for i := range jobs {
+		p, err := c.insertParams(&jobs[i])
+		if err != nil {
+			if len(jobs) > 1 {
+				return nil, fmt.Errorf("job %d: %w", i, err)
+			}
+			return nil, err
+		}
+		ps[i] = p
+		if !seen[p.Queue] {
+			seen[p.Queue] = true
+			queues = append(queues, p.Queue)
+		}
+	}
+	now := nowParam(c.cfg.Clock)
+	var (
+		results []store.InsertResult
+		err     error
+	)
+	notify := c.notifyQueues(queues)
+	if len(ps) == 1 {
+		var r store.InsertResult
+		r, err = c.store.Insert(ctx, tx, now, ps[0], notify)
+		results = []store.InsertResult{r}
+	} else {
+		results, err = c.store.InsertMany(ctx, tx, now, ps, notify)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("enqueueing %d job(s): %w", len(ps), wrapPgError(err))
+	}
+	out := make([]EnqueueResult, len(results))
+	for i, r := range results {
+		out[i] = EnqueueResult{ID: r.ID, Duplicate: !r.Inserted}
+	}
+	c.metrics.enqueued.Add(int64(len(out)))
+	return out, nil
+}
+
+func deref(o *EnqueueOpts) EnqueueOpts {
+	if o == nil {
+		return EnqueueOpts{}
+	}
+	return *o
+}
+
+// insertParams validates one job and turns it into store parameters.
+func (c *Client) insertParams(j *EnqueueParams) (store.InsertParams, error) {
+	kind, payload := j.Kind, j.Payload
+	if j.Args != nil {
+		kind = j.Args.Kind()
+		b, err := json.Marshal(j.Args)
+		if err != nil {
+			return store.InsertParams{}, invalid("payload", "encoding %T as JSON: %v", j.Args, err)
+		}
+		payload = b
+	}
+	if err := validateKind(kind); err != nil {
+		return store.InsertParams{}, err
+	}
+	if err := c.validatePayload(payload); err != nil {
+		return store.InsertParams{}, err
+	}
+	o := j.Opts
+	p := store.InsertParams{Kind: kind, Payload: payload, Priority: o.Priority, Queue: o.Queue, MaxAttempts: o.MaxAttempts, Delay: o.Delay}
+	if p.Queue == "" {
+		p.Queue = DefaultQueue
+	}
+	if err := ident.ValidateQueue(p.Queue); err != nil {
+		return store.InsertParams{}, invalid("queue", "%v", err)
+	}
+	if p.Priority < MinPriority || p.Priority > MaxPriority {
+		return store.InsertParams{}, invalid("priority", "%d is outside %d..%d", p.Priority, MinPriority, MaxPriority)
+	}
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = c.workers.maxAttempts(kind)
+	}
+	if p.MaxAttempts < 1 || p.MaxAttempts > MaxMaxAttempts {
+		return store.InsertParams{}, invalid("max_attempts", "%d is outside 1..%d", p.MaxAttempts, MaxMaxAttempts)
+	}
+	if o.Delay < 0 || o.Delay > MaxSchedule {
+		return store.InsertParams{}, invalid("delay", "%s is outside 0..%s", o.Delay, MaxSchedule)
+	}
+	if !o.RunAt.IsZero() {
+		ref := hostNow()
+		if c.cfg.Clock != nil {
+			ref = c.cfg.Clock.Now()
+		}
+		if d := o.RunAt.Sub(ref); d > MaxSchedule || d < -MaxSchedule {
+			return store.InsertParams{}, invalid("run_at", "%s is more than %s from now", o.RunAt.Format(time.RFC3339), MaxSchedule)
+		}
+		t := o.RunAt
+		p.RunAt = &t
+	}
+	if o.DeduplicationKey != "" {
+		if len(o.DeduplicationKey) > MaxDedupKeyLen || !utf8.ValidString(o.DeduplicationKey) {
+			return store.InsertParams{}, invalid("deduplication_key", "must be valid UTF-8 of at most %d bytes", MaxDedupKeyLen)
+		}
+		k := o.DeduplicationKey
+		p.DedupKey = &k
+	}
+	return p, nil
+}
+
+func validateKind(kind string) error {
+	switch {
+	case kind == "":
+		return invalid("kind", "must not be empty")
+	case len(kind) > MaxKindLen:
+		return invalid("kind", "longer than %d bytes", MaxKindLen)
+	case !utf8.ValidString(kind):
+		return invalid("kind", "not valid UTF-8")
+	}
+	for _, r := range kind {
+		if r < 0x20 || r == 0x7f {
+			return invalid("kind", "contains a control character")
+		}
+	}
+	return nil
+}
+
+// validatePayload checks what jsonb would refuse, before the database sees it.
+func (c *Client) validatePayload(p []byte) error {
+	if len(p) == 0 {
+		return invalid("payload", "empty (use {} or null for no data)")
+	}
+	if len(p) > c.cfg.MaxPayloadBytes {
+		return invalid("payload", "%d bytes exceeds the limit of %d (Config.MaxPayloadBytes)", len(p), c.cfg.MaxPayloadBytes)
+	}
+	if !json.Valid(p) {
+		return invalid("payload", "not valid JSON")
+	}
+	if bytes.Contains(p, []byte(`\u0000`)) && hasNULEscape(p) {
+		return invalid("payload", `contains \u0000, which PostgreSQL's jsonb cannot store`)
+	}
+	return nil
+}
+
+// hasNULEscape reports whether a JSON string in p decodes to a NUL character (as
+// opposed to the literal text `\u0000`, escaped as `\\u0000`).
+func hasNULEscape(p []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(p))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		if s, ok := tok.(string); ok && bytes.IndexByte([]byte(s), 0) >= 0 {
+			return true
+		}
+	}
+}

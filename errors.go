@@ -1,0 +1,82 @@
+package skiplock
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrLeaseLost is returned when a fenced write changed nothing: the job is no longer
+// running under the caller's lease token (the lease expired and was reclaimed, an
+// operator cancelled the job, or another worker holds it now). The caller must write
+// nothing more for that job.
+var ErrLeaseLost = errors.New("skiplock: lease lost")
+
+// ErrNotFound is returned when a job id matches no job (or none in the state an
+// operation needs).
+var ErrNotFound = errors.New("skiplock: job not found")
+
+// ErrInvalid is matched (errors.Is) by every *ValidationError.
+var ErrInvalid = errors.New("skiplock: invalid input")
+
+// ValidationError reports bad input. Nothing was written.
+type ValidationError struct {
+	Field  string // "payload", "kind", "queue", "priority", ...
+	Reason string
+}
+
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("skiplock: invalid %s: %s", e.Field, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalid) true.
+func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
+
+func invalid(field, format string, args ...any) error {
+	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// PermanentError marks a handler error that retrying cannot fix: the job fails at once.
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent wraps err so the job is failed immediately instead of retried (for
+// example an invalid payload). Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+// SnoozeError asks for the job to run again after Delay. A snooze is not a failure:
+// the job goes back to pending at now+Delay and the attempt the claim counted is given
+// back, so a job may snooze any number of times without exhausting max_attempts.
+type SnoozeError struct{ Delay time.Duration }
+
+func (e *SnoozeError) Error() string { return fmt.Sprintf("snoozed for %s", e.Delay) }
+
+// Snooze returns an error that reschedules the job after d without spending an attempt.
+func Snooze(d time.Duration) error {
+	if d < 0 {
+		d = 0
+	}
+	return &SnoozeError{Delay: d}
+}
+
+// CancelError asks for the job to be cancelled: it ends in the 'cancelled' state and
+// is not retried.
+type CancelError struct{ Err error }
+
+func (e *CancelError) Error() string {
+	if e.Err == nil {
+		return "cancelled"
+	}
+	return "cancelled: " + e.Err.Error()
+}
+func (e *CancelError) Unwrap() error { return e.Err }
+
+// Cancel returns an error that moves the job to 'cancelled' with err as its last_error.
+func Cancel(err error) error { return &CancelError{Err: err} }

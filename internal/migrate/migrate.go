@@ -1,0 +1,184 @@
+// Package migrate applies skiplock's embedded, versioned schema migrations.
+//
+// Each migration runs in its own transaction together with the row that records it.
+// All migrators of one schema serialise on a session-level advisory lock, so any
+// number of processes may call Up at once: the first applies what is missing, the
+// others find it applied. The DDL is a template whose {{schema}} placeholder is
+// replaced by the quoted schema name.
+package migrate
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/ident"
+)
+
+//go:embed sql/*.sql
+var files embed.FS
+
+// Migration is one versioned step.
+type Migration struct {
+	Version int
+	Name    string
+	SQL     string // the template, with {{schema}} placeholders
+}
+
+// All returns the embedded migrations in version order.
+func All() []Migration {
+	entries, err := fs.ReadDir(files, "sql")
+	if err != nil {
+		panic(err) // embedded at build time; cannot fail
+	}
+	var out []Migration
+	for _, e := range entries {
+		name := strings.TrimSuffix(e.Name(), ".sql")
+		num, rest, ok := strings.Cut(name, "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			panic("migrate: bad migration file name " + e.Name())
+		}
+		body, _ := files.ReadFile("sql/" + e.Name())
+		out = append(out, Migration{Version: v, Name: rest, SQL: string(body)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out
+}
+
+// Render returns m's DDL for the given (already validated) schema.
+func (m Migration) Render(schema string) string {
+	return strings.ReplaceAll(m.SQL, "{{schema}}", ident.Quote(schema))
+}
+
+// SQL returns the complete DDL of every migration for schema, for teams that apply
+// schema changes with their own tool. It includes the bookkeeping table, so a later
+// Up sees the versions as applied.
+func SQL(schema string) (string, error) {
+	if err := ident.Validate("schema", schema); err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	q := ident.Quote(schema)
+	fmt.Fprintf(&b, "-- skiplock schema %s\nBEGIN;\nCREATE SCHEMA IF NOT EXISTS %s;\n%s;\n", q, q, bookkeeping(q))
+	for _, m := range All() {
+		fmt.Fprintf(&b, "\n-- migration %04d_%s\n%s\nINSERT INTO %s.schema_migrations (version, name) VALUES (%d, '%s');\n",
+			m.Version, m.Name, m.Render(schema), q, m.Version, m.Name)
+	}
+	b.WriteString("COMMIT;\n")
+	return b.String(), nil
+}
+
+func bookkeeping(q string) string {
+	return "CREATE TABLE IF NOT EXISTS " + q + ".schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+}
+
+// Status describes one migration's state in a database.
+type Status struct {
+	Migration
+	Applied bool
+}
+
+// lockKey is the advisory lock all migrators of a schema take.
+const lockSQL = `SELECT pg_advisory_lock(hashtextextended('skiplock.migrate.' || $1, 0))`
+const unlockSQL = `SELECT pg_advisory_unlock(hashtextextended('skiplock.migrate.' || $1, 0))`
+
+// Up applies every missing migration to schema and returns the versions it applied.
+func Up(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, error) {
+	if err := ident.Validate("schema", schema); err != nil {
+		return nil, err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: acquiring connection: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, lockSQL, schema); err != nil {
+		return nil, fmt.Errorf("migrate: taking advisory lock: %w", err)
+	}
+	defer func() {
+		// A fresh context: the lock must be released even when ctx has ended.
+		if _, err := conn.Exec(context.Background(), unlockSQL, schema); err != nil {
+			conn.Conn().Close(context.Background()) // closing the session releases it
+		}
+	}()
+	q := ident.Quote(schema)
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+q); err != nil {
+		return nil, fmt.Errorf("migrate: creating schema %s: %w", q, err)
+	}
+	if _, err := conn.Exec(ctx, bookkeeping(q)); err != nil {
+		return nil, fmt.Errorf("migrate: creating %s.schema_migrations: %w", q, err)
+	}
+	applied, err := appliedVersions(ctx, conn.Conn(), q)
+	if err != nil {
+		return nil, err
+	}
+	var done []int
+	for _, m := range All() {
+		if applied[m.Version] {
+			continue
+		}
+		err := pgx.BeginFunc(ctx, conn.Conn(), func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, m.Render(schema)); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO "+q+".schema_migrations (version, name) VALUES ($1, $2)", m.Version, m.Name)
+			return err
+		})
+		if err != nil {
+			return done, fmt.Errorf("migrate: applying %04d_%s to %s: %w", m.Version, m.Name, q, err)
+		}
+		done = append(done, m.Version)
+	}
+	return done, nil
+}
+
+func appliedVersions(ctx context.Context, conn *pgx.Conn, q string) (map[int]bool, error) {
+	rows, err := conn.Query(ctx, "SELECT version FROM "+q+".schema_migrations")
+	if err != nil {
+		return nil, fmt.Errorf("migrate: reading applied versions: %w", err)
+	}
+	versions, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil, fmt.Errorf("migrate: reading applied versions: %w", err)
+	}
+	m := make(map[int]bool, len(versions))
+	for _, v := range versions {
+		m[v] = true
+	}
+	return m, nil
+}
+
+// List reports every embedded migration and whether schema has it.
+func List(ctx context.Context, pool *pgxpool.Pool, schema string) ([]Status, error) {
+	if err := ident.Validate("schema", schema); err != nil {
+		return nil, err
+	}
+	q := ident.Quote(schema)
+	var exists bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", q+".schema_migrations").Scan(&exists); err != nil {
+		return nil, fmt.Errorf("migrate: checking %s: %w", q, err)
+	}
+	applied := map[int]bool{}
+	if exists {
+		conn, err := pool.Acquire(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("migrate: acquiring connection: %w", err)
+		}
+		defer conn.Release()
+		if applied, err = appliedVersions(ctx, conn.Conn(), q); err != nil {
+			return nil, err
+		}
+	}
+	var out []Status
+	for _, m := range All() {
+		out = append(out, Status{Migration: m, Applied: applied[m.Version]})
+	}
+	return out, nil
+}

@@ -1,0 +1,157 @@
+// Package pgtest gives tests a real PostgreSQL: one throwaway cluster per test binary
+// (or the server named by SKIPLOCK_TEST_DATABASE_URL), and a freshly migrated schema
+// per test so tests run in parallel without seeing each other's rows.
+//
+// Use it from TestMain:
+//
+//	func TestMain(m *testing.M) { pgtest.Main(m) }
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/migrate"
+	"github.com/skiplock/skiplock/internal/pgcluster"
+)
+
+// EnvURL names the variable that points tests at an existing server.
+const EnvURL = "SKIPLOCK_TEST_DATABASE_URL"
+
+var (
+	baseURL string
+	cluster *pgcluster.Cluster
+
+	poolOnce   sync.Once
+	sharedPool *pgxpool.Pool
+	poolErr    error
+
+	seq atomic.Int64
+)
+
+// Main starts the cluster, runs the tests and removes the cluster, also when the
+// tests fail or the run is interrupted (SIGINT/SIGTERM).
+func Main(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	baseURL = os.Getenv(EnvURL)
+	if baseURL == "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		c, err := pgcluster.Start(ctx, pgcluster.Options{})
+		cancel()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "pgtest: starting PostgreSQL:", err)
+			return 1
+		}
+		cluster, baseURL = c, c.URL
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+		go func() {
+			<-sigs
+			c.Stop()
+			os.Exit(1)
+		}()
+		defer c.Stop()
+	}
+	code := m.Run()
+	if sharedPool != nil {
+		sharedPool.Close()
+	}
+	return code
+}
+
+// URL returns the server's connection string.
+func URL(t testing.TB) string {
+	if baseURL == "" {
+		t.Fatal("pgtest: no database; call pgtest.Main from TestMain")
+	}
+	return baseURL
+}
+
+// Cluster returns the throwaway cluster, or skips the test when the suite runs
+// against an external server (tests that restart the server need their own).
+func Cluster(t testing.TB) *pgcluster.Cluster {
+	if cluster == nil {
+		t.Skip("pgtest: this test restarts PostgreSQL; it runs only on the throwaway cluster")
+	}
+	return cluster
+}
+
+// Pool returns a pool shared by the package's tests.
+func Pool(t testing.TB) *pgxpool.Pool {
+	poolOnce.Do(func() {
+		cfg, err := pgxpool.ParseConfig(URL(t))
+		if err != nil {
+			poolErr = err
+			return
+		}
+		cfg.MaxConns = 40
+		sharedPool, poolErr = pgxpool.NewWithConfig(context.Background(), cfg)
+	})
+	if poolErr != nil {
+		t.Fatalf("pgtest: pool: %v", poolErr)
+	}
+	return sharedPool
+}
+
+// NewPool returns a pool of its own (closed at cleanup), for tests that count or
+// kill connections.
+func NewPool(t testing.TB, maxConns int32) *pgxpool.Pool {
+	cfg, err := pgxpool.ParseConfig(URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = maxConns
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+var unsafe = regexp.MustCompile(`[^a-z0-9_]+`)
+
+// SchemaName returns a fresh, unused schema name derived from the test's name.
+func SchemaName(t testing.TB) string {
+	base := unsafe.ReplaceAllString(strings.ToLower(t.Name()), "_")
+	if len(base) > 40 {
+		base = base[len(base)-40:]
+	}
+	return fmt.Sprintf("t%d_%d_%s", os.Getpid()%100000, seq.Add(1), strings.Trim(base, "_"))
+}
+
+// Schema creates and migrates a fresh schema for the test and drops it at cleanup.
+func Schema(t testing.TB) string {
+	t.Helper()
+	name := SchemaName(t)
+	pool := Pool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := migrate.Up(ctx, pool, name); err != nil {
+		t.Fatalf("pgtest: migrating %s: %v", name, err)
+	}
+	t.Cleanup(func() { DropSchema(t, name) })
+	return name
+}
+
+// DropSchema removes a schema and everything in it.
+func DropSchema(t testing.TB, name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := Pool(t).Exec(ctx, `DROP SCHEMA IF EXISTS "`+name+`" CASCADE`); err != nil {
+		t.Logf("pgtest: dropping schema %s: %v", name, err)
+	}
+}

@@ -1,0 +1,72 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Message is one outbox event as a Publisher sends it. Every field is copied from
+// the outbox row; ID is stable across republishes of the same event, so a consumer
+// can deduplicate on it.
+type Message struct {
+	// ID is the event's id (a UUID string). Adapters put it where the broker's own
+	// deduplication looks: Nats-Msg-Id, the AMQP message-id, the Kafka header
+	// "skiplock-event-id", the webhook-id header.
+	ID string
+	// AggregateType and AggregateID name the entity the event is about. Kafka uses
+	// AggregateID as the record key, so one aggregate's events share a partition.
+	AggregateType string
+	AggregateID   string
+	// EventType is the event's name, e.g. "order.paid".
+	EventType string
+	// Destination is where the event goes; each adapter documents how it reads it
+	// (Kafka topic, AMQP routing key, NATS subject, webhook endpoint name). Empty means
+	// the adapter's configured default.
+	Destination string
+	// Payload is the event body, valid JSON.
+	Payload []byte
+	// Headers are user headers carried as broker headers.
+	Headers map[string]string
+	// CreatedAt is when the event was written (the writing transaction's clock).
+	CreatedAt time.Time
+	// Attempt is 1 on the first publish of this event and grows with each retry.
+	Attempt int
+}
+
+// Publisher sends messages to an external system.
+//
+// Publish returns one error per message, in order (len(result) == len(msgs)); a nil
+// entry means the broker durably accepted that message (confirmed, acked, 2xx). A
+// Publisher must be safe for use by several goroutines. An error wrapped with
+// Permanent tells the relay not to try that message again: it is parked as dead at
+// once. Any other error is retried with backoff.
+type Publisher interface {
+	Publish(ctx context.Context, msgs []Message) []error
+	// Close releases the publisher's connections. Publish after Close fails.
+	Close() error
+}
+
+// PermanentError marks a publish failure that retrying cannot fix (a webhook's 4xx,
+// a message the broker refuses for its content).
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return "permanent publish error: " + e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent wraps err so the relay parks the event instead of retrying it.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+// IsPermanent reports whether err, or an error it wraps, is a PermanentError.
+func IsPermanent(err error) bool {
+	var p *PermanentError
+	return errors.As(err, &p)
+}
+
+// ErrClosed is returned by Publish after Close.
+var ErrClosed = errors.New("outbox: publisher closed")

@@ -1,0 +1,479 @@
+// Package webhookpub publishes outbox events as signed HTTP webhooks.
+//
+// Each message is sent as one POST whose body is Message.Payload, to the URL that
+// Config.Endpoints maps Message.Destination to (Config.DefaultURL when Destination
+// is empty). Requests are signed the Standard Webhooks way:
+//
+//	webhook-id:        Message.ID
+//	webhook-timestamp: the send time, unix seconds
+//	webhook-signature: v1,<base64 HMAC-SHA256(secret, id + "." + timestamp + "." + body)>
+//
+// with one space-separated "v1,..." entry per configured secret, so a receiver can
+// rotate secrets without downtime. Receivers check requests with Verify.
+//
+// Message.Headers are sent as HTTP headers under their own names, without a prefix;
+// choose names that do not collide with standard HTTP headers (an "x-" prefix is a
+// common convention). The headers this package sets itself (content-type,
+// webhook-id, webhook-timestamp, webhook-signature, user-agent) always win over a
+// user header of the same name.
+//
+// Outcomes: a 2xx response means published. A 3xx is a permanent error (redirects
+// are never followed: a signed request must not be replayed to a place the sender
+// did not choose). 408 and 429 are retried, as are 5xx responses and network
+// errors; any other 4xx is permanent (outbox.Permanent), so the relay parks the
+// event at once.
+//
+// With Config.DenyPrivateNetworks, connections to loopback, private, link-local and
+// other non-public addresses are refused. The check runs on the address actually
+// dialled, after DNS resolution, so a name that resolves to a public address when
+// checked and a private one when used (DNS rebinding) is still refused.
+package webhookpub
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/skiplock/skiplock/outbox"
+)
+
+// Header names set on every request.
+const (
+	HeaderID        = "webhook-id"
+	HeaderTimestamp = "webhook-timestamp"
+	HeaderSignature = "webhook-signature"
+)
+
+// SecretPrefix marks a secret given as base64 text, as Standard Webhooks secrets are
+// usually distributed ("whsec_" followed by the base64 of the key bytes).
+const SecretPrefix = "whsec_"
+
+// ErrPrivateAddress is wrapped by the error for a request refused because its
+// destination resolved to a non-public address while Config.DenyPrivateNetworks is
+// set.
+var ErrPrivateAddress = errors.New("webhookpub: destination address is not public")
+
+// Config configures a Publisher. The zero value is not usable: set at least one
+// secret and one URL.
+type Config struct {
+	// Endpoints maps a Message.Destination name to the URL its messages are POSTed
+	// to (http or https). Default: none; a message whose Destination is not in the
+	// map fails permanently.
+	Endpoints map[string]string
+
+	// DefaultURL receives messages whose Destination is empty. Default: "" (such
+	// messages fail permanently).
+	DefaultURL string
+
+	// Secrets sign every request, one signature per secret (list the new secret
+	// alongside the old one while rotating). An entry starting with "whsec_" is
+	// the base64 of the key; any other entry is used as raw key bytes. Required:
+	// there is no default, unsigned webhooks are not supported.
+	Secrets []string
+
+	// Timeout bounds each request, from dial to the end of the response headers
+	// and the (discarded) response body. Default: 10s.
+	Timeout time.Duration
+
+	// MaxConcurrency bounds the requests one Publish call has in flight. Default: 8.
+	MaxConcurrency int
+
+	// DenyPrivateNetworks refuses to connect to loopback, private (RFC 1918, RFC
+	// 4193), link-local, CGNAT, multicast and unspecified addresses, checked on the
+	// resolved address at dial time. Turn it on when endpoint URLs come from
+	// users. Default: false.
+	DenyPrivateNetworks bool
+
+	// UserAgent is sent as the user-agent header. Default: "skiplock-webhook".
+	UserAgent string
+
+	// Logger receives debug logs of failed deliveries. Default: none (discarded).
+	Logger *slog.Logger
+}
+
+// Publisher POSTs outbox messages to webhook endpoints. It is safe for concurrent
+// use. Create it with New.
+type Publisher struct {
+	cfg       Config
+	endpoints map[string]*url.URL
+	defURL    *url.URL
+	secrets   [][]byte
+	client    *http.Client
+	transport *http.Transport
+	log       *slog.Logger
+	closed    atomic.Bool
+}
+
+var _ outbox.Publisher = (*Publisher)(nil)
+
+// New validates cfg and returns a Publisher. It makes no network calls.
+func New(cfg Config) (*Publisher, error) {
+	if len(cfg.Secrets) == 0 {
+		return nil, errors.New("webhookpub: Config.Secrets is empty; set at least one signing secret (raw bytes or \"whsec_<base64>\")")
+	}
+	secrets, err := ParseSecrets(cfg.Secrets)
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.Endpoints) == 0 && cfg.DefaultURL == "" {
+		return nil, errors.New("webhookpub: no URL configured; set Config.DefaultURL or Config.Endpoints")
+	}
+	p := &Publisher{cfg: cfg, secrets: secrets, endpoints: make(map[string]*url.URL, len(cfg.Endpoints))}
+	for name, raw := range cfg.Endpoints {
+		if name == "" {
+			return nil, errors.New("webhookpub: Config.Endpoints has an empty name; use Config.DefaultURL for messages without a destination")
+		}
+		u, err := parseURL(raw)
+		if err != nil {
+			return nil, fmt.Errorf("webhookpub: Config.Endpoints[%q]: %w", name, err)
+		}
+		p.endpoints[name] = u
+	}
+	if cfg.DefaultURL != "" {
+		if p.defURL, err = parseURL(cfg.DefaultURL); err != nil {
+			return nil, fmt.Errorf("webhookpub: Config.DefaultURL: %w", err)
+		}
+	}
+	if cfg.Timeout < 0 || cfg.MaxConcurrency < 0 {
+		return nil, errors.New("webhookpub: Config.Timeout and Config.MaxConcurrency must not be negative; use 0 for the default")
+	}
+	if p.cfg.Timeout == 0 {
+		p.cfg.Timeout = 10 * time.Second
+	}
+	if p.cfg.MaxConcurrency == 0 {
+		p.cfg.MaxConcurrency = 8
+	}
+	if p.cfg.UserAgent == "" {
+		p.cfg.UserAgent = "skiplock-webhook"
+	}
+	p.log = cfg.Logger
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+
+	dialer := &net.Dialer{Timeout: p.cfg.Timeout, KeepAlive: 30 * time.Second}
+	if cfg.DenyPrivateNetworks {
+		dialer.Control = denyPrivate
+	}
+	p.transport = &http.Transport{
+		// Environment proxies are not used: with a proxy the dial check would see
+		// the proxy's address, not the endpoint's.
+		Proxy:                 nil,
+		DialContext:           dialer.DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          100,
+		MaxIdleConnsPerHost:   p.cfg.MaxConcurrency,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   p.cfg.Timeout,
+		ExpectContinueTimeout: time.Second,
+	}
+	p.client = &http.Client{
+		Transport: p.transport,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+	return p, nil
+}
+
+func parseURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("invalid URL %q: %w", raw, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("URL %q must use http or https", raw)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("URL %q has no host", raw)
+	}
+	return u, nil
+}
+
+// ParseSecrets decodes signing secrets as Config.Secrets describes them: "whsec_"
+// followed by base64 key bytes, or raw key bytes otherwise.
+func ParseSecrets(secrets []string) ([][]byte, error) {
+	out := make([][]byte, 0, len(secrets))
+	for i, s := range secrets {
+		key := []byte(s)
+		if rest, ok := strings.CutPrefix(s, SecretPrefix); ok {
+			var err error
+			if key, err = base64.StdEncoding.DecodeString(rest); err != nil {
+				return nil, fmt.Errorf("webhookpub: secret %d starts with %q but is not valid base64 after it: %w", i, SecretPrefix, err)
+			}
+		}
+		if len(key) == 0 {
+			return nil, fmt.Errorf("webhookpub: secret %d is empty; use a random key of at least 24 bytes", i)
+		}
+		out = append(out, key)
+	}
+	return out, nil
+}
+
+// Publish POSTs each message, at most Config.MaxConcurrency at a time, and returns
+// one error per message, in order.
+func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
+	errs := make([]error, len(msgs))
+	if p.closed.Load() {
+		for i := range errs {
+			errs[i] = fmt.Errorf("webhookpub: %w", outbox.ErrClosed)
+		}
+		return errs
+	}
+	sem := make(chan struct{}, p.cfg.MaxConcurrency)
+	var wg sync.WaitGroup
+	for i := range msgs {
+		if err := ctx.Err(); err != nil {
+			errs[i] = fmt.Errorf("webhookpub: publishing %s: %w", msgs[i].ID, err)
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			errs[i] = fmt.Errorf("webhookpub: publishing %s: %w", msgs[i].ID, ctx.Err())
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = p.send(ctx, &msgs[i])
+			if errs[i] != nil {
+				p.log.Debug("webhookpub: delivery failed", "id", msgs[i].ID, "destination", msgs[i].Destination, "err", errs[i])
+			}
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+func (p *Publisher) target(dest string) (*url.URL, error) {
+	if dest == "" {
+		if p.defURL == nil {
+			return nil, outbox.Permanent(errors.New("webhookpub: message has no destination and Config.DefaultURL is not set"))
+		}
+		return p.defURL, nil
+	}
+	u, ok := p.endpoints[dest]
+	if !ok {
+		return nil, outbox.Permanent(fmt.Errorf("webhookpub: no endpoint named %q; add it to Config.Endpoints", dest))
+	}
+	return u, nil
+}
+
+func (p *Publisher) send(ctx context.Context, m *outbox.Message) error {
+	u, err := p.target(m.Destination)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(m.Payload))
+	if err != nil {
+		return outbox.Permanent(fmt.Errorf("webhookpub: building request for %s: %w", m.ID, err))
+	}
+	for k, v := range m.Headers {
+		req.Header.Set(k, v)
+	}
+	ts := time.Now().Unix()
+	req.Header.Set("content-type", "application/json")
+	req.Header.Set("user-agent", p.cfg.UserAgent)
+	req.Header.Set(HeaderID, m.ID)
+	req.Header.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
+	req.Header.Set(HeaderSignature, Sign(p.secrets, m.ID, ts, m.Payload))
+
+	resp, err := p.client.Do(req)
+	if err != nil {
+		if errors.Is(err, ErrPrivateAddress) {
+			return outbox.Permanent(fmt.Errorf("webhookpub: posting %s to %s: %w", m.ID, u.Redacted(), err))
+		}
+		return fmt.Errorf("webhookpub: posting %s to %s: %w", m.ID, u.Redacted(), err)
+	}
+	// Read a little of the body for the error message and let the connection be
+	// reused; never read an unbounded body.
+	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	return statusError(resp.StatusCode, m.ID, u, snippet)
+}
+
+// StatusError is the error for a non-2xx response.
+type StatusError struct {
+	// StatusCode is the response's HTTP status.
+	StatusCode int
+	// Body is the start of the response body (at most 256 bytes).
+	Body string
+}
+
+func (e *StatusError) Error() string {
+	if e.Body == "" {
+		return fmt.Sprintf("HTTP %d %s", e.StatusCode, http.StatusText(e.StatusCode))
+	}
+	return fmt.Sprintf("HTTP %d %s: %q", e.StatusCode, http.StatusText(e.StatusCode), e.Body)
+}
+
+func statusError(code int, id string, u *url.URL, body []byte) error {
+	if code >= 200 && code < 300 {
+		return nil
+	}
+	err := fmt.Errorf("webhookpub: posting %s to %s: %w", id, u.Redacted(), &StatusError{StatusCode: code, Body: string(body)})
+	switch {
+	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests, code >= 500:
+		return err
+	case code >= 300 && code < 400:
+		return outbox.Permanent(fmt.Errorf("%w (redirects are not followed; configure the final URL)", err))
+	default:
+		return outbox.Permanent(err)
+	}
+}
+
+// Close releases idle connections. Publish after Close fails with outbox.ErrClosed;
+// requests already in flight finish normally. Close is idempotent.
+func (p *Publisher) Close() error {
+	p.closed.Store(true)
+	p.transport.CloseIdleConnections()
+	return nil
+}
+
+// Sign returns the webhook-signature header value for one message: a "v1,<base64>"
+// entry per key, separated by spaces.
+func Sign(keys [][]byte, id string, timestamp int64, body []byte) string {
+	var b strings.Builder
+	ts := strconv.FormatInt(timestamp, 10)
+	for i, key := range keys {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString("v1,")
+		b.WriteString(base64.StdEncoding.EncodeToString(mac(key, id, ts, body)))
+	}
+	return b.String()
+}
+
+func mac(key []byte, id, ts string, body []byte) []byte {
+	h := hmac.New(sha256.New, key)
+	h.Write([]byte(id))
+	h.Write([]byte{'.'})
+	h.Write([]byte(ts))
+	h.Write([]byte{'.'})
+	h.Write(body)
+	return h.Sum(nil)
+}
+
+// Errors returned by Verify, for a receiver that wants to tell them apart.
+var (
+	ErrMissingHeaders   = errors.New("webhookpub: webhook-id, webhook-timestamp or webhook-signature header missing")
+	ErrBadTimestamp     = errors.New("webhookpub: webhook-timestamp is not a unix time in seconds")
+	ErrTimestampSkew    = errors.New("webhookpub: webhook-timestamp is outside the tolerance")
+	ErrNoMatchSignature = errors.New("webhookpub: no signature matches")
+)
+
+// DefaultTolerance is the timestamp tolerance Verify uses when given 0.
+const DefaultTolerance = 5 * time.Minute
+
+// Verify checks a received webhook: that its timestamp is within tolerance of now
+// (either way; 0 means DefaultTolerance) and that at least one v1 signature in the
+// webhook-signature header matches one of secrets (given as in Config.Secrets).
+// body must be the raw request body, unparsed. It returns nil when the request is
+// authentic.
+//
+// A receiver should also remember webhook-id values it has processed for longer
+// than the tolerance and ignore repeats: the sender delivers at least once.
+func Verify(secrets []string, header http.Header, body []byte, tolerance time.Duration) error {
+	return verifyAt(secrets, header, body, tolerance, time.Now())
+}
+
+func verifyAt(secrets []string, header http.Header, body []byte, tolerance time.Duration, now time.Time) error {
+	keys, err := ParseSecrets(secrets)
+	if err != nil {
+		return err
+	}
+	id, tsText, sigs := header.Get(HeaderID), header.Get(HeaderTimestamp), header.Get(HeaderSignature)
+	if id == "" || tsText == "" || sigs == "" {
+		return ErrMissingHeaders
+	}
+	ts, err := strconv.ParseInt(tsText, 10, 64)
+	if err != nil {
+		return ErrBadTimestamp
+	}
+	if tolerance <= 0 {
+		tolerance = DefaultTolerance
+	}
+	if skew := now.Sub(time.Unix(ts, 0)).Abs(); skew > tolerance {
+		return fmt.Errorf("%w (%v off, tolerance %v)", ErrTimestampSkew, skew.Round(time.Second), tolerance)
+	}
+	for _, entry := range strings.Fields(sigs) {
+		version, sig, ok := strings.Cut(entry, ",")
+		if !ok || version != "v1" {
+			continue
+		}
+		got, err := base64.StdEncoding.DecodeString(sig)
+		if err != nil {
+			continue
+		}
+		for _, key := range keys {
+			if hmac.Equal(got, mac(key, id, tsText, body)) {
+				return nil
+			}
+		}
+	}
+	return ErrNoMatchSignature
+}
+
+// denyPrivate is a net.Dialer Control hook: it runs after name resolution, on the
+// address about to be connected, and refuses non-public ones.
+func denyPrivate(network, address string, _ syscall.RawConn) error {
+	ap, err := netip.ParseAddrPort(address)
+	if err != nil {
+		return fmt.Errorf("%w: cannot parse dialled address %q", ErrPrivateAddress, address)
+	}
+	if !isPublic(ap.Addr()) {
+		return fmt.Errorf("%w: %s (Config.DenyPrivateNetworks is set)", ErrPrivateAddress, ap.Addr())
+	}
+	return nil
+}
+
+var nonPublic = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),       // "this network"
+	netip.MustParsePrefix("100.64.0.0/10"),   // carrier-grade NAT
+	netip.MustParsePrefix("192.0.0.0/24"),    // IETF protocol assignments
+	netip.MustParsePrefix("198.18.0.0/15"),   // benchmarking
+	netip.MustParsePrefix("240.0.0.0/4"),     // reserved, broadcast
+	netip.MustParsePrefix("64:ff9b:1::/48"),  // local-use NAT64
+	netip.MustParsePrefix("2001:db8::/32"),   // documentation
+	netip.MustParsePrefix("fec0::/10"),       // deprecated site-local
+	netip.MustParsePrefix("100::/64"),        // discard-only
+	netip.MustParsePrefix("2002::/16"),       // 6to4: can embed any IPv4 address
+	netip.MustParsePrefix("64:ff9b::/96"),    // NAT64: can embed any IPv4 address
+	netip.MustParsePrefix("::ffff:0:0:0/96"), // SIIT: can embed any IPv4 address
+}
+
+// isPublic reports whether a is an ordinary, globally routed unicast address.
+func isPublic(a netip.Addr) bool {
+	a = a.Unmap()
+	if !a.IsValid() || !a.IsGlobalUnicast() || a.IsPrivate() || a.IsLoopback() ||
+		a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() || a.IsInterfaceLocalMulticast() ||
+		a.IsMulticast() || a.IsUnspecified() {
+		return false
+	}
+	for _, p := range nonPublic {
+		if p.Contains(a) {
+			return false
+		}
+	}
+	return true
+}

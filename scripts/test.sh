@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# The whole suite: starts the brokers the tests need, runs go test -race, stops them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+started_rabbit=0
+if [ -x scripts/rabbitmq.sh ] || [ -f scripts/rabbitmq.sh ]; then
+  if ! bash scripts/rabbitmq.sh status >/dev/null 2>&1; then
+    bash scripts/rabbitmq.sh start && started_rabbit=1
+  fi
+fi
+cleanup() { [ $started_rabbit = 1 ] && bash scripts/rabbitmq.sh stop >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+go test -race -count=1 -timeout 20m ${TESTFLAGS:-} ./...
