@@ -79,8 +79,12 @@ type Config struct {
 	// RetryPolicy for kinds whose WorkerOpts set none. Default DefaultRetryPolicy.
 	RetryPolicy RetryPolicy
 	// JobTimeout bounds a handler run when its WorkerOpts set no Timeout. Default 0:
-	// no timeout beyond the lease.
+	// no timeout. A handler still running HeartbeatInterval after its timeout (one
+	// that ignores its context) stops being heartbeated: its lease expires, the job is
+	// reclaimed and retried elsewhere, and whatever it returns later is fenced out.
 	JobTimeout time.Duration
+	// Middleware wraps every handler run, first = outermost. Default none.
+	Middleware []Middleware
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -173,6 +177,8 @@ type Client struct {
 	lastNotify map[string]time.Time
 	trailing   map[string]bool
 	bg         sync.WaitGroup // trailing notifications
+
+	events eventHub
 
 	rt *runtime // set while started
 	mu sync.Mutex

@@ -137,11 +137,15 @@ type ReclaimResult struct {
 // it when its attempts are exhausted. Safe to run from several processes: each
 // update is fenced by the lease token and by the lease still being expired.
 func (c *Client) Reclaim(ctx context.Context) (ReclaimResult, error) {
+	return c.reclaim(ctx, c.pool)
+}
+
+func (c *Client) reclaim(ctx context.Context, db DB) (ReclaimResult, error) {
 	const batch = 1000
 	var res ReclaimResult
 	for {
 		now := nowParam(c.cfg.Clock)
-		expired, err := c.store.ListExpired(ctx, c.pool, now, batch)
+		expired, err := c.store.ListExpired(ctx, db, now, batch)
 		if err != nil {
 			return res, fmt.Errorf("listing expired leases: %w", wrapPgError(err))
 		}
@@ -154,7 +158,7 @@ func (c *Client) Reclaim(ctx context.Context) (ReclaimResult, error) {
 			leases[i] = e.Lease
 			delays[i] = c.retryPolicy(e.Kind).Delay(e.Attempts)
 		}
-		changed, err := c.store.Reclaim(ctx, c.pool, now, leases, delays)
+		changed, err := c.store.Reclaim(ctx, db, now, leases, delays)
 		if err != nil {
 			return res, fmt.Errorf("reclaiming %d expired lease(s): %w", len(leases), wrapPgError(err))
 		}

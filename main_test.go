@@ -85,3 +85,7 @@ type otherArgs struct {
 func (otherArgs) Kind() string { return "other" }
 
 func runtimeGosched() { goruntime.Gosched() }
+
+func pgxNewPool(cfg *pgxpool.Config) (*pgxpool.Pool, error) {
+	return pgxpool.NewWithConfig(context.Background(), cfg)
+}

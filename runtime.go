@@ -1,4 +1,611 @@
 package skiplock
 
-// runtime holds a started client's goroutines (see runtime_*.go).
-type runtime struct{}
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/notify"
+	"github.com/skiplock/skiplock/internal/store"
+)
+
+// A started client runs, per process:
+//
+//	producer (one per queue)  wait for NOTIFY, a freed slot or a jittered poll; claim up
+//	                          to the free slots in one statement; start one goroutine per job
+//	executor (per job)        handler(ctx, job) with middleware, panic → error, timeout
+//	heartbeater               one UPDATE per tick renews every in-flight lease; a lost
+//	                          lease cancels the job's context and drops its outcome
+//	completer                 batches outcomes into one fenced UPDATE … FROM unnest(…);
+//	                          a slot is freed only once its outcome is durable
+//	listener                  one dedicated LISTEN connection, reconnecting
+//	maintenance               reclaimer (and other services), one client at a time
+//
+// Database connections: the listener's own connection, plus pool connections held
+// only for the duration of a statement by at most one claim per queue, the
+// heartbeater, the completer and each maintenance service — independent of how
+// many jobs run at once.
+
+// ErrClientStarted is returned by Start on a client that is already running.
+var ErrClientStarted = errors.New("skiplock: client already started")
+
+type runtime struct {
+	c *Client
+
+	fetchCtx   context.Context // producers and listener
+	stopFetch  context.CancelFunc
+	jobsCtx    context.Context // handlers
+	cancelJobs context.CancelCauseFunc
+	bgCtx      context.Context // heartbeater, completer, maintenance
+	stopBg     context.CancelFunc
+
+	producers map[string]*producer
+	listener  *notify.Listener
+
+	mu       sync.Mutex
+	inflight map[string]*inflight
+
+	outcomes chan *inflight
+	prodWG   sync.WaitGroup
+	jobsWG   sync.WaitGroup // claim → outcome durable (or dropped)
+	bgWG     sync.WaitGroup
+	stopOnce sync.Once
+	stopped  chan struct{}
+}
+
+type producer struct {
+	queue  string
+	max    int
+	active atomic.Int32
+	wake   chan struct{} // NOTIFY, (re)connect
+	slot   chan struct{} // a slot was freed
+}
+
+type inflight struct {
+	job      *Job
+	p        *producer
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	deadline time.Time // zero: none
+	started  time.Time
+	returned atomic.Bool
+	lost     atomic.Bool
+	warned   atomic.Bool
+
+	outcome store.Outcome
+	err     error
+	runDur  time.Duration
+	wait    time.Duration
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// Start begins working the configured queues. It returns at once; the client runs
+// until Stop or StopAndCancel (or until ctx ends, which stops it like Stop with no
+// grace). A client with no queues has nothing to start.
+func (c *Client) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rt != nil {
+		return ErrClientStarted
+	}
+	if len(c.cfg.Queues) == 0 {
+		return invalid("config", "no Queues to work; a client without queues only enqueues")
+	}
+	r := &runtime{
+		c:         c,
+		producers: map[string]*producer{},
+		inflight:  map[string]*inflight{},
+		stopped:   make(chan struct{}),
+	}
+	total := 0
+	for name, q := range c.cfg.Queues {
+		r.producers[name] = &producer{queue: name, max: q.MaxWorkers, wake: make(chan struct{}, 1), slot: make(chan struct{}, 1)}
+		total += q.MaxWorkers
+	}
+	r.outcomes = make(chan *inflight, total)
+	base := context.WithoutCancel(ctx)
+	r.fetchCtx, r.stopFetch = context.WithCancel(base)
+	r.jobsCtx, r.cancelJobs = context.WithCancelCause(base)
+	r.bgCtx, r.stopBg = context.WithCancel(base)
+
+	if !c.cfg.PollOnly {
+		l, err := notify.New(notify.Config{
+			ConnConfig: c.pool.Config().ConnConfig.Copy(),
+			Channels:   []string{c.channel},
+			Logger:     c.log,
+			OnNotify: func(_, queue string) {
+				if p := r.producers[queue]; p != nil {
+					signal(p.wake)
+				}
+			},
+			OnConnect: func() {
+				for _, p := range r.producers {
+					signal(p.wake)
+				}
+			},
+		})
+		if err != nil {
+			return err
+		}
+		r.listener = l
+		r.prodWG.Add(1)
+		go func() { defer r.prodWG.Done(); l.Run(r.fetchCtx) }()
+	}
+	for _, p := range r.producers {
+		r.prodWG.Add(1)
+		go r.produce(p)
+	}
+	r.bgWG.Add(2)
+	go r.heartbeat()
+	go r.complete()
+	for _, svc := range c.maintenanceServices() {
+		r.bgWG.Add(1)
+		go r.maintain(svc)
+	}
+	c.rt = r
+	go func() {
+		select {
+		case <-ctx.Done():
+			c.stop(context.Background(), true)
+		case <-r.stopped:
+		}
+	}()
+	c.log.Info("skiplock: client started", "worker_id", c.cfg.ID, "queues", len(r.producers), "poll_only", c.cfg.PollOnly)
+	return nil
+}
+
+// Stop stops claiming new jobs and waits for running jobs to finish and their
+// outcomes to be written. If ctx ends first, running jobs' contexts are cancelled
+// and Stop returns ctx's error once they have returned (at most HeartbeatInterval
+// later; a handler that ignores its context is abandoned and its lease left to
+// expire).
+func (c *Client) Stop(ctx context.Context) error { return c.stop(ctx, false) }
+
+// StopAndCancel stops claiming, cancels every running job's context at once, and
+// waits as Stop does. Interrupted jobs are retried by their retry policy.
+func (c *Client) StopAndCancel(ctx context.Context) error { return c.stop(ctx, true) }
+
+var errShutdown = errors.New("skiplock: client shutting down")
+
+func (c *Client) stop(ctx context.Context, cancelJobs bool) error {
+	c.mu.Lock()
+	r := c.rt
+	c.mu.Unlock()
+	if r == nil {
+		return nil
+	}
+	var err error
+	r.stopOnce.Do(func() {
+		r.stopFetch()
+		r.prodWG.Wait()
+		if cancelJobs {
+			r.cancelJobs(errShutdown)
+		}
+		done := make(chan struct{})
+		go func() { r.jobsWG.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			err = ctx.Err()
+			r.cancelJobs(errShutdown)
+			select {
+			case <-done:
+			case <-time.After(c.cfg.HeartbeatInterval):
+				c.log.Warn("skiplock: stopping with handlers still running; their leases will expire", "running", r.running())
+			}
+		}
+		r.stopBg()
+		r.bgWG.Wait()
+		c.bg.Wait()
+		close(r.stopped)
+		c.mu.Lock()
+		c.rt = nil
+		c.mu.Unlock()
+		c.log.Info("skiplock: client stopped", "worker_id", c.cfg.ID)
+	})
+	return err
+}
+
+func (r *runtime) running() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.inflight)
+}
+
+// jitter returns d ± 10%.
+func jitter(d time.Duration) time.Duration {
+	return d - d/10 + rand.N(d/5+1)
+}
+
+// sleep waits for d or until ctx ends; false means ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func (r *runtime) produce(p *producer) {
+	defer r.prodWG.Done()
+	c := r.c
+	backoff := 100 * time.Millisecond
+	poll := time.NewTimer(jitter(c.cfg.PollInterval))
+	defer poll.Stop()
+	for r.fetchCtx.Err() == nil {
+		free := p.max - int(p.active.Load())
+		if free <= 0 {
+			select {
+			case <-p.slot:
+			case <-r.fetchCtx.Done():
+				return
+			}
+			continue
+		}
+		n := min(free, c.cfg.FetchLimit)
+		// The claim is not cancelled by Stop: a claim that commits must hand its jobs
+		// to executors, or they would sit leased until their lease expired.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.fetchCtx), 30*time.Second)
+		rows, err := c.store.Claim(ctx, c.pool, nowParam(c.cfg.Clock), store.ClaimParams{
+			Queue: p.queue, WorkerID: c.cfg.ID, Limit: n, Lease: c.cfg.LeaseDuration,
+		})
+		cancel()
+		if err != nil {
+			c.log.Warn("skiplock: claim failed; backing off", "queue", p.queue, "error", err, "retry_in", backoff)
+			if !sleep(r.fetchCtx, jitter(backoff)) {
+				return
+			}
+			backoff = min(backoff*2, 5*time.Second)
+			continue
+		}
+		backoff = 100 * time.Millisecond
+		for _, row := range rows {
+			r.start(p, fromRow(row))
+		}
+		if len(rows) == n {
+			continue // the queue may hold more
+		}
+		if !poll.Stop() {
+			select {
+			case <-poll.C:
+			default:
+			}
+		}
+		poll.Reset(jitter(c.cfg.PollInterval))
+		select {
+		case <-p.wake:
+		case <-poll.C:
+		case <-r.fetchCtx.Done():
+			return
+		}
+	}
+}
+
+func (r *runtime) start(p *producer, job *Job) {
+	c := r.c
+	p.active.Add(1)
+	r.jobsWG.Add(1)
+	f := &inflight{job: job, p: p, started: hostNow()}
+	timeout := c.cfg.JobTimeout
+	reg, known := c.workers.lookup(job.Kind)
+	if known && reg.opts.Timeout > 0 {
+		timeout = reg.opts.Timeout
+	}
+	ctx := context.WithValue(r.jobsCtx, ctxKey{}, job)
+	ctx, f.cancel = context.WithCancelCause(ctx)
+	if timeout > 0 {
+		f.deadline = f.started.Add(timeout)
+		var cancelT context.CancelFunc
+		ctx, cancelT = context.WithDeadline(ctx, f.deadline)
+		orig := f.cancel
+		f.cancel = func(cause error) { orig(cause); cancelT() }
+	}
+	f.ctx = ctx
+	if c.cfg.Clock != nil {
+		f.wait = c.cfg.Clock.Now().Sub(job.RunAt)
+	} else {
+		f.wait = f.started.Sub(job.RunAt)
+	}
+	r.mu.Lock()
+	r.inflight[job.ID] = f
+	r.mu.Unlock()
+	go r.execute(f, reg, known)
+}
+
+func (r *runtime) execute(f *inflight, reg registration, known bool) {
+	c := r.c
+	job := f.job
+	var err error
+	if !known {
+		err = Permanent(fmt.Errorf("no worker registered for kind %q", job.Kind))
+	} else {
+		h := reg.handler
+		for i := len(c.cfg.Middleware) - 1; i >= 0; i-- {
+			h = c.cfg.Middleware[i](h)
+		}
+		err = runHandler(f.ctx, h, job)
+	}
+	f.runDur = hostNow().Sub(f.started)
+	f.returned.Store(true)
+	if f.lost.Load() {
+		f.cancel(nil)
+		r.finish(f, nil)
+		return
+	}
+	f.err = err
+	f.outcome = r.classify(job, err, f.ctx)
+	f.cancel(nil)
+	r.outcomes <- f
+}
+
+// runHandler calls h, turning a panic into an error that carries the stack.
+func runHandler(ctx context.Context, h HandlerFunc, job *Job) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return h(ctx, job)
+}
+
+// classify maps a handler's result to the outcome written for the job.
+func (r *runtime) classify(job *Job, err error, ctx context.Context) store.Outcome {
+	o := store.Outcome{Lease: job.lease()}
+	var (
+		snooze *SnoozeError
+		cancel *CancelError
+		perm   *PermanentError
+	)
+	switch {
+	case err == nil:
+		o.Action = store.ActionComplete
+	case errors.As(err, &snooze):
+		o.Action, o.Delay = store.ActionSnooze, snooze.Delay
+	case errors.As(err, &cancel):
+		o.Action, o.Error = store.ActionCancel, err.Error()
+	case errors.As(err, &perm):
+		o.Action, o.Error = store.ActionFail, err.Error()
+	default:
+		o.Action, o.Error = store.ActionRetry, err.Error()
+		if errors.Is(context.Cause(ctx), errShutdown) {
+			o.Error = "interrupted by shutdown: " + o.Error
+		} else if ctx.Err() == context.DeadlineExceeded {
+			o.Error = "timed out: " + o.Error
+		}
+		o.Delay = r.c.retryPolicy(job.Kind).Delay(job.Attempt)
+	}
+	return o
+}
+
+// finish frees a job's slot after its outcome is durable (status != "") or dropped.
+func (r *runtime) finish(f *inflight, status *string) {
+	c := r.c
+	r.mu.Lock()
+	delete(r.inflight, f.job.ID)
+	r.mu.Unlock()
+	ev := &Event{Job: f.job, Err: f.err, RunDuration: f.runDur, QueueWait: f.wait}
+	switch {
+	case status == nil:
+		c.metrics.leaseLost.Add(1)
+		ev.Kind = EventLeaseLost
+		c.log.Warn("skiplock: lease lost; outcome discarded", "job_id", f.job.ID, "kind", f.job.Kind, "attempt", f.job.Attempt)
+	default:
+		c.count(f.outcome.Action, *status)
+		f.job.State = JobState(*status)
+		ev.Kind = eventKind(f.outcome.Action, *status)
+	}
+	c.emit(ev)
+	f.p.active.Add(-1)
+	signal(f.p.slot)
+	r.jobsWG.Done()
+}
+
+func eventKind(a store.Action, status string) EventKind {
+	switch status {
+	case store.StatusSucceeded:
+		return EventSucceeded
+	case store.StatusFailed:
+		return EventFailed
+	case store.StatusCancelled:
+		return EventCancelled
+	}
+	if a == store.ActionSnooze {
+		return EventSnoozed
+	}
+	return EventRetried
+}
+
+func (r *runtime) heartbeat() {
+	defer r.bgWG.Done()
+	c := r.c
+	t := time.NewTicker(c.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.bgCtx.Done():
+			return
+		case <-t.C:
+		}
+		now := hostNow()
+		var live []*inflight
+		r.mu.Lock()
+		for _, f := range r.inflight {
+			if f.returned.Load() || f.lost.Load() {
+				continue
+			}
+			if !f.deadline.IsZero() && now.After(f.deadline.Add(c.cfg.HeartbeatInterval)) {
+				if f.warned.CompareAndSwap(false, true) {
+					c.log.Warn("skiplock: handler ignores its context past its timeout; letting its lease expire",
+						"job_id", f.job.ID, "kind", f.job.Kind)
+				}
+				continue
+			}
+			live = append(live, f)
+		}
+		r.mu.Unlock()
+		if len(live) == 0 {
+			continue
+		}
+		leases := make([]store.Lease, len(live))
+		for i, f := range live {
+			leases[i] = f.job.lease()
+		}
+		ctx, cancel := context.WithTimeout(r.bgCtx, c.cfg.HeartbeatInterval)
+		renewed, err := c.store.Heartbeat(ctx, c.pool, nowParam(c.cfg.Clock), leases, c.cfg.LeaseDuration)
+		cancel()
+		if err != nil {
+			c.log.Warn("skiplock: heartbeat failed", "jobs", len(leases), "error", err)
+			continue
+		}
+		for _, f := range live {
+			if !renewed[f.job.ID] && !f.returned.Load() {
+				f.lost.Store(true)
+				f.cancel(ErrLeaseLost)
+			}
+		}
+	}
+}
+
+func (r *runtime) complete() {
+	defer r.bgWG.Done()
+	c := r.c
+	batch := make([]*inflight, 0, c.cfg.CompletionBatchSize)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case f := <-r.outcomes:
+			batch = append(batch, f)
+		case <-r.bgCtx.Done():
+			return
+		}
+		timer.Reset(c.cfg.CompletionBatchDelay)
+	fill:
+		for len(batch) < c.cfg.CompletionBatchSize {
+			select {
+			case f := <-r.outcomes:
+				batch = append(batch, f)
+			case <-timer.C:
+				break fill
+			}
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		r.flush(batch)
+		batch = batch[:0]
+	}
+}
+
+// flush writes a batch of outcomes, retrying while the database is unreachable. The
+// writes are fenced, so retrying after an ambiguous failure is safe.
+func (r *runtime) flush(batch []*inflight) {
+	c := r.c
+	outs := make([]store.Outcome, len(batch))
+	for i, f := range batch {
+		outs[i] = f.outcome
+	}
+	backoff := 50 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.bgCtx), 30*time.Second)
+		res, err := c.store.Finish(ctx, c.pool, nowParam(c.cfg.Clock), outs)
+		cancel()
+		if err == nil {
+			for _, f := range batch {
+				if st, ok := res[f.job.ID]; ok {
+					r.finish(f, &st)
+				} else {
+					r.finish(f, nil)
+				}
+			}
+			return
+		}
+		c.log.Warn("skiplock: writing job outcomes failed; retrying", "jobs", len(batch), "error", err, "retry_in", backoff)
+		if !sleep(r.bgCtx, jitter(backoff)) {
+			c.log.Error("skiplock: stopping with unwritten outcomes; their jobs will be reclaimed and run again", "jobs", len(batch))
+			for _, f := range batch {
+				r.finish(f, nil)
+			}
+			return
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// maintenanceService is a periodic task that one client at a time runs: each run is
+// one transaction that first takes a transaction-level advisory lock named after the
+// service and the schema, and skips the run when another client holds it.
+type maintenanceService struct {
+	name     string
+	interval time.Duration
+	run      func(ctx context.Context, tx pgx.Tx) (attrs []any, err error)
+}
+
+func (c *Client) maintenanceServices() []maintenanceService {
+	var out []maintenanceService
+	if c.cfg.ReclaimInterval > 0 {
+		out = append(out, maintenanceService{name: "reclaimer", interval: c.cfg.ReclaimInterval,
+			run: func(ctx context.Context, tx pgx.Tx) ([]any, error) {
+				res, err := c.reclaim(ctx, tx)
+				return []any{"requeued", res.Requeued, "failed", res.Failed}, err
+			}})
+	}
+	return out
+}
+
+// RunMaintenanceOnce runs one pass of the named maintenance service ("reclaimer")
+// under its advisory lock; ran is false when another client held the lock.
+func (c *Client) RunMaintenanceOnce(ctx context.Context, name string) (ran bool, err error) {
+	for _, svc := range c.maintenanceServices() {
+		if svc.name == name {
+			ran, _, err = c.runService(ctx, svc)
+			return ran, err
+		}
+	}
+	return false, invalid("service", "unknown maintenance service %q", name)
+}
+
+func (c *Client) runService(ctx context.Context, svc maintenanceService) (ran bool, attrs []any, err error) {
+	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))",
+			"skiplock."+svc.name+"."+c.cfg.Schema).Scan(&ran); err != nil || !ran {
+			return err
+		}
+		attrs, err = svc.run(ctx, tx)
+		return err
+	})
+	return ran, attrs, err
+}
+
+func (r *runtime) maintain(svc maintenanceService) {
+	defer r.bgWG.Done()
+	c := r.c
+	for sleep(r.bgCtx, jitter(svc.interval)) {
+		ran, attrs, err := c.runService(r.bgCtx, svc)
+		switch {
+		case err != nil && r.bgCtx.Err() == nil:
+			c.log.Warn("skiplock: maintenance run failed", "service", svc.name, "error", err)
+		case ran:
+			c.log.Debug("skiplock: maintenance run", append([]any{"service", svc.name}, attrs...)...)
+		}
+	}
+}
+

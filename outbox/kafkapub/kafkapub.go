@@ -31,9 +31,10 @@
 //     is refused, not silently under-replicated, when only one replica is in sync;
 //   - unclean.leader.election.enable=false (the default), so an out-of-date replica
 //     never becomes leader and drops acknowledged records;
-//   - idempotence stays on (do not pass kgo.DisableIdempotentWrite), which also
-//     keeps the in-flight limit per broker at the idempotent maximum of 5 while
-//     preserving order (kgo.MaxProduceRequestsInflightPerBroker);
+//   - idempotence stays on (do not pass kgo.DisableIdempotentWrite); with it,
+//     franz-go keeps at most 5 produce requests in flight per broker, the most
+//     Kafka allows while preserving order (the Java producer's equivalent is
+//     enable.idempotence=true with max.in.flight.requests.per.connection<=5);
 //   - create topics ahead of time (auto-creation picks broker defaults, often a
 //     replication factor of 1).
 //

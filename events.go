@@ -1,0 +1,113 @@
+package skiplock
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// EventKind names what happened to a job in a started client.
+type EventKind string
+
+// The events a started client emits, one per job outcome.
+const (
+	EventSucceeded EventKind = "succeeded"
+	EventRetried   EventKind = "retried"   // pending again after a delay
+	EventFailed    EventKind = "failed"    // permanent error, exhausted attempts, unknown kind
+	EventSnoozed   EventKind = "snoozed"
+	EventCancelled EventKind = "cancelled"
+	EventLeaseLost EventKind = "lease_lost" // the outcome was not written
+)
+
+// Event reports one job outcome after it is durable (or, for EventLeaseLost, after
+// it was discarded).
+type Event struct {
+	Kind EventKind
+	// Job as claimed (State is the state the job is now in, for written outcomes).
+	Job *Job
+	// Err is what the handler returned (nil on success).
+	Err error
+	// RunDuration is how long the handler ran.
+	RunDuration time.Duration
+	// QueueWait is how long the job waited from due (run_at) to start, by the clock
+	// in use (the host clock when none was injected).
+	QueueWait time.Duration
+}
+
+// eventBufferSize is each subscription's buffer; a subscriber that falls further
+// behind misses events (counted in Stats.EventsDropped) rather than stalling workers.
+const eventBufferSize = 4096
+
+type subscription struct {
+	ch    chan *Event
+	kinds map[EventKind]bool
+}
+
+type eventHub struct {
+	mu      sync.RWMutex
+	subs    map[*subscription]struct{}
+	dropped int64
+}
+
+// Subscribe returns a channel of job outcome events (all kinds when none are given)
+// and a function that ends the subscription and closes the channel.
+func (c *Client) Subscribe(kinds ...EventKind) (<-chan *Event, func()) {
+	s := &subscription{ch: make(chan *Event, eventBufferSize)}
+	if len(kinds) > 0 {
+		s.kinds = map[EventKind]bool{}
+		for _, k := range kinds {
+			s.kinds[k] = true
+		}
+	}
+	c.events.mu.Lock()
+	if c.events.subs == nil {
+		c.events.subs = map[*subscription]struct{}{}
+	}
+	c.events.subs[s] = struct{}{}
+	c.events.mu.Unlock()
+	var once sync.Once
+	return s.ch, func() {
+		once.Do(func() {
+			c.events.mu.Lock()
+			delete(c.events.subs, s)
+			c.events.mu.Unlock()
+			close(s.ch)
+		})
+	}
+}
+
+func (c *Client) emit(e *Event) {
+	c.events.mu.RLock()
+	defer c.events.mu.RUnlock()
+	for s := range c.events.subs {
+		if s.kinds != nil && !s.kinds[e.Kind] {
+			continue
+		}
+		select {
+		case s.ch <- e:
+		default:
+			c.events.dropped++
+		}
+	}
+}
+
+type ctxKey struct{}
+
+// JobFromContext returns the job a handler's context belongs to, or nil.
+func JobFromContext(ctx context.Context) *Job {
+	j, _ := ctx.Value(ctxKey{}).(*Job)
+	return j
+}
+
+// IdempotencyKey returns the running job's IdempotencyKey from a handler's context
+// ("" outside a handler).
+func IdempotencyKey(ctx context.Context) string {
+	if j := JobFromContext(ctx); j != nil {
+		return j.IdempotencyKey()
+	}
+	return ""
+}
+
+// Middleware wraps job execution (logging, metrics, tracing). The first middleware
+// in Config.Middleware is the outermost.
+type Middleware func(next HandlerFunc) HandlerFunc

@@ -1,0 +1,134 @@
+// Package notify keeps one dedicated PostgreSQL connection LISTENing on a set of
+// channels, reconnecting with jittered backoff when it breaks.
+//
+// Notifications only shorten latency; they are never the source of truth. A dropped
+// connection loses the notifications sent while it was down, so after every
+// (re)connect the listener calls OnConnect, and callers treat that as "something may
+// have arrived": producers poll at once. Callers keep polling on a timer regardless.
+package notify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Config configures a Listener.
+type Config struct {
+	// ConnConfig is where to connect; the listener opens its own connection (one
+	// per Listener) outside any pool. Required.
+	ConnConfig *pgx.ConnConfig
+	// Channels to LISTEN on. Required.
+	Channels []string
+	// OnNotify is called for each notification, from the listener's goroutine; it
+	// must not block. Required.
+	OnNotify func(channel, payload string)
+	// OnConnect is called after each successful (re)connect and LISTEN. Optional.
+	OnConnect func()
+	// Logger. Default: discard.
+	Logger *slog.Logger
+	// MaxBackoff caps the wait between reconnect attempts. Default 5s.
+	MaxBackoff time.Duration
+}
+
+// Listener is a reconnecting LISTEN connection.
+type Listener struct {
+	cfg       Config
+	connected atomic.Bool
+	pid       atomic.Uint32
+	reconnect atomic.Int64
+}
+
+// New validates cfg and returns a Listener; call Run to start it.
+func New(cfg Config) (*Listener, error) {
+	if cfg.ConnConfig == nil || len(cfg.Channels) == 0 || cfg.OnNotify == nil {
+		return nil, errors.New("notify: ConnConfig, Channels and OnNotify are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.MaxBackoff <= 0 {
+		cfg.MaxBackoff = 5 * time.Second
+	}
+	return &Listener{cfg: cfg}, nil
+}
+
+// Connected reports whether the listener currently holds a LISTENing connection.
+func (l *Listener) Connected() bool { return l.connected.Load() }
+
+// PID returns the server process id of the current connection (0 when disconnected).
+func (l *Listener) PID() uint32 { return l.pid.Load() }
+
+// Reconnects counts successful connects after the first.
+func (l *Listener) Reconnects() int64 { return l.reconnect.Load() }
+
+// Run listens until ctx ends, reconnecting as needed. It returns nil when ctx ends.
+func (l *Listener) Run(ctx context.Context) error {
+	backoff := 50 * time.Millisecond
+	first := true
+	for ctx.Err() == nil {
+		err := l.session(ctx, func() {
+			if !first {
+				l.reconnect.Add(1)
+			}
+			first = false
+			backoff = 50 * time.Millisecond
+		})
+		if ctx.Err() != nil {
+			return nil
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		l.cfg.Logger.Warn("notify: listener connection lost; reconnecting", "error", err, "retry_in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		backoff = min(backoff*2, l.cfg.MaxBackoff)
+	}
+	return nil
+}
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// session runs one connection until it fails or ctx ends.
+func (l *Listener) session(ctx context.Context, onUp func()) error {
+	conn, err := pgx.ConnectConfig(ctx, l.cfg.ConnConfig)
+	if err != nil {
+		return fmt.Errorf("connecting: %w", err)
+	}
+	defer func() {
+		l.connected.Store(false)
+		l.pid.Store(0)
+		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		conn.Close(closeCtx)
+		cancel()
+	}()
+	for _, ch := range l.cfg.Channels {
+		if _, err := conn.Exec(ctx, "LISTEN "+quoteIdent(ch)); err != nil {
+			return fmt.Errorf("LISTEN %s: %w", ch, err)
+		}
+	}
+	l.pid.Store(conn.PgConn().PID())
+	l.connected.Store(true)
+	onUp()
+	if l.cfg.OnConnect != nil {
+		l.cfg.OnConnect()
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		l.cfg.OnNotify(n.Channel, n.Payload)
+	}
+}

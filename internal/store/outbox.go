@@ -1,0 +1,453 @@
+package store
+
+// The outbox's statements: write (with optional per-aggregate advisory locks), the
+// relay's claim and fenced finish, operator requeue, retention, and the consumer inbox.
+// They join the store's statement map at init, so s.SQL("outbox_claim") works like
+// any other named statement.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+func init() {
+	for name, text := range outboxQueries {
+		if _, dup := queries[name]; dup {
+			panic("store: duplicate statement " + name)
+		}
+		queries[name] = text
+	}
+}
+
+// outboxColumns lists what the claim and Get return, in scanOutboxEvent's order.
+const outboxColumns = `id, aggregate_type, aggregate_id, event_type, destination, payload, headers,
+  attempts, max_attempts, available_at, relay_until, relay_token, published_at, dead_at, last_error, created_at`
+
+func outboxPrefixed(p string) string {
+	cols := strings.Split(strings.ReplaceAll(outboxColumns, "\n", ""), ",")
+	for i, c := range cols {
+		cols[i] = p + "." + strings.TrimSpace(c)
+	}
+	return strings.Join(cols, ", ")
+}
+
+// claimOutbox is the claim's template; %s is the extra predicate of ordered mode.
+// Rows are locked in (created_at, id) order through outbox_unpublished_idx, skipping
+// rows other relays hold; due (available_at) and not under a live relay lease. The
+// same statement leases them under a fresh token and counts the attempt.
+const claimOutbox = `
+WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
+c AS (
+  SELECT o.id FROM {{s}}.outbox AS o
+  WHERE o.published_at IS NULL AND o.dead_at IS NULL
+    AND o.available_at <= (SELECT now FROM t)
+    AND (o.relay_until IS NULL OR o.relay_until <= (SELECT now FROM t))%s
+  ORDER BY o.created_at, o.id
+  LIMIT $2
+  FOR UPDATE SKIP LOCKED
+)
+UPDATE {{s}}.outbox AS o
+SET relay_until = t.now + $3::bigint * interval '1 microsecond',
+    relay_token = gen_random_uuid(),
+    attempts = o.attempts + 1
+FROM c, t
+WHERE o.id = c.id
+RETURNING `
+
+// orderedPredicate keeps back every event that has an unpublished predecessor (smaller
+// id) of the same aggregate: one being relayed, one in backoff, and a dead one.
+const orderedPredicate = `
+    AND NOT EXISTS (
+      SELECT 1 FROM {{s}}.outbox AS e
+      WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
+        AND e.published_at IS NULL AND e.id < o.id)`
+
+var outboxQueries = map[string]string{
+	// Insert a batch in one statement. In ordered mode ($10) it first takes a
+	// transaction-scoped advisory lock per distinct aggregate, in key order (so two
+	// batches cannot deadlock on each other), and only then reads clock_timestamp()
+	// for the ids: t is computed from lk's single aggregate row, so every lock is held
+	// before any id exists. A writer of the same aggregate that committed earlier
+	// therefore always has a smaller id, and one that has not committed yet makes this
+	// statement wait. $11 is the NOTIFY channel ('' sends none); one per statement,
+	// delivered at commit, dropped on rollback.
+	"outbox_insert": `
+WITH lk AS MATERIALIZED (
+  SELECT count(l.locked) AS n FROM (
+    SELECT pg_advisory_xact_lock(k.key) AS locked FROM (
+      SELECT DISTINCT hashtextextended($2 || length(a.t) || ':' || a.t || a.i, 0) AS key
+      FROM unnest($3::text[], $4::text[]) AS a(t, i)
+      WHERE $10::bool
+      ORDER BY key
+    ) AS k
+  ) AS l
+),
+t AS MATERIALIZED (
+  SELECT coalesce($1::timestamptz, now()) AS now, clock_timestamp() AS ts,
+         (SELECT count(*) FROM (SELECT pg_notify($11, '') WHERE $11 <> '') AS x) AS notified
+  FROM lk
+),
+input AS MATERIALIZED (
+  SELECT {{s}}.uuid_v7(t.ts, e.ord) AS id, t.now, e.*
+  FROM t, unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[], $8::jsonb[], $9::int[])
+       WITH ORDINALITY AS e(aggregate_type, aggregate_id, event_type, destination, payload, headers, max_attempts, ord)
+  WHERE t.notified >= 0
+),
+ins AS (
+  INSERT INTO {{s}}.outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, headers,
+                            max_attempts, available_at, created_at)
+  SELECT id, aggregate_type, aggregate_id, event_type, destination, payload, headers, max_attempts, now, now
+  FROM input
+  ORDER BY ord
+  RETURNING id
+)
+SELECT input.id FROM input ORDER BY input.ord`,
+
+	"outbox_claim":         fmt.Sprintf(claimOutbox, "") + outboxPrefixed("o"),
+	"outbox_claim_ordered": fmt.Sprintf(claimOutbox, orderedPredicate) + outboxPrefixed("o"),
+
+	// Finish applies a batch's outcomes in one statement, each fenced by its relay
+	// token: a relay whose lease was taken over changes nothing.
+	//   published: published_at set, lease cleared.
+	//   retry:     due again after the delay, or dead once attempts are exhausted.
+	//   dead:      parked at once (permanent error, or the lease expired on the last attempt).
+	//   release:   the relay gives the event back unpublished (shutdown mid-publish):
+	//              due now, and the claim's attempt is returned.
+	"outbox_finish": `
+WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
+UPDATE {{s}}.outbox AS o
+SET published_at = CASE WHEN f.action = 'published' THEN t.now END,
+    dead_at = CASE WHEN f.action = 'dead' OR (f.action = 'retry' AND o.attempts >= o.max_attempts) THEN t.now END,
+    available_at = CASE
+                     WHEN f.action = 'retry' AND o.attempts < o.max_attempts THEN t.now + f.delay_us * interval '1 microsecond'
+                     WHEN f.action = 'release' THEN t.now
+                     ELSE o.available_at
+                   END,
+    attempts = CASE WHEN f.action = 'release' THEN greatest(o.attempts - 1, 0) ELSE o.attempts END,
+    last_error = CASE WHEN f.action IN ('retry', 'dead') THEN f.error ELSE o.last_error END,
+    relay_until = NULL,
+    relay_token = NULL
+FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[]) AS f(id, token, action, delay_us, error), t
+WHERE o.id = f.id AND o.relay_token = f.token AND o.published_at IS NULL AND o.dead_at IS NULL
+RETURNING o.id, CASE WHEN o.dead_at IS NOT NULL THEN 'dead' ELSE f.action END`,
+
+	"outbox_get": `SELECT ` + outboxColumns + ` FROM {{s}}.outbox WHERE id = $1`,
+
+	// Dead events, oldest parking first, keyset-paged by (dead_at, id).
+	"outbox_list_dead": `
+SELECT ` + outboxColumns + ` FROM {{s}}.outbox
+WHERE dead_at IS NOT NULL AND published_at IS NULL
+  AND ($1::timestamptz IS NULL OR (dead_at, id) > ($1::timestamptz, $2::uuid))
+ORDER BY dead_at, id
+LIMIT $3`,
+
+	// Requeue gives dead events a fresh attempt budget and makes them due now.
+	// $2 NULL requeues every dead event.
+	"outbox_requeue": `
+WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
+UPDATE {{s}}.outbox AS o
+SET dead_at = NULL, attempts = 0, available_at = t.now, relay_until = NULL, relay_token = NULL
+FROM t
+WHERE o.dead_at IS NOT NULL AND o.published_at IS NULL AND ($2::uuid IS NULL OR o.id = $2)
+RETURNING o.id`,
+
+	// Retention deletes one batch; callers loop. SKIP LOCKED keeps two pruners (or a
+	// pruner and an operator) from waiting on each other.
+	"outbox_prune_published": `
+DELETE FROM {{s}}.outbox
+WHERE id IN (
+  SELECT id FROM {{s}}.outbox
+  WHERE published_at IS NOT NULL
+    AND published_at < coalesce($1::timestamptz, now()) - $2::bigint * interval '1 microsecond'
+  ORDER BY published_at
+  LIMIT $3
+  FOR UPDATE SKIP LOCKED)`,
+
+	"outbox_prune_dead": `
+DELETE FROM {{s}}.outbox
+WHERE id IN (
+  SELECT id FROM {{s}}.outbox
+  WHERE dead_at IS NOT NULL AND published_at IS NULL
+    AND dead_at < coalesce($1::timestamptz, now()) - $2::bigint * interval '1 microsecond'
+  ORDER BY dead_at
+  LIMIT $3
+  FOR UPDATE SKIP LOCKED)`,
+
+	// Counts for stats and benchmarks.
+	"outbox_counts": `
+SELECT count(*) FILTER (WHERE published_at IS NULL AND dead_at IS NULL),
+       count(*) FILTER (WHERE published_at IS NOT NULL),
+       count(*) FILTER (WHERE dead_at IS NOT NULL AND published_at IS NULL)
+FROM {{s}}.outbox`,
+
+	"inbox_claim": `
+INSERT INTO {{s}}.inbox (consumer, event_id, processed_at)
+VALUES ($2, $3, coalesce($1::timestamptz, now()))
+ON CONFLICT (consumer, event_id) DO NOTHING`,
+
+	"inbox_prune": `
+DELETE FROM {{s}}.inbox
+WHERE (consumer, event_id) IN (
+  SELECT consumer, event_id FROM {{s}}.inbox
+  WHERE processed_at < coalesce($1::timestamptz, now()) - $2::bigint * interval '1 microsecond'
+  ORDER BY processed_at
+  LIMIT $3
+  FOR UPDATE SKIP LOCKED)`,
+}
+
+// OutboxEvent is a row of the outbox table.
+type OutboxEvent struct {
+	ID            string
+	AggregateType string
+	AggregateID   string
+	EventType     string
+	Destination   string
+	Payload       []byte
+	Headers       map[string]string
+	Attempts      int
+	MaxAttempts   int
+	AvailableAt   time.Time
+	RelayUntil    *time.Time
+	RelayToken    *string
+	PublishedAt   *time.Time
+	DeadAt        *time.Time
+	LastError     *string
+	CreatedAt     time.Time
+}
+
+func scanOutboxEvent(row pgx.Row) (*OutboxEvent, error) {
+	var e OutboxEvent
+	err := row.Scan(&e.ID, &e.AggregateType, &e.AggregateID, &e.EventType, &e.Destination, &e.Payload, &e.Headers,
+		&e.Attempts, &e.MaxAttempts, &e.AvailableAt, &e.RelayUntil, &e.RelayToken, &e.PublishedAt, &e.DeadAt,
+		&e.LastError, &e.CreatedAt)
+	if err != nil {
+		return nil, err
+	}
+	return &e, nil
+}
+
+func collectOutboxEvents(rows pgx.Rows, err error) ([]*OutboxEvent, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*OutboxEvent
+	for rows.Next() {
+		e, err := scanOutboxEvent(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// OutboxInsertParams describe one event to write.
+type OutboxInsertParams struct {
+	AggregateType string
+	AggregateID   string
+	EventType     string
+	Destination   string
+	Payload       []byte // valid JSON
+	Headers       []byte // a JSON object of strings
+	MaxAttempts   int
+}
+
+// OutboxInsertOptions apply to a whole insert statement.
+type OutboxInsertOptions struct {
+	// Ordered takes a transaction-scoped advisory lock per distinct aggregate before
+	// the ids are generated (see the statement's comment).
+	Ordered bool
+	// Channel is the NOTIFY channel; empty sends no notification.
+	Channel string
+}
+
+// OutboxInsert writes events in one statement and returns their ids in input order.
+func (s *Store) OutboxInsert(ctx context.Context, db DBTX, now *time.Time, evs []OutboxInsertParams, o OutboxInsertOptions) ([]string, error) {
+	n := len(evs)
+	types, ids, etypes, dests := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	payloads, headers, maxes := make([]string, n), make([]string, n), make([]int32, n)
+	for i, e := range evs {
+		types[i], ids[i], etypes[i], dests[i] = e.AggregateType, e.AggregateID, e.EventType, e.Destination
+		payloads[i], headers[i], maxes[i] = string(e.Payload), string(e.Headers), int32(e.MaxAttempts)
+	}
+	ns := "skiplock.outbox." + s.Schema + "."
+	rows, err := db.Query(ctx, s.sql["outbox_insert"], Now(now), ns, types, ids, etypes, dests, payloads, headers, maxes,
+		o.Ordered, o.Channel)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make([]string, 0, n)
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		out = append(out, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) != n {
+		return nil, fmt.Errorf("store: outbox insert returned %d ids for %d events", len(out), n)
+	}
+	return out, nil
+}
+
+// OutboxClaimParams describe one relay claim.
+type OutboxClaimParams struct {
+	Limit   int
+	Lease   time.Duration
+	Ordered bool // hold back events with an unpublished predecessor of their aggregate
+}
+
+// OutboxClaim leases up to p.Limit due events under a fresh relay token each, counting
+// the attempt. Events come back in claim order (created_at, id).
+func (s *Store) OutboxClaim(ctx context.Context, db DBTX, now *time.Time, p OutboxClaimParams) ([]*OutboxEvent, error) {
+	name := "outbox_claim"
+	if p.Ordered {
+		name = "outbox_claim_ordered"
+	}
+	evs, err := collectOutboxEvents(db.Query(ctx, s.sql[name], Now(now), p.Limit, micros(p.Lease)))
+	if err != nil {
+		return nil, err
+	}
+	// UPDATE … RETURNING does not keep the CTE's order; insertion sort, batches are
+	// small and nearly sorted.
+	less := func(a, b *OutboxEvent) bool {
+		if !a.CreatedAt.Equal(b.CreatedAt) {
+			return a.CreatedAt.Before(b.CreatedAt)
+		}
+		return a.ID < b.ID
+	}
+	for i := 1; i < len(evs); i++ {
+		for k := i; k > 0 && less(evs[k], evs[k-1]); k-- {
+			evs[k], evs[k-1] = evs[k-1], evs[k]
+		}
+	}
+	return evs, nil
+}
+
+// OutboxAction is what the relay reports for a claimed event.
+type OutboxAction string
+
+// The outcomes OutboxFinish accepts (and reports back; "retry" may come back "dead"
+// when the event had used its last attempt).
+const (
+	OutboxPublished OutboxAction = "published"
+	OutboxRetry     OutboxAction = "retry"
+	OutboxDead      OutboxAction = "dead"
+	OutboxRelease   OutboxAction = "release"
+)
+
+// OutboxOutcome is one claimed event's result, fenced by its relay token.
+type OutboxOutcome struct {
+	ID     string
+	Token  string
+	Action OutboxAction
+	Delay  time.Duration // retry
+	Error  string        // retry, dead
+}
+
+// OutboxFinish applies outcomes in one statement and returns, for each event it
+// changed, the action it took. An event missing from the map was no longer held under
+// the given token (its lease was taken over): nothing was written for it.
+func (s *Store) OutboxFinish(ctx context.Context, db DBTX, now *time.Time, outs []OutboxOutcome) (map[string]OutboxAction, error) {
+	n := len(outs)
+	ids, tokens, actions, delays, errs := make([]string, n), make([]string, n), make([]string, n), make([]int64, n), make([]*string, n)
+	for i, o := range outs {
+		ids[i], tokens[i], actions[i], delays[i] = o.ID, o.Token, string(o.Action), micros(o.Delay)
+		if o.Error != "" {
+			e := o.Error
+			errs[i] = &e
+		}
+	}
+	rows, err := db.Query(ctx, s.sql["outbox_finish"], Now(now), ids, tokens, actions, delays, errs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	m := make(map[string]OutboxAction, n)
+	for rows.Next() {
+		var id, a string
+		if err := rows.Scan(&id, &a); err != nil {
+			return nil, err
+		}
+		m[id] = OutboxAction(a)
+	}
+	return m, rows.Err()
+}
+
+// OutboxGet returns one event, or pgx.ErrNoRows.
+func (s *Store) OutboxGet(ctx context.Context, db DBTX, id string) (*OutboxEvent, error) {
+	return scanOutboxEvent(db.QueryRow(ctx, s.sql["outbox_get"], id))
+}
+
+// OutboxListDead returns up to limit dead events parked after the (deadAt, id) cursor
+// (nil for the first page), oldest first.
+func (s *Store) OutboxListDead(ctx context.Context, db DBTX, afterDeadAt *time.Time, afterID string, limit int) ([]*OutboxEvent, error) {
+	var after *string
+	if afterDeadAt != nil {
+		after = &afterID
+	}
+	return collectOutboxEvents(db.Query(ctx, s.sql["outbox_list_dead"], Now(afterDeadAt), after, limit))
+}
+
+// OutboxRequeue makes dead events due now with a fresh attempt budget: the one with
+// id, or every dead event when id is empty. It returns the ids it requeued.
+func (s *Store) OutboxRequeue(ctx context.Context, db DBTX, now *time.Time, id string) ([]string, error) {
+	rows, err := db.Query(ctx, s.sql["outbox_requeue"], Now(now), nullable(id))
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// OutboxPrunePublished deletes up to limit events published more than olderThan ago.
+func (s *Store) OutboxPrunePublished(ctx context.Context, db DBTX, now *time.Time, olderThan time.Duration, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, s.sql["outbox_prune_published"], Now(now), micros(olderThan), limit)
+	return tag.RowsAffected(), err
+}
+
+// OutboxPruneDead deletes up to limit events parked more than olderThan ago.
+func (s *Store) OutboxPruneDead(ctx context.Context, db DBTX, now *time.Time, olderThan time.Duration, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, s.sql["outbox_prune_dead"], Now(now), micros(olderThan), limit)
+	return tag.RowsAffected(), err
+}
+
+// OutboxCounts are the outbox's events by state.
+type OutboxCounts struct {
+	Pending   int64 // not yet published, not dead (includes events being relayed or in backoff)
+	Published int64
+	Dead      int64
+}
+
+// OutboxCount counts the outbox's events by state (a full scan: for tests,
+// benchmarks and occasional stats).
+func (s *Store) OutboxCount(ctx context.Context, db DBTX) (OutboxCounts, error) {
+	var c OutboxCounts
+	err := db.QueryRow(ctx, s.sql["outbox_counts"]).Scan(&c.Pending, &c.Published, &c.Dead)
+	return c, err
+}
+
+// InboxClaim records that consumer processed eventID and reports whether this is the
+// first time (false: a duplicate, already recorded by a committed or concurrent
+// transaction).
+func (s *Store) InboxClaim(ctx context.Context, db DBTX, now *time.Time, consumer, eventID string) (bool, error) {
+	tag, err := db.Exec(ctx, s.sql["inbox_claim"], Now(now), consumer, eventID)
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// InboxPrune deletes up to limit inbox rows recorded more than olderThan ago.
+func (s *Store) InboxPrune(ctx context.Context, db DBTX, now *time.Time, olderThan time.Duration, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, s.sql["inbox_prune"], Now(now), micros(olderThan), limit)
+	return tag.RowsAffected(), err
+}
