@@ -3,6 +3,7 @@ package skiplock
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -12,8 +13,8 @@ type EventKind string
 // The events a started client emits, one per job outcome.
 const (
 	EventSucceeded EventKind = "succeeded"
-	EventRetried   EventKind = "retried"   // pending again after a delay
-	EventFailed    EventKind = "failed"    // permanent error, exhausted attempts, unknown kind
+	EventRetried   EventKind = "retried" // pending again after a delay
+	EventFailed    EventKind = "failed"  // permanent error, exhausted attempts, unknown kind
 	EventSnoozed   EventKind = "snoozed"
 	EventCancelled EventKind = "cancelled"
 	EventLeaseLost EventKind = "lease_lost" // the outcome was not written
@@ -46,7 +47,7 @@ type subscription struct {
 type eventHub struct {
 	mu      sync.RWMutex
 	subs    map[*subscription]struct{}
-	dropped int64
+	dropped atomic.Int64
 }
 
 // Subscribe returns a channel of job outcome events (all kinds when none are given)
@@ -86,7 +87,7 @@ func (c *Client) emit(e *Event) {
 		select {
 		case s.ch <- e:
 		default:
-			c.events.dropped++
+			c.events.dropped.Add(1)
 		}
 	}
 }

@@ -568,7 +568,7 @@ func (c *Client) maintenanceServices() []maintenanceService {
 				return []any{"requeued", res.Requeued, "failed", res.Failed}, err
 			}})
 	}
-	return out
+	return append(out, c.retentionServices()...)
 }
 
 // RunMaintenanceOnce runs one pass of the named maintenance service ("reclaimer")
@@ -608,4 +608,3 @@ func (r *runtime) maintain(svc maintenanceService) {
 		}
 	}
 }
-

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/skiplock/skiplock"
@@ -140,7 +141,7 @@ func (w *Writer) write(ctx context.Context, db skiplock.DB, evs []Event, many bo
 	return ids, nil
 }
 
-func nowParam(c skiplock.Clock) *time_ {
+func nowParam(c skiplock.Clock) *time.Time {
 	if c == nil {
 		return nil
 	}
