@@ -1,6 +1,7 @@
 package skiplock_test
 
 import (
+	"os"
 	"context"
 	"testing"
 	"time"
@@ -12,7 +13,12 @@ import (
 	goruntime "runtime"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(childWorkerEnv) != "" {
+		os.Exit(childWorker())
+	}
+	pgtest.Main(m)
+}
 
 // t0 is the fake clock's start in tests.
 var t0 = time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)

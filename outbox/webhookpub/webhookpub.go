@@ -319,6 +319,7 @@ type StatusError struct {
 	Body string
 }
 
+// Error describes the response: status, and the start of the body if any.
 func (e *StatusError) Error() string {
 	if e.Body == "" {
 		return fmt.Sprintf("HTTP %d %s", e.StatusCode, http.StatusText(e.StatusCode))

@@ -1,0 +1,228 @@
+package skiplock_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/migrate"
+	"github.com/skiplock/skiplock/internal/pgcluster"
+	"github.com/skiplock/skiplock/internal/pgtest"
+)
+
+const childWorkerEnv = "SKIPLOCK_TEST_CHILD_WORKER"
+
+// childWorker runs in a re-executed test binary: a client whose handlers never
+// finish, so the parent can kill it mid-job.
+func childWorker() int {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("SKIPLOCK_TEST_CHILD_URL"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ws := skiplock.NewWorkers()
+	ws.AddHandler("crashy", func(ctx context.Context, job *skiplock.Job) error {
+		fmt.Println("running", job.ID)
+		<-ctx.Done()
+		return ctx.Err()
+	}, nil)
+	c, err := skiplock.NewClient(pool, skiplock.Config{
+		Schema: os.Getenv("SKIPLOCK_TEST_CHILD_SCHEMA"), ID: "doomed-child", Workers: ws,
+		Queues:        map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 10}},
+		LeaseDuration: time.Second, HeartbeatInterval: 200 * time.Millisecond, PollInterval: 50 * time.Millisecond,
+	})
+	if err == nil {
+		err = c.Start(ctx)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	select {} // until SIGKILL
+}
+
+func TestKilledWorkerProcessJobsAreReclaimed(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{Clock: realClock{}}) // the child runs on the database's clock
+	const n = 5
+	enqueueKind(e, e.client, "crashy", n)
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), childWorkerEnv+"=1", "SKIPLOCK_TEST_CHILD_URL="+pgtest.URL(t), "SKIPLOCK_TEST_CHILD_SCHEMA="+e.schema)
+	child.Stderr = os.Stderr
+	e.must(child.Start())
+	defer child.Process.Kill()
+	waitFor(t, 30*time.Second, "the child to claim every job", func() bool {
+		return scalar[int64](e, "SELECT count(*) FROM "+e.q("jobs")+" WHERE status = 'running' AND worker_id = 'doomed-child'") == n
+	})
+	e.must(child.Process.Signal(syscall.SIGKILL))
+	child.Wait()
+
+	ws := skiplock.NewWorkers()
+	var runs atomic.Int64
+	e.must(ws.AddHandler("crashy", func(ctx context.Context, job *skiplock.Job) error { runs.Add(1); return nil }, nil))
+	survivor := e.newClient(skiplock.Config{
+		ID: "survivor", Workers: ws, Clock: realClock{},
+		Queues:          map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 10}},
+		ReclaimInterval: 100 * time.Millisecond, PollInterval: 50 * time.Millisecond,
+		RetryPolicy:     skiplock.ExponentialBackoff{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond},
+	})
+	startClient(t, survivor)
+	waitFor(t, 60*time.Second, "reclaimed jobs to finish on the survivor", func() bool {
+		return scalar[int64](e, "SELECT count(*) FROM "+e.q("jobs")+" WHERE status = 'succeeded'") == n
+	})
+	rows, err := e.pool.Query(e.ctx, "SELECT attempts, last_error FROM "+e.q("jobs"))
+	e.must(err)
+	type rec struct {
+		Attempts  int
+		LastError string
+	}
+	recs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[rec])
+	e.must(err)
+	for _, r := range recs {
+		if r.Attempts != 2 || !strings.Contains(r.LastError, "lease expired on worker doomed-child") {
+			t.Fatalf("job after crash: %+v", r)
+		}
+	}
+	if runs.Load() != n {
+		t.Fatalf("survivor ran %d jobs, want %d", runs.Load(), n)
+	}
+}
+
+// A private cluster: restarting the shared one would disturb the parallel tests.
+func TestDatabaseRestartMidRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{Settings: map[string]string{"synchronous_commit": "on"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Stop()
+	pool, err := pgxpool.New(ctx, cluster.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := migrate.Up(ctx, pool, "restart"); err != nil {
+		t.Fatal(err)
+	}
+	ws := skiplock.NewWorkers()
+	var runs atomic.Int64
+	ws.AddHandler("tick", func(ctx context.Context, job *skiplock.Job) error {
+		runs.Add(1)
+		select { // a little work, so some jobs are in flight when the server dies
+		case <-time.After(2 * time.Millisecond):
+		case <-ctx.Done():
+		}
+		return nil
+	}, nil)
+	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: "restart", Workers: ws,
+		Queues:       map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 8}},
+		PollInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total = 3000
+	params := make([]skiplock.EnqueueParams, total)
+	for i := range params {
+		params[i] = skiplock.EnqueueParams{Kind: "tick", Payload: []byte(`{}`)}
+	}
+	if _, err := c.EnqueueManyTx(ctx, pool, params); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(ctx)
+	count := func(status string) int64 {
+		var n int64
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM restart.jobs WHERE status = $1", status).Scan(&n); err != nil {
+			return -1
+		}
+		return n
+	}
+	waitFor(t, 30*time.Second, "work under way", func() bool { return count("succeeded") > 200 })
+	if err := cluster.Restart(ctx, pgcluster.Immediate); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Minute, "all jobs to finish after the restart", func() bool { return count("succeeded") == total })
+	t.Logf("handler runs: %d for %d jobs (re-runs come from leases that expired during the outage)", runs.Load(), total)
+}
+
+func TestPollOnlyBehindPgBouncer(t *testing.T) {
+	t.Parallel()
+	if _, err := pgcluster.FindPgBouncer(); err != nil {
+		if os.Getenv("SKIPLOCK_REQUIRE_BROKERS") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	ctx := context.Background()
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Stop()
+	bouncer, err := cluster.StartPgBouncer(ctx, "transaction")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bouncer.Stop()
+	direct, err := pgxpool.New(ctx, cluster.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	if _, err := migrate.Up(ctx, direct, "bounced"); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgxpool.ParseConfig(bouncer.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// PgBouncer < 1.21 in transaction mode cannot keep named prepared statements.
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ws := skiplock.NewWorkers()
+	ws.AddHandler("via_bouncer", func(ctx context.Context, job *skiplock.Job) error { return nil }, nil)
+	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: "bounced", Workers: ws, PollOnly: true,
+		Queues:       map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 8}},
+		PollInterval: 20 * time.Millisecond, HeartbeatInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total = 500
+	params := make([]skiplock.EnqueueParams, total)
+	for i := range params {
+		params[i] = skiplock.EnqueueParams{Kind: "via_bouncer", Payload: []byte(`{"i":` + fmt.Sprint(i) + `}`), Opts: skiplock.EnqueueOpts{DeduplicationKey: fmt.Sprint(i % 400)}}
+	}
+	res, err := c.EnqueueManyTx(ctx, pool, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res[450].Duplicate {
+		t.Fatal("dedup through PgBouncer failed")
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(ctx)
+	waitFor(t, time.Minute, "jobs through PgBouncer", func() bool {
+		var n int64
+		direct.QueryRow(ctx, "SELECT count(*) FROM bounced.jobs WHERE status = 'succeeded'").Scan(&n)
+		return n == 400
+	})
+}
