@@ -4,54 +4,163 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock"
 )
 
+// The demo's sample app: a shop that writes an order, the job that emails its
+// customer and an outbox event in one transaction; workers that send the emails
+// (with deliberate transient and permanent failures); and live figures.
+
 type demoEmail struct {
-	OrderID int `json:"order_id"`
+	OrderID  int64  `json:"order_id"`
+	Customer string `json:"customer"`
 }
 
-func (demoEmail) Kind() string { return "send_email" }
+func (demoEmail) Kind() string { return "send_order_email" }
+
+type demoStats struct {
+	orders, emailsSent, smtpErrors atomic.Int64
+}
 
 func demoApp(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	if _, err := skiplock.Migrate(ctx, pool, schema); err != nil {
 		return err
 	}
-	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
+	orders := schema + ".demo_orders"
+	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+orders+` (
+		id bigserial PRIMARY KEY, customer text NOT NULL, total_cents int NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return fmt.Errorf("creating the demo's orders table: %w", err)
+	}
+	var st demoStats
+	workers := skiplock.NewWorkers()
+	err := skiplock.AddWorker(workers, skiplock.WorkFunc[demoEmail](func(ctx context.Context, job *skiplock.Job, e demoEmail) error {
+		// a mail API call: 1–10ms, sometimes a timeout, rarely a bad address
+		select {
+		case <-time.After(time.Duration(1+rand.IntN(10)) * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		switch r := rand.Float64(); {
+		case strings.HasSuffix(e.Customer, "@invalid"):
+			return skiplock.Permanent(fmt.Errorf("mailbox %s does not exist", e.Customer))
+		case r < 0.08:
+			st.smtpErrors.Add(1)
+			return errors.New("smtp: timeout talking to mail relay")
+		}
+		st.emailsSent.Add(1)
+		return nil
+	}), &skiplock.WorkerOpts{Timeout: 10 * time.Second, RetryPolicy: skiplock.ExponentialBackoff{Base: 200 * time.Millisecond, Max: 3 * time.Second}})
 	if err != nil {
 		return err
 	}
-	defer client.Close()
-	params := make([]skiplock.EnqueueParams, 500)
-	for i := range params {
-		params[i] = skiplock.EnqueueParams{Args: demoEmail{OrderID: i}}
-	}
-	if _, err := client.EnqueueManyTx(ctx, pool, params); err != nil {
+	client, err := skiplock.NewClient(pool, skiplock.Config{
+		Schema:  schema,
+		Queues:  map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 50}},
+		Workers: workers,
+	})
+	if err != nil {
 		return err
 	}
+	if err := client.Start(ctx); err != nil {
+		return err
+	}
+	outbox, err := startDemoOutbox(ctx, pool, schema)
+	if err != nil {
+		return err
+	}
+
+	shopDone := make(chan error, 1)
+	go func() { shopDone <- demoShop(ctx, pool, client, outbox, orders, &st) }()
+
+	fmt.Printf("demo: a shop writes orders (+ an email job + an outbox event, one transaction each); %d email workers; Ctrl-C to stop\n\n", 50)
+	ticker := time.NewTicker(time.Second)
+	defer ticker.Stop()
 	start := time.Now()
-	done := 0
-	for ctx.Err() == nil {
-		jobs, err := client.Claim(ctx, skiplock.DefaultQueue, 50)
-		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-				break
+	var lastDone int64
+	for running := true; running; {
+		select {
+		case <-ctx.Done():
+			running = false
+		case <-ticker.C:
+			s, err := client.Stats(context.WithoutCancel(ctx))
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "demo: stats:", err)
+				continue
 			}
+			var q skiplock.QueueStats
+			for _, x := range s.Queues {
+				if x.Queue == skiplock.DefaultQueue {
+					q = x
+				}
+			}
+			done := s.Process.Succeeded + s.Process.Failed
+			fmt.Printf("%5.0fs  orders %6d │ jobs: pending %4d running %3d succeeded %6d retried %4d failed %3d │ %5d jobs/s │ oldest due %6s │ %s\n",
+				time.Since(start).Seconds(), st.orders.Load(), q.Pending, q.Running, q.Succeeded, s.Process.Retried, q.Failed,
+				done-lastDone, q.OldestDueAge.Round(time.Millisecond), outbox.line())
+			lastDone = done
+		}
+	}
+	fmt.Println("\ndemo: stopping — waiting for running jobs to finish…")
+	if err := <-shopDone; err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		fmt.Fprintln(os.Stderr, "demo: shop:", err)
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := client.Stop(stopCtx); err != nil {
+		return err
+	}
+	outbox.stop()
+	c := client.Counters()
+	fmt.Printf("demo: %d orders; %d emails sent, %d transient SMTP errors retried, %d permanently failed; %s\n",
+		st.orders.Load(), c.Succeeded, c.Retried, c.Failed, outbox.summary())
+	return nil
+}
+
+// demoShop writes orders at a steady rate with bursts, each in one transaction with
+// its email job and outbox event.
+func demoShop(ctx context.Context, pool *pgxpool.Pool, client *skiplock.Client, ob *demoOutbox, orders string, st *demoStats) error {
+	for i := 0; ; i++ {
+		wait := 4 * time.Millisecond
+		if i%1000 > 900 { // a burst
+			wait = 0
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		customer := fmt.Sprintf("customer%d@example.com", rand.IntN(5000))
+		if rand.IntN(100) == 0 {
+			customer = fmt.Sprintf("customer%d@invalid", i)
+		}
+		tx, err := pool.Begin(ctx)
+		if err != nil {
 			return err
 		}
-		if len(jobs) == 0 {
-			break
+		var id int64
+		err = tx.QueryRow(ctx, `INSERT INTO `+orders+` (customer, total_cents) VALUES ($1, $2) RETURNING id`, customer, 100+rand.IntN(10000)).Scan(&id)
+		if err == nil {
+			_, err = client.EnqueueTx(ctx, tx, demoEmail{OrderID: id, Customer: customer},
+				&skiplock.EnqueueOpts{DeduplicationKey: fmt.Sprintf("order-%d", id)})
 		}
-		for _, j := range jobs {
-			if err := client.Complete(ctx, j); err != nil {
-				return err
-			}
-			done++
+		if err == nil {
+			err = ob.write(ctx, tx, id, customer)
 		}
-		fmt.Printf("processed %d jobs (%.0f/s)\n", done, float64(done)/time.Since(start).Seconds())
+		if err == nil {
+			err = tx.Commit(ctx)
+		} else {
+			tx.Rollback(context.WithoutCancel(ctx))
+		}
+		if err != nil {
+			return err
+		}
+		st.orders.Add(1)
 	}
-	return nil
 }
