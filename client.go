@@ -28,6 +28,15 @@ const DefaultSchema = "skiplock"
 type QueueConfig struct {
 	// MaxWorkers is how many of the queue's jobs this client runs at once. Required, ≥ 1.
 	MaxWorkers int
+	// MaxPrefetch caps how many jobs beyond MaxWorkers the client claims ahead and
+	// holds locally (under lease, heartbeated) so fast handlers never wait for a
+	// round trip. The prefetch is adaptive: it holds about PrefetchWindow of work
+	// at the queue's recent average handler duration, so slow jobs are not hoarded by
+	// one process. Default 1000; negative disables prefetching.
+	MaxPrefetch int
+	// PrefetchWindow is how much work (in handler time) the prefetch may hold.
+	// Default 50ms.
+	PrefetchWindow time.Duration
 }
 
 // Config configures a Client. Every field has a working default; a Client with no
@@ -89,6 +98,10 @@ type Config struct {
 
 func (c *Config) withDefaults() (Config, error) {
 	cfg := *c
+	cfg.Queues = make(map[string]QueueConfig, len(c.Queues))
+	for k, v := range c.Queues {
+		cfg.Queues[k] = v
+	}
 	if cfg.Schema == "" {
 		cfg.Schema = DefaultSchema
 	}
@@ -158,6 +171,13 @@ func (c *Config) withDefaults() (Config, error) {
 		if q.MaxWorkers < 1 {
 			return cfg, invalid("config", "queue %q: MaxWorkers must be at least 1", name)
 		}
+		if q.MaxPrefetch == 0 {
+			q.MaxPrefetch = 1000
+		}
+		if q.PrefetchWindow <= 0 {
+			q.PrefetchWindow = 50 * time.Millisecond
+		}
+		cfg.Queues[name] = q
 	}
 	return cfg, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/skiplock/skiplock/internal/ident"
 	"github.com/skiplock/skiplock/internal/store"
+	"github.com/skiplock/skiplock/internal/uuidv7"
 )
 
 // Limits on enqueue input. Values outside them are refused with a *ValidationError.
@@ -118,6 +119,11 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx DB, jobs []EnqueueParams)
 		err     error
 	)
 	notify := c.notifyQueues(queues)
+	if copier, ok := tx.(store.Copier); ok && len(ps) >= copyThreshold {
+		if out, ok, err := c.copyInsert(ctx, copier, tx, ps, notify); ok || err != nil {
+			return out, err
+		}
+	}
 	if len(ps) == 1 {
 		var r store.InsertResult
 		r, err = c.store.Insert(ctx, tx, now, ps[0], notify)
@@ -134,6 +140,51 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx DB, jobs []EnqueueParams)
 	}
 	c.metrics.enqueued.Add(int64(len(out)))
 	return out, nil
+}
+
+// copyThreshold is the batch size from which EnqueueManyTx uses COPY when it can.
+const copyThreshold = 64
+
+// copyInsert writes a batch with COPY when no job carries a deduplication key (COPY
+// cannot skip conflicts) and the batch's schedule can be expressed as column values.
+// ok is false when the batch does not qualify.
+func (c *Client) copyInsert(ctx context.Context, copier store.Copier, tx DB, ps []store.InsertParams, notify *store.Notify) (out []EnqueueResult, ok bool, err error) {
+	allNow, allAbs := true, true
+	for i := range ps {
+		if ps[i].DedupKey != nil {
+			return nil, false, nil
+		}
+		allNow = allNow && ps[i].RunAt == nil && ps[i].Delay == 0
+		allAbs = allAbs && ps[i].RunAt != nil
+	}
+	now := nowParam(c.cfg.Clock)
+	withRunAt := !allNow
+	if now != nil {
+		withRunAt = true
+		for i := range ps {
+			if ps[i].RunAt == nil {
+				t := now.Add(ps[i].Delay)
+				ps[i].RunAt = &t
+			}
+		}
+	} else if !allNow && !allAbs {
+		return nil, false, nil // relative delays need the database's now(): use the statement path
+	}
+	stamp := hostNow()
+	ids := make([][16]byte, len(ps))
+	out = make([]EnqueueResult, len(ps))
+	for i := range ids {
+		ids[i] = uuidv7.New(stamp, uint32(i))
+		out[i] = EnqueueResult{ID: uuidv7.String(ids[i])}
+	}
+	if err := c.store.CopyInsert(ctx, copier, ids, ps, withRunAt, now); err != nil {
+		return nil, true, fmt.Errorf("enqueueing %d job(s) with COPY: %w", len(ps), wrapPgError(err))
+	}
+	if err := c.store.SendNotify(ctx, tx, notify); err != nil {
+		return nil, true, fmt.Errorf("notifying after COPY: %w", err)
+	}
+	c.metrics.enqueued.Add(int64(len(out)))
+	return out, true, nil
 }
 
 func deref(o *EnqueueOpts) EnqueueOpts {

@@ -256,3 +256,58 @@ func TestEnqueueUnmigratedSchema(t *testing.T) {
 		t.Fatalf("got %v, want ErrNotMigrated", err)
 	}
 }
+
+func TestBulkEnqueueWithCopy(t *testing.T) {
+	t.Parallel()
+	for _, clock := range []string{"fake", "database"} {
+		t.Run(clock, func(t *testing.T) {
+			t.Parallel()
+			cfg := skiplock.Config{}
+			if clock == "database" {
+				cfg.Clock = realClock{} // replaced below: nil means the database's now()
+			}
+			e := newEnv(t, cfg)
+			c := e.client
+			if clock == "database" {
+				var err error
+				c, err = skiplock.NewClient(e.pool, skiplock.Config{Schema: e.schema})
+				e.must(err)
+				defer c.Close()
+			}
+			params := make([]skiplock.EnqueueParams, 500)
+			for i := range params {
+				params[i] = skiplock.EnqueueParams{Args: otherArgs{N: i}, Opts: skiplock.EnqueueOpts{Priority: i % 3, Queue: "bulk"}}
+			}
+			tx, err := e.pool.Begin(e.ctx)
+			e.must(err)
+			_, err = c.EnqueueManyTx(e.ctx, tx, params)
+			e.must(err)
+			e.must(tx.Rollback(e.ctx))
+			if n := e.countJobs(); n != 0 {
+				t.Fatalf("rolled-back COPY left %d jobs", n)
+			}
+			tx, err = e.pool.Begin(e.ctx)
+			e.must(err)
+			res, err := c.EnqueueManyTx(e.ctx, tx, params)
+			e.must(err)
+			e.must(tx.Commit(e.ctx))
+			rows, err := e.pool.Query(e.ctx, "SELECT id::text, (payload->>'n')::int, priority, queue, max_attempts, run_at <= now() + interval '1 second' FROM "+e.q("jobs")+" ORDER BY id")
+			e.must(err)
+			i := 0
+			for rows.Next() {
+				var id, queue string
+				var n, prio, maxAtt int
+				var due bool
+				e.must(rows.Scan(&id, &n, &prio, &queue, &maxAtt, &due))
+				if id != res[i].ID || n != i || prio != i%3 || queue != "bulk" || maxAtt != 8 || (clock == "database" && !due) {
+					t.Fatalf("row %d: id %s n %d prio %d queue %s max %d due %v; want id %s", i, id, n, prio, queue, maxAtt, due, res[i].ID)
+				}
+				i++
+			}
+			e.must(rows.Err())
+			if i != len(params) {
+				t.Fatalf("%d rows, want %d", i, len(params))
+			}
+		})
+	}
+}

@@ -1,8 +1,8 @@
 package skiplock_test
 
 import (
-	"os"
 	"context"
+	"os"
 	"testing"
 	"time"
 

@@ -53,6 +53,7 @@ type runtime struct {
 
 	outcomes chan *inflight
 	prodWG   sync.WaitGroup
+	execWG   sync.WaitGroup
 	jobsWG   sync.WaitGroup // claim → outcome durable (or dropped)
 	bgWG     sync.WaitGroup
 	stopOnce sync.Once
@@ -60,11 +61,37 @@ type runtime struct {
 }
 
 type producer struct {
-	queue  string
-	max    int
-	active atomic.Int32
-	wake   chan struct{} // NOTIFY, (re)connect
-	slot   chan struct{} // a slot was freed
+	queue    string
+	cfg      QueueConfig
+	held     atomic.Int32   // claimed and not yet durable
+	avgRunNs atomic.Int64   // moving average of handler durations; 0 = unknown
+	local    chan *inflight // claimed jobs waiting for an executor
+	wake     chan struct{}  // NOTIFY, (re)connect
+	slot     chan struct{}  // an outcome became durable
+}
+
+// capacity is how many jobs the producer may hold: its workers plus an adaptive
+// prefetch of about PrefetchWindow of work.
+func (p *producer) capacity() int {
+	if p.cfg.MaxPrefetch < 0 {
+		return p.cfg.MaxWorkers
+	}
+	avg := p.avgRunNs.Load()
+	if avg <= 0 {
+		return p.cfg.MaxWorkers
+	}
+	ahead := int(int64(p.cfg.PrefetchWindow) / avg)
+	return p.cfg.MaxWorkers + min(ahead, p.cfg.MaxPrefetch)
+}
+
+func (p *producer) observe(d time.Duration) {
+	n := max(int64(d), 1)
+	old := p.avgRunNs.Load()
+	if old == 0 {
+		p.avgRunNs.Store(n)
+		return
+	}
+	p.avgRunNs.Store(old - old/8 + n/8)
 }
 
 type inflight struct {
@@ -72,8 +99,10 @@ type inflight struct {
 	p        *producer
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
-	deadline time.Time // zero: none
+	deadline time.Time // zero: none; guarded by runtime.mu
 	started  time.Time
+	begun    atomic.Bool // the handler was started
+	released bool        // never started; handed back at Stop
 	returned atomic.Bool
 	lost     atomic.Bool
 	warned   atomic.Bool
@@ -111,8 +140,10 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	total := 0
 	for name, q := range c.cfg.Queues {
-		r.producers[name] = &producer{queue: name, max: q.MaxWorkers, wake: make(chan struct{}, 1), slot: make(chan struct{}, 1)}
-		total += q.MaxWorkers
+		held := q.MaxWorkers + max(q.MaxPrefetch, 0)
+		r.producers[name] = &producer{queue: name, cfg: q, local: make(chan *inflight, held),
+			wake: make(chan struct{}, 1), slot: make(chan struct{}, 1)}
+		total += held
 	}
 	r.outcomes = make(chan *inflight, total)
 	base := context.WithoutCancel(ctx)
@@ -146,6 +177,10 @@ func (c *Client) Start(ctx context.Context) error {
 	for _, p := range r.producers {
 		r.prodWG.Add(1)
 		go r.produce(p)
+		for i := 0; i < p.cfg.MaxWorkers; i++ {
+			r.execWG.Add(1)
+			go r.executor(p)
+		}
 	}
 	r.bgWG.Add(2)
 	go r.heartbeat()
@@ -190,6 +225,9 @@ func (c *Client) stop(ctx context.Context, cancelJobs bool) error {
 	r.stopOnce.Do(func() {
 		r.stopFetch()
 		r.prodWG.Wait()
+		for _, p := range r.producers {
+			close(p.local) // executors release what they have not started, then exit
+		}
 		if cancelJobs {
 			r.cancelJobs(errShutdown)
 		}
@@ -208,6 +246,9 @@ func (c *Client) stop(ctx context.Context, cancelJobs bool) error {
 		}
 		r.stopBg()
 		r.bgWG.Wait()
+		if err == nil {
+			r.execWG.Wait()
+		}
 		c.bg.Wait()
 		close(r.stopped)
 		c.mu.Lock()
@@ -248,7 +289,7 @@ func (r *runtime) produce(p *producer) {
 	poll := time.NewTimer(jitter(c.cfg.PollInterval))
 	defer poll.Stop()
 	for r.fetchCtx.Err() == nil {
-		free := p.max - int(p.active.Load())
+		free := p.capacity() - int(p.held.Load())
 		if free <= 0 {
 			select {
 			case <-p.slot:
@@ -275,7 +316,7 @@ func (r *runtime) produce(p *producer) {
 		}
 		backoff = 100 * time.Millisecond
 		for _, row := range rows {
-			r.start(p, fromRow(row))
+			r.hold(p, fromRow(row))
 		}
 		if len(rows) == n {
 			continue // the queue may hold more
@@ -296,24 +337,60 @@ func (r *runtime) produce(p *producer) {
 	}
 }
 
-func (r *runtime) start(p *producer, job *Job) {
-	c := r.c
-	p.active.Add(1)
+// hold registers a claimed job (so the heartbeater renews its lease) and queues it
+// for the producer's executors.
+func (r *runtime) hold(p *producer, job *Job) {
+	p.held.Add(1)
 	r.jobsWG.Add(1)
-	f := &inflight{job: job, p: p, started: hostNow()}
+	f := &inflight{job: job, p: p}
+	r.mu.Lock()
+	r.inflight[job.ID] = f
+	r.mu.Unlock()
+	p.local <- f // never blocks: local holds the producer's whole capacity
+}
+
+// executor runs the producer's queued jobs one at a time until Stop closes the
+// queue. Jobs still queued at Stop were never started: they go back to pending at
+// once, with the claim's attempt given back.
+func (r *runtime) executor(p *producer) {
+	defer r.execWG.Done()
+	for f := range p.local {
+		if r.fetchCtx.Err() != nil {
+			f.outcome = store.Outcome{Lease: f.job.lease(), Action: store.ActionSnooze}
+			f.released = true
+			r.outcomes <- f
+			continue
+		}
+		if f.lost.Load() { // the lease ran out while the job waited locally
+			r.finish(f, nil)
+			continue
+		}
+		r.execute(f)
+	}
+}
+
+// begin prepares a job's context just before its handler runs.
+func (r *runtime) begin(f *inflight) (registration, bool) {
+	c := r.c
+	job := f.job
+	f.started = hostNow()
 	timeout := c.cfg.JobTimeout
 	reg, known := c.workers.lookup(job.Kind)
 	if known && reg.opts.Timeout > 0 {
 		timeout = reg.opts.Timeout
 	}
 	ctx := context.WithValue(r.jobsCtx, ctxKey{}, job)
-	ctx, f.cancel = context.WithCancelCause(ctx)
+	ctx, cancel := context.WithCancelCause(ctx)
 	if timeout > 0 {
-		f.deadline = f.started.Add(timeout)
+		deadline := f.started.Add(timeout)
 		var cancelT context.CancelFunc
-		ctx, cancelT = context.WithDeadline(ctx, f.deadline)
-		orig := f.cancel
-		f.cancel = func(cause error) { orig(cause); cancelT() }
+		ctx, cancelT = context.WithDeadline(ctx, deadline)
+		f.cancel = func(cause error) { cancel(cause); cancelT() }
+		r.mu.Lock()
+		f.deadline = deadline
+		r.mu.Unlock()
+	} else {
+		f.cancel = cancel
 	}
 	f.ctx = ctx
 	if c.cfg.Clock != nil {
@@ -321,15 +398,17 @@ func (r *runtime) start(p *producer, job *Job) {
 	} else {
 		f.wait = f.started.Sub(job.RunAt)
 	}
-	r.mu.Lock()
-	r.inflight[job.ID] = f
-	r.mu.Unlock()
-	go r.execute(f, reg, known)
+	f.begun.Store(true)
+	if f.lost.Load() { // lost while waiting locally
+		cancel(ErrLeaseLost)
+	}
+	return reg, known
 }
 
-func (r *runtime) execute(f *inflight, reg registration, known bool) {
+func (r *runtime) execute(f *inflight) {
 	c := r.c
 	job := f.job
+	reg, known := r.begin(f)
 	var err error
 	if !known {
 		err = Permanent(fmt.Errorf("no worker registered for kind %q", job.Kind))
@@ -341,6 +420,7 @@ func (r *runtime) execute(f *inflight, reg registration, known bool) {
 		err = runHandler(f.ctx, h, job)
 	}
 	f.runDur = hostNow().Sub(f.started)
+	f.p.observe(f.runDur)
 	f.returned.Store(true)
 	if f.lost.Load() {
 		f.cancel(nil)
@@ -400,6 +480,9 @@ func (r *runtime) finish(f *inflight, status *string) {
 	r.mu.Unlock()
 	ev := &Event{Job: f.job, Err: f.err, RunDuration: f.runDur, QueueWait: f.wait}
 	switch {
+	case f.released:
+		r.release(f)
+		return
 	case status == nil:
 		c.metrics.leaseLost.Add(1)
 		ev.Kind = EventLeaseLost
@@ -410,7 +493,12 @@ func (r *runtime) finish(f *inflight, status *string) {
 		ev.Kind = eventKind(f.outcome.Action, *status)
 	}
 	c.emit(ev)
-	f.p.active.Add(-1)
+	r.release(f)
+}
+
+// release frees the job's place in its producer's capacity.
+func (r *runtime) release(f *inflight) {
+	f.p.held.Add(-1)
 	signal(f.p.slot)
 	r.jobsWG.Done()
 }
@@ -475,7 +563,9 @@ func (r *runtime) heartbeat() {
 		for _, f := range live {
 			if !renewed[f.job.ID] && !f.returned.Load() {
 				f.lost.Store(true)
-				f.cancel(ErrLeaseLost)
+				if f.begun.Load() {
+					f.cancel(ErrLeaseLost)
+				}
 			}
 		}
 	}

@@ -74,7 +74,7 @@ func TestKilledWorkerProcessJobsAreReclaimed(t *testing.T) {
 		ID: "survivor", Workers: ws, Clock: realClock{},
 		Queues:          map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 10}},
 		ReclaimInterval: 100 * time.Millisecond, PollInterval: 50 * time.Millisecond,
-		RetryPolicy:     skiplock.ExponentialBackoff{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond},
+		RetryPolicy: skiplock.ExponentialBackoff{Base: 10 * time.Millisecond, Max: 50 * time.Millisecond},
 	})
 	startClient(t, survivor)
 	waitFor(t, 60*time.Second, "reclaimed jobs to finish on the survivor", func() bool {

@@ -1,0 +1,46 @@
+// Package uuidv7 builds time-ordered UUIDs with the same layout as the schema's
+// uuid_v7() SQL function (see internal/migrate/sql/0001_init.sql):
+//
+//	48 bits Unix milliseconds │ 4 bits version 7 │ 12 bits sub-millisecond fraction │
+//	2 bits variant │ 24 bits sequence within a batch │ 38 bits random
+//
+// so ids made in Go (bulk COPY) and in SQL sort together by creation time, and a
+// batch keeps its insertion order.
+package uuidv7
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"time"
+)
+
+// New returns the id for position seq of a batch created at t.
+func New(t time.Time, seq uint32) [16]byte {
+	var u [16]byte
+	us := t.UnixMicro()
+	ms := uint64(us / 1000)
+	frac := uint64((us % 1000) * 4096 / 1000)
+	hi := ms<<16 | 0x7000 | frac
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	lo := uint64(1)<<63 | uint64(seq&0xFFFFFF)<<38 | binary.BigEndian.Uint64(rnd[:])&(1<<38-1)
+	binary.BigEndian.PutUint64(u[:8], hi)
+	binary.BigEndian.PutUint64(u[8:], lo)
+	return u
+}
+
+// String formats u in the canonical 8-4-4-4-12 form.
+func String(u [16]byte) string {
+	var b [36]byte
+	hex.Encode(b[0:8], u[0:4])
+	b[8] = '-'
+	hex.Encode(b[9:13], u[4:6])
+	b[13] = '-'
+	hex.Encode(b[14:18], u[6:8])
+	b[18] = '-'
+	hex.Encode(b[19:23], u[8:10])
+	b[23] = '-'
+	hex.Encode(b[24:], u[10:])
+	return string(b[:])
+}

@@ -1,0 +1,30 @@
+package uuidv7
+
+import (
+	"sort"
+	"testing"
+	"time"
+)
+
+func TestLayoutAndOrder(t *testing.T) {
+	t.Parallel()
+	base := time.Date(2030, 1, 2, 3, 4, 5, 123456000, time.UTC)
+	var ids []string
+	for i := 0; i < 1000; i++ {
+		ids = append(ids, String(New(base, uint32(i))))
+	}
+	later := String(New(base.Add(time.Microsecond), 0))
+	if !sort.StringsAreSorted(ids) {
+		t.Fatal("a batch's ids are not in sequence order")
+	}
+	if later <= ids[len(ids)-1] {
+		t.Fatalf("an id a microsecond later (%s) sorts before the batch (%s)", later, ids[len(ids)-1])
+	}
+	u := New(base, 5)
+	if u[6]>>4 != 7 || u[8]>>6 != 2 {
+		t.Fatalf("version %x variant %b", u[6]>>4, u[8]>>6)
+	}
+	if ms := int64(u[0])<<40 | int64(u[1])<<32 | int64(u[2])<<24 | int64(u[3])<<16 | int64(u[4])<<8 | int64(u[5]); ms != base.UnixMilli() {
+		t.Fatalf("timestamp %d, want %d", ms, base.UnixMilli())
+	}
+}
