@@ -94,6 +94,11 @@ type Config struct {
 	JobTimeout time.Duration
 	// Middleware wraps every handler run, first = outermost. Default none.
 	Middleware []Middleware
+	// DeleteOnSuccess deletes a job the moment it succeeds (one fenced DELETE in the
+	// completion batch) instead of keeping it as 'succeeded' until retention removes
+	// it. Less write volume and a smaller table; the cost is no record of succeeded
+	// jobs and that their deduplication keys are free again at once. Default false.
+	DeleteOnSuccess bool
 }
 
 func (c *Config) withDefaults() (Config, error) {

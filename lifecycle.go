@@ -98,7 +98,7 @@ func errText(err error) string {
 }
 
 func (c *Client) finishOne(ctx context.Context, o store.Outcome) (JobState, error) {
-	res, err := c.store.Finish(ctx, c.pool, nowParam(c.cfg.Clock), []store.Outcome{o})
+	res, err := c.finish(ctx, []store.Outcome{o})
 	if err != nil {
 		return "", fmt.Errorf("finishing job %s (%s): %w", o.ID, o.Action, wrapPgError(err))
 	}
@@ -109,6 +109,14 @@ func (c *Client) finishOne(ctx context.Context, o store.Outcome) (JobState, erro
 	}
 	c.count(o.Action, st)
 	return JobState(st), nil
+}
+
+// finish writes outcomes with the statement the configuration asks for.
+func (c *Client) finish(ctx context.Context, outs []store.Outcome) (map[string]string, error) {
+	if c.cfg.DeleteOnSuccess {
+		return c.store.FinishDeleting(ctx, c.pool, nowParam(c.cfg.Clock), outs)
+	}
+	return c.store.Finish(ctx, c.pool, nowParam(c.cfg.Clock), outs)
 }
 
 func (c *Client) count(a store.Action, status string) {

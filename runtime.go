@@ -616,7 +616,7 @@ func (r *runtime) flush(batch []*inflight) {
 	backoff := 50 * time.Millisecond
 	for {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.bgCtx), 30*time.Second)
-		res, err := c.store.Finish(ctx, c.pool, nowParam(c.cfg.Clock), outs)
+		res, err := c.finish(ctx, outs)
 		cancel()
 		if err == nil {
 			for _, f := range batch {

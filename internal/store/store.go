@@ -147,6 +147,37 @@ func collectJobs(rows pgx.Rows, err error) ([]*Job, error) {
 // The statements reference the column so the planner cannot drop it.
 const notifyColumn = `(SELECT count(*) FROM (SELECT pg_notify($10, q) FROM unnest($11::text[]) AS q) AS n) AS notified`
 
+// finishUpdate is the fenced UPDATE that applies outcomes from the relation o:
+// retry → pending after the delay, or failed once attempts are exhausted;
+// snooze → pending after the delay with the claim's attempt given back.
+func finishUpdate(o string) string {
+	if !strings.Contains(o, " AS o(") {
+		o += " AS o"
+	}
+	return `UPDATE {{s}}.jobs AS j
+SET status = (CASE o.action
+                WHEN 'complete' THEN 'succeeded'
+                WHEN 'fail' THEN 'failed'
+                WHEN 'cancel' THEN 'cancelled'
+                WHEN 'snooze' THEN 'pending'
+                ELSE CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END
+              END)::{{s}}.job_status,
+    run_at = CASE
+               WHEN o.action = 'snooze' OR (o.action = 'retry' AND j.attempts < j.max_attempts)
+               THEN t.now + o.delay_us * interval '1 microsecond'
+               ELSE j.run_at
+             END,
+    attempts = CASE WHEN o.action = 'snooze' THEN j.attempts - 1 ELSE j.attempts END,
+    last_error = CASE WHEN o.action IN ('retry', 'fail', 'cancel') THEN o.error ELSE j.last_error END,
+    lease_until = NULL,
+    lease_token = NULL,
+    worker_id = NULL,
+    updated_at = t.now
+FROM ` + o + `, t
+WHERE j.id = o.id AND j.lease_token = o.token AND j.status = 'running'
+RETURNING j.id, j.status::text`
+}
+
 // Notify names the channel and the queues an insert announces.
 type Notify struct {
 	Channel string
@@ -232,28 +263,21 @@ RETURNING j.id`,
 	// snooze: pending after the delay and the claim's attempt given back.
 	"finish": `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
-UPDATE {{s}}.jobs AS j
-SET status = (CASE o.action
-                WHEN 'complete' THEN 'succeeded'
-                WHEN 'fail' THEN 'failed'
-                WHEN 'cancel' THEN 'cancelled'
-                WHEN 'snooze' THEN 'pending'
-                ELSE CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END
-              END)::{{s}}.job_status,
-    run_at = CASE
-               WHEN o.action = 'snooze' OR (o.action = 'retry' AND j.attempts < j.max_attempts)
-               THEN t.now + o.delay_us * interval '1 microsecond'
-               ELSE j.run_at
-             END,
-    attempts = CASE WHEN o.action = 'snooze' THEN j.attempts - 1 ELSE j.attempts END,
-    last_error = CASE WHEN o.action IN ('retry', 'fail', 'cancel') THEN o.error ELSE j.last_error END,
-    lease_until = NULL,
-    lease_token = NULL,
-    worker_id = NULL,
-    updated_at = t.now
-FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[]) AS o(id, token, action, delay_us, error), t
-WHERE j.id = o.id AND j.lease_token = o.token AND j.status = 'running'
-RETURNING j.id, j.status::text`,
+` + finishUpdate("unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[]) AS o(id, token, action, delay_us, error)"),
+
+	// finish_delete is finish for clients that delete succeeded jobs at once instead
+	// of keeping them for retention: completions become fenced DELETEs, the other
+	// outcomes the same UPDATE as finish.
+	"finish_delete": `
+WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
+o AS (SELECT * FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[]) AS o(id, token, action, delay_us, error)),
+del AS (
+  DELETE FROM {{s}}.jobs AS j USING o
+  WHERE o.action = 'complete' AND j.id = o.id AND j.lease_token = o.token AND j.status = 'running'
+  RETURNING j.id
+),
+upd AS (` + finishUpdate("(SELECT * FROM o WHERE action <> 'complete')") + `)
+SELECT id, 'succeeded' FROM del UNION ALL SELECT * FROM upd`,
 
 	"expired": `
 SELECT id, lease_token, kind, attempts, max_attempts
@@ -519,6 +543,16 @@ type Outcome struct {
 // Finish applies outcomes in one statement and returns, for each job it changed, the
 // status it now has. A job missing from the map had lost its lease: nothing was written.
 func (s *Store) Finish(ctx context.Context, db DBTX, now *time.Time, outs []Outcome) (map[string]string, error) {
+	return s.finish(ctx, db, now, outs, "finish")
+}
+
+// FinishDeleting is Finish, but a completed job is deleted instead of kept as
+// succeeded.
+func (s *Store) FinishDeleting(ctx context.Context, db DBTX, now *time.Time, outs []Outcome) (map[string]string, error) {
+	return s.finish(ctx, db, now, outs, "finish_delete")
+}
+
+func (s *Store) finish(ctx context.Context, db DBTX, now *time.Time, outs []Outcome, stmt string) (map[string]string, error) {
 	n := len(outs)
 	ids, tokens, actions, delays, errs := make([]string, n), make([]string, n), make([]string, n), make([]int64, n), make([]*string, n)
 	for i, o := range outs {
@@ -528,7 +562,7 @@ func (s *Store) Finish(ctx context.Context, db DBTX, now *time.Time, outs []Outc
 			errs[i] = &e
 		}
 	}
-	rows, err := db.Query(ctx, s.sql["finish"], Now(now), ids, tokens, actions, delays, errs)
+	rows, err := db.Query(ctx, s.sql[stmt], Now(now), ids, tokens, actions, delays, errs)
 	if err != nil {
 		return nil, err
 	}

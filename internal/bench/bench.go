@@ -1,0 +1,311 @@
+// Package bench runs skiplock's benchmark workloads (skiplock bench, make bench)
+// against a real PostgreSQL and reports throughput and latency figures, each job
+// checked for exactly-once success.
+//
+// The figures are for reading, never for asserting in tests: disk-sync speed on the
+// same machine swings by 2× between runs, which is why B0 (the machine's INSERT
+// commit rate) and B1 (the SQL ceiling of claim+complete) are measured in the same run
+// and the enqueue and work figures are printed as ratios to them.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/migrate"
+)
+
+// Result is one workload's figures.
+type Result struct {
+	Workload   string  `json:"workload"`
+	Title      string  `json:"title"`
+	N          int     `json:"n"`
+	Seconds    float64 `json:"seconds"`
+	JobsPerSec float64 `json:"jobs_per_sec"`
+	P50ms      float64 `json:"p50_ms"`
+	P95ms      float64 `json:"p95_ms"`
+	P99ms      float64 `json:"p99_ms"`
+	Settings   string  `json:"settings"`
+	// Limit names the reference figure, Ratio is JobsPerSec / that figure.
+	Limit  string  `json:"limit,omitempty"`
+	Ratio  float64 `json:"ratio,omitempty"`
+	Target string  `json:"target,omitempty"`
+	Met    *bool   `json:"met,omitempty"`
+	// Verified says how exactly-once success was checked.
+	Verified string         `json:"verified,omitempty"`
+	Extra    map[string]any `json:"extra,omitempty"`
+}
+
+// Env is what workloads run against.
+type Env struct {
+	Pool     *pgxpool.Pool // admin pool
+	URL      string
+	Settings string // e.g. "durable: fsync=on synchronous_commit=on"
+	Progress io.Writer
+	// Scale shrinks every workload's size (1 = the documented sizes); tests use less.
+	Scale float64
+	// b0, b1 hold the baselines for ratios.
+	b0one, b0many, b1 float64
+}
+
+func (e *Env) n(full int) int {
+	if e.Scale <= 0 || e.Scale == 1 {
+		return full
+	}
+	return max(int(float64(full)*e.Scale), 10)
+}
+
+// Workload is one benchmark.
+type Workload struct {
+	Name  string
+	Title string
+	Run   func(ctx context.Context, e *Env) (*Result, error)
+}
+
+// All lists the workloads in run order (baselines first).
+func All() []Workload {
+	return []Workload{
+		{"B0", "INSERT commit rate, 1 and 16 connections (hardware baseline)", runB0},
+		{"B1", "raw claim+complete SQL, batches of 1,000, 2 connections (SQL ceiling)", runB1},
+		{"W1", "enqueue one by one, sequential, 1 connection", runW1},
+		{"W2", "enqueue from 16 goroutines", runW2},
+		{"W3", "bulk enqueue, batches of 1,000", runW3},
+		{"W4", "work pre-inserted jobs, concurrency 1", runW4},
+		{"W5", "work pre-inserted jobs, best concurrency", runW5},
+		{"W6", "latency enqueue commit → handler start, 200 jobs/s for 10 s", runW6},
+		{"W7", "burn-down of 1,000,000 pre-inserted jobs", runW7},
+		{"W8", "outbox relay", runW8},
+	}
+}
+
+// Select returns the workloads named in spec ("all" or "W1,W5"); baselines that a
+// selected workload's ratio needs are added.
+func Select(spec string) ([]Workload, error) {
+	all := All()
+	if spec == "" || spec == "all" {
+		return all, nil
+	}
+	want := map[string]bool{}
+	for _, w := range strings.Split(spec, ",") {
+		want[strings.ToUpper(strings.TrimSpace(w))] = true
+	}
+	for name := range want {
+		found := false
+		for _, w := range all {
+			found = found || w.Name == name
+		}
+		if !found {
+			return nil, fmt.Errorf("unknown workload %q (B0, B1, W1…W8 or all)", name)
+		}
+	}
+	if want["W1"] || want["W2"] {
+		want["B0"] = true
+	}
+	if want["W4"] || want["W5"] || want["W7"] {
+		want["B1"] = true
+	}
+	var out []Workload
+	for _, w := range all {
+		if want[w.Name] {
+			out = append(out, w)
+		}
+	}
+	return out, nil
+}
+
+// schema creates a fresh, migrated schema for a workload.
+func (e *Env) schema(ctx context.Context, name string) (string, error) {
+	if _, err := e.Pool.Exec(ctx, `DROP SCHEMA IF EXISTS "`+name+`" CASCADE`); err != nil {
+		return "", err
+	}
+	if _, err := migrate.Up(ctx, e.Pool, name); err != nil {
+		return "", err
+	}
+	return name, nil
+}
+
+func (e *Env) pool(ctx context.Context, conns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(e.URL)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = conns
+	cfg.MinConns = conns
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// progress prints "\r[W5] done/total" to Progress until stop is closed.
+func (e *Env) progress(name string, total int, done func() int64) (stop func()) {
+	if e.Progress == nil {
+		return func() {}
+	}
+	if f, ok := e.Progress.(interface{ Stat() (os.FileInfo, error) }); ok {
+		if st, err := f.Stat(); err != nil || st.Mode()&os.ModeCharDevice == 0 {
+			return func() {} // not a terminal: no bar
+		}
+	}
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				fmt.Fprintf(e.Progress, "\r%-60s\r", "")
+				return
+			case <-t.C:
+				d := done()
+				width := 30
+				filled := int(float64(width) * float64(d) / float64(max(total, 1)))
+				filled = min(max(filled, 0), width)
+				fmt.Fprintf(e.Progress, "\r[%s] %s%s %d/%d", name, strings.Repeat("█", filled), strings.Repeat("░", width-filled), d, total)
+			}
+		}
+	}()
+	return func() { close(quit); wg.Wait() }
+}
+
+// latencies collects durations and reports percentiles.
+type latencies struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
+}
+
+func (l *latencies) fill(r *Result) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.d) == 0 {
+		return
+	}
+	sort.Slice(l.d, func(i, j int) bool { return l.d[i] < l.d[j] })
+	pct := func(p float64) float64 {
+		i := int(p * float64(len(l.d)-1))
+		return float64(l.d[i].Microseconds()) / 1000
+	}
+	r.P50ms, r.P95ms, r.P99ms = pct(0.50), pct(0.95), pct(0.99)
+}
+
+func boolp(b bool) *bool { return &b }
+
+// noop is the benchmark job.
+type noop struct {
+	I int `json:"i"`
+}
+
+func (noop) Kind() string { return "noop" }
+
+// tracker counts handler runs per job to verify exactly-once success.
+type tracker struct {
+	mu   sync.Mutex
+	seen map[string]int
+	runs atomic.Int64
+}
+
+func newTracker(n int) *tracker { return &tracker{seen: make(map[string]int, n)} }
+
+func (t *tracker) handler() skiplock.HandlerFunc {
+	return func(ctx context.Context, job *skiplock.Job) error {
+		t.runs.Add(1)
+		t.mu.Lock()
+		t.seen[job.ID]++
+		t.mu.Unlock()
+		return nil
+	}
+}
+
+// verify checks every job of schema succeeded exactly once (or was deleted on
+// success, when deleted is true).
+func (t *tracker) verify(ctx context.Context, pool *pgxpool.Pool, schema string, n int, deleted bool) (string, error) {
+	var succeeded, other int64
+	if err := pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status <> 'succeeded') FROM "`+schema+`".jobs`).Scan(&succeeded, &other); err != nil {
+		return "", err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	dup := 0
+	for _, c := range t.seen {
+		if c > 1 {
+			dup++
+		}
+	}
+	switch {
+	case dup > 0:
+		return "", fmt.Errorf("%d jobs ran more than once", dup)
+	case len(t.seen) != n:
+		return "", fmt.Errorf("%d distinct jobs ran, want %d", len(t.seen), n)
+	case other != 0:
+		return "", fmt.Errorf("%d jobs did not succeed", other)
+	case !deleted && succeeded != int64(n):
+		return "", fmt.Errorf("%d jobs succeeded, want %d", succeeded, n)
+	case deleted && succeeded != 0:
+		return "", fmt.Errorf("%d succeeded rows left with DeleteOnSuccess", succeeded)
+	}
+	if deleted {
+		return fmt.Sprintf("ok: %d jobs ran once each, all deleted on success", n), nil
+	}
+	return fmt.Sprintf("ok: %d jobs succeeded, each ran exactly once", n), nil
+}
+
+// JSON renders results one object per line.
+func JSON(w io.Writer, rs []*Result) error {
+	enc := json.NewEncoder(w)
+	for _, r := range rs {
+		if err := enc.Encode(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Table renders results as a text table.
+func Table(w io.Writer, rs []*Result) {
+	fmt.Fprintf(w, "%-4s %-9s %8s %11s %8s %8s %8s  %-26s %-22s %s\n", "", "n", "seconds", "jobs/s", "p50 ms", "p95 ms", "p99 ms", "vs limit", "target", "check")
+	for _, r := range rs {
+		ratio := ""
+		if r.Limit != "" {
+			ratio = fmt.Sprintf("%.2f× %s", r.Ratio, r.Limit)
+		}
+		met := ""
+		if r.Met != nil {
+			met = map[bool]string{true: "MET", false: "missed"}[*r.Met]
+		}
+		lat := func(v float64) string {
+			if v == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.2f", v)
+		}
+		fmt.Fprintf(w, "%-4s %-9d %8.2f %11.0f %8s %8s %8s  %-26s %-22s %s %s\n", r.Workload, r.N, r.Seconds, r.JobsPerSec,
+			lat(r.P50ms), lat(r.P95ms), lat(r.P99ms), ratio, r.Target, met, r.Verified)
+		keys := make([]string, 0, len(r.Extra))
+		for k := range r.Extra {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(w, "     %s: %v\n", k, r.Extra[k])
+		}
+	}
+	if len(rs) > 0 {
+		fmt.Fprintf(w, "settings: %s\n", rs[0].Settings)
+	}
+}
