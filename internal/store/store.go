@@ -8,7 +8,11 @@
 //
 // Every write that finishes a claimed job is conditional on the row still being
 // 'running' under the caller's lease token; the statements report which rows they
-// changed so callers can tell a lost lease from success.
+// changed so callers can tell a lost lease from success. The schema's CHECK
+// constraint jobs_lease_iff_running makes "lease_token = $token" imply
+// "status = 'running'", so the fenced statements match on (id, lease_token): the
+// planner then always reaches rows through the primary key, never by scanning the
+// running-jobs index (whose dead entries pile up between vacuums).
 package store
 
 import (
@@ -174,7 +178,7 @@ SET status = (CASE o.action
     worker_id = NULL,
     updated_at = t.now
 FROM ` + o + `, t
-WHERE j.id = o.id AND j.lease_token = o.token AND j.status = 'running'
+WHERE j.id = o.id AND j.lease_token = o.token
 RETURNING j.id, j.status::text`
 }
 
@@ -255,7 +259,7 @@ UPDATE {{s}}.jobs AS j
 SET lease_until = t.now + $4::bigint * interval '1 microsecond',
     updated_at = t.now
 FROM unnest($2::uuid[], $3::uuid[]) AS h(id, token), t
-WHERE j.id = h.id AND j.lease_token = h.token AND j.status = 'running' AND j.lease_until > t.now
+WHERE j.id = h.id AND j.lease_token = h.token AND j.lease_until > t.now
 RETURNING j.id`,
 
 	// Finish applies many outcomes at once, each fenced by its lease token.
@@ -273,7 +277,7 @@ WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
 o AS (SELECT * FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[]) AS o(id, token, action, delay_us, error)),
 del AS (
   DELETE FROM {{s}}.jobs AS j USING o
-  WHERE o.action = 'complete' AND j.id = o.id AND j.lease_token = o.token AND j.status = 'running'
+  WHERE o.action = 'complete' AND j.id = o.id AND j.lease_token = o.token
   RETURNING j.id
 ),
 upd AS (` + finishUpdate("(SELECT * FROM o WHERE action <> 'complete')") + `)

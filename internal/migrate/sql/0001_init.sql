@@ -40,7 +40,11 @@ CREATE TABLE {{schema}}.jobs (
   created_at        timestamptz NOT NULL DEFAULT now(),
   updated_at        timestamptz NOT NULL DEFAULT now(),
   CONSTRAINT jobs_max_attempts_positive CHECK (max_attempts > 0),
-  CONSTRAINT jobs_running_has_lease CHECK (status <> 'running' OR (lease_token IS NOT NULL AND lease_until IS NOT NULL))
+  -- A lease token exists exactly while a job runs. Fenced writes match on
+  -- (id, lease_token) alone, which this constraint makes equivalent to
+  -- (id, status = 'running', lease_token) — without a status predicate that would lure
+  -- the planner into scanning the running-jobs index instead of the primary key.
+  CONSTRAINT jobs_lease_iff_running CHECK ((status = 'running') = (lease_token IS NOT NULL AND lease_until IS NOT NULL))
 );
 
 -- Dedup: one job per (kind, key), so kinds never collide.
