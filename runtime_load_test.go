@@ -302,3 +302,46 @@ func TestConnectionsBoundedAtConcurrency200(t *testing.T) {
 }
 
 var _ = pgx.ErrNoRows
+
+// A bulk enqueue of 10,000 jobs in one transaction sends one notification.
+func TestBulkEnqueueSendsOneNotify(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{NotifyCoalesce: -1})
+	conn, err := pgx.Connect(e.ctx, pgtest.URL(t))
+	e.must(err)
+	defer conn.Close(e.ctx)
+	_, err = conn.Exec(e.ctx, `LISTEN "`+skiplock.Channel(e.schema)+`"`)
+	e.must(err)
+	for _, size := range []int{10000, 10} { // the COPY path and the statement path
+		params := make([]skiplock.EnqueueParams, size)
+		for i := range params {
+			params[i] = skiplock.EnqueueParams{Args: otherArgs{N: i}}
+			if size == 10 {
+				params[i].Opts.DeduplicationKey = fmt.Sprint(i)
+			}
+		}
+		tx, err := e.pool.Begin(e.ctx)
+		e.must(err)
+		_, err = e.client.EnqueueManyTx(e.ctx, tx, params[:size/2])
+		e.must(err)
+		_, err = e.client.EnqueueManyTx(e.ctx, tx, params[size/2:])
+		e.must(err)
+		e.must(tx.Commit(e.ctx))
+		got := 0
+		for {
+			ctx, cancel := context.WithTimeout(e.ctx, 300*time.Millisecond)
+			n, err := conn.WaitForNotification(ctx)
+			cancel()
+			if err != nil {
+				break // no further notification within 300ms
+			}
+			if n.Payload != skiplock.DefaultQueue {
+				t.Fatalf("payload %q", n.Payload)
+			}
+			got++
+		}
+		if got != 1 {
+			t.Fatalf("bulk enqueue of %d jobs in one transaction sent %d notifications, want 1", size, got)
+		}
+	}
+}
