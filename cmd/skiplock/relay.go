@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/skiplock/skiplock/outbox"
+	"github.com/skiplock/skiplock/outbox/amqppub"
+	"github.com/skiplock/skiplock/outbox/kafkapub"
+	"github.com/skiplock/skiplock/outbox/natspub"
+	"github.com/skiplock/skiplock/outbox/webhookpub"
+)
+
+func init() {
+	register("relay", "publish outbox events to a broker or webhook (--to amqp://, kafka://, nats://, https://)", runRelay)
+}
+
+// multiFlag collects a repeatable string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+type relayFlags struct {
+	to          string
+	exchange    string
+	routingKey  string
+	topic       string
+	subject     string
+	secrets     multiFlag
+	endpoints   multiFlag
+	ordered     bool
+	batch       int
+	concurrency int
+	lease       time.Duration
+	poll        time.Duration
+	pollOnly    bool
+	every       time.Duration
+}
+
+func runRelay(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("relay", flag.ContinueOnError)
+	var db dbFlags
+	db.register(fs)
+	var f relayFlags
+	fs.StringVar(&f.to, "to", os.Getenv("SKIPLOCK_RELAY_TO"), "where to publish (default $SKIPLOCK_RELAY_TO):\n"+
+		"  amqp[s]://user:pass@host:5672/vhost   RabbitMQ; Destination is the routing key\n"+
+		"  kafka://host:9092[,host2:9092]/topic   Kafka; Destination is the topic (default: the path)\n"+
+		"  nats://host:4222                       NATS JetStream; Destination is the subject\n"+
+		"  http[s]://host/path                    signed webhooks; events without Destination go here")
+	fs.StringVar(&f.exchange, "exchange", "", "amqp: exchange to publish to (default: the default exchange)")
+	fs.StringVar(&f.routingKey, "routing-key", "", "amqp: routing key for events without a Destination")
+	fs.StringVar(&f.topic, "topic", "", "kafka: topic for events without a Destination (overrides the URL path)")
+	fs.StringVar(&f.subject, "subject", "", "nats: subject for events without a Destination")
+	fs.Var(&f.secrets, "webhook-secret", "webhook: signing secret, raw or whsec_<base64>; repeat while rotating (default $SKIPLOCK_WEBHOOK_SECRET)")
+	fs.Var(&f.endpoints, "webhook-endpoint", "webhook: name=URL, where events whose Destination is name go; repeatable")
+	fs.BoolVar(&f.ordered, "ordered", false, "publish each aggregate's events one at a time, in order (write them with WriterConfig.Ordered)")
+	fs.IntVar(&f.batch, "batch", 100, "events per claim and per publish call")
+	fs.IntVar(&f.concurrency, "concurrency", 1, "relay loops run at once")
+	fs.DurationVar(&f.lease, "lease", 30*time.Second, "how long a claim owns its events; bounds each publish")
+	fs.DurationVar(&f.poll, "poll", time.Second, "safety-net poll interval (jittered ±10%)")
+	fs.BoolVar(&f.pollOnly, "poll-only", false, "do not LISTEN (behind PgBouncer in transaction pooling mode)")
+	fs.DurationVar(&f.every, "stats-every", 10*time.Second, "how often to log what was published (0: never)")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: skiplock relay --to <url> [flags]\n\nRuns outbox relays until SIGINT or SIGTERM, then finishes the batches in flight.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("relay: unexpected arguments %q", fs.Args())
+	}
+	if len(f.secrets) == 0 {
+		if s := os.Getenv("SKIPLOCK_WEBHOOK_SECRET"); s != "" {
+			f.secrets = multiFlag{s}
+		}
+	}
+	log := db.logger()
+	pub, target, err := newPublisher(&f, log)
+	if err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
+	defer pub.Close()
+
+	pool, err := db.pool(ctx, int32(f.concurrency+2))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	r, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{
+		Schema: db.schema, BatchSize: f.batch, Concurrency: f.concurrency, LeaseDuration: f.lease,
+		PollInterval: f.poll, PollOnly: f.pollOnly, OrderedByAggregate: f.ordered, Logger: log,
+	})
+	if err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
+	log.Info("relay started", "schema", db.schema, "to", target, "ordered", f.ordered, "batch", f.batch, "concurrency", f.concurrency)
+
+	statsDone := make(chan struct{})
+	go func() {
+		defer close(statsDone)
+		logStats(ctx, r, f.every, log)
+	}()
+	err = r.Run(ctx)
+	<-statsDone
+	s := r.Stats()
+	log.Info("relay stopped", "published", s.Published, "retried", s.Retried, "dead", s.Dead, "released", s.Released,
+		"lease_lost", s.LeaseLost)
+	return err
+}
+
+// logStats logs the relay's progress every interval while anything changed.
+func logStats(ctx context.Context, r *outbox.Relay, every time.Duration, log *slog.Logger) {
+	if every <= 0 {
+		<-ctx.Done()
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var last outbox.RelayStats
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s := r.Stats()
+		if s == last {
+			continue
+		}
+		log.Info("relay progress",
+			"published", s.Published-last.Published, "retried", s.Retried-last.Retried, "dead", s.Dead-last.Dead,
+			"lease_lost", s.LeaseLost-last.LeaseLost, "errors", s.Errors-last.Errors,
+			"rate_per_s", fmt.Sprintf("%.1f", float64(s.Published-last.Published)/every.Seconds()),
+			"published_total", s.Published)
+		last = s
+	}
+}
+
+// newPublisher builds the adapter the --to URL's scheme names. The second result
+// describes the target without credentials, for logs.
+func newPublisher(f *relayFlags, log *slog.Logger) (outbox.Publisher, string, error) {
+	if f.to == "" {
+		return nil, "", errors.New("no target: pass --to (amqp://, kafka://, nats:// or http(s)://)")
+	}
+	scheme, rest, ok := strings.Cut(f.to, "://")
+	if !ok {
+		return nil, "", fmt.Errorf("--to %q has no scheme; want amqp://, kafka://, nats:// or http(s)://", redact(f.to))
+	}
+	switch strings.ToLower(scheme) {
+	case "amqp", "amqps":
+		p, err := amqppub.New(amqppub.Config{URL: f.to, Exchange: f.exchange, DefaultRoutingKey: f.routingKey, Logger: log})
+		return p, redact(f.to), err
+	case "kafka":
+		brokers, topic, _ := strings.Cut(rest, "/")
+		if f.topic != "" {
+			topic = f.topic
+		}
+		var seeds []string
+		for _, b := range strings.Split(brokers, ",") {
+			if b = strings.TrimSpace(b); b != "" {
+				seeds = append(seeds, b)
+			}
+		}
+		p, err := kafkapub.New(kafkapub.Config{SeedBrokers: seeds, DefaultTopic: topic, Logger: log})
+		return p, "kafka://" + strings.Join(seeds, ",") + "/" + topic, err
+	case "nats":
+		p, err := natspub.New(natspub.Config{URL: f.to, DefaultSubject: f.subject, Logger: log})
+		return p, redact(f.to), err
+	case "http", "https":
+		endpoints := map[string]string{}
+		for _, e := range f.endpoints {
+			name, u, ok := strings.Cut(e, "=")
+			if !ok || name == "" || u == "" {
+				return nil, "", fmt.Errorf("--webhook-endpoint %q: want name=URL", e)
+			}
+			endpoints[name] = u
+		}
+		if len(f.secrets) == 0 {
+			return nil, "", errors.New("webhooks are signed: pass --webhook-secret (or set SKIPLOCK_WEBHOOK_SECRET)")
+		}
+		p, err := webhookpub.New(webhookpub.Config{DefaultURL: f.to, Endpoints: endpoints, Secrets: f.secrets, Logger: log})
+		target := f.to
+		if u, perr := url.Parse(f.to); perr == nil {
+			target = u.Redacted()
+		}
+		return p, target, err
+	}
+	return nil, "", fmt.Errorf("--to scheme %q is not supported; want amqp, amqps, kafka, nats, http or https", scheme)
+}

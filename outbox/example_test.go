@@ -1,0 +1,86 @@
+package outbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/outbox"
+	"github.com/skiplock/skiplock/outbox/memorypub"
+)
+
+// Write an order and its "order.placed" event in one transaction: the event exists
+// if and only if the order does. (Needs a database, so it is compiled, not run.)
+func ExampleWrite() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO orders (id, total) VALUES ($1, $2)`, 42, 1999); err != nil {
+			return err
+		}
+		payload, _ := json.Marshal(map[string]any{"order_id": 42, "total": 1999})
+		id, err := outbox.Write(ctx, tx, outbox.Event{
+			AggregateType: "order",
+			AggregateID:   "42",
+			EventType:     "order.placed",
+			Destination:   "orders", // topic, routing key, subject or webhook endpoint name
+			Payload:       payload,
+			Headers:       map[string]string{"x-tenant": "acme"},
+		})
+		fmt.Println("event", id)
+		return err
+	})
+	if err != nil {
+		panic(err)
+	}
+}
+
+// Run a relay until SIGINT; it finishes the batch in flight before returning.
+func ExampleRelay_Run() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	pub := memorypub.New() // or webhookpub.New, amqppub.New, kafkapub.New, natspub.New
+	relay, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{BatchSize: 500, OrderedByAggregate: true})
+	if err != nil {
+		panic(err)
+	}
+	if err := relay.Run(ctx); err != nil {
+		panic(err)
+	}
+}
+
+// A consumer skips redelivered events atomically with its own effects.
+func ExampleInbox_Claim() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("CONSUMER_DATABASE_URL"))
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	inbox := outbox.Inbox{}
+	handle := func(msg outbox.Message) error {
+		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			first, err := inbox.Claim(ctx, tx, "billing", msg.ID)
+			if err != nil || !first {
+				return err // duplicate: already applied
+			}
+			_, err = tx.Exec(ctx, `UPDATE accounts SET paid = true WHERE order_id = $1`, msg.AggregateID)
+			return err
+		})
+	}
+	_ = handle
+}
