@@ -269,13 +269,19 @@ func validateKind(kind string) error {
 	return nil
 }
 
-// validatePayload checks what jsonb would refuse, before the database sees it.
-func (c *Client) validatePayload(p []byte) error {
+// validatePayload checks a job payload against the client's size limit.
+func (c *Client) validatePayload(p []byte) error { return ValidatePayload(p, c.cfg.MaxPayloadBytes) }
+
+// ValidatePayload checks what PostgreSQL's jsonb would refuse — and the size limit —
+// before the database sees it: empty input, more than limit bytes, invalid JSON, and
+// strings (values or keys) containing \u0000. It returns a *ValidationError on
+// "payload". The outbox validates event payloads with it too.
+func ValidatePayload(p []byte, limit int) error {
 	if len(p) == 0 {
 		return invalid("payload", "empty (use {} or null for no data)")
 	}
-	if len(p) > c.cfg.MaxPayloadBytes {
-		return invalid("payload", "%d bytes exceeds the limit of %d (Config.MaxPayloadBytes)", len(p), c.cfg.MaxPayloadBytes)
+	if len(p) > limit {
+		return invalid("payload", "%d bytes exceeds the limit of %d (MaxPayloadBytes)", len(p), limit)
 	}
 	if !json.Valid(p) {
 		return invalid("payload", "not valid JSON")

@@ -1,7 +1,6 @@
 package outbox
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -144,34 +143,5 @@ func (ev *Event) validate(maxPayload int) (headers []byte, err error) {
 	return b, nil
 }
 
-// validatePayload checks what jsonb would refuse, before the database sees it.
-func validatePayload(p []byte, limit int) error {
-	if len(p) == 0 {
-		return invalid("payload", "empty (use {} or null for no data)")
-	}
-	if len(p) > limit {
-		return invalid("payload", "%d bytes exceeds the limit of %d (WriterConfig.MaxPayloadBytes)", len(p), limit)
-	}
-	if !json.Valid(p) {
-		return invalid("payload", "not valid JSON")
-	}
-	if bytes.Contains(p, []byte(`\u0000`)) && hasNULEscape(p) {
-		return invalid("payload", `contains \u0000, which PostgreSQL's jsonb cannot store`)
-	}
-	return nil
-}
-
-// hasNULEscape reports whether a JSON string (value or key) in p decodes to a NUL
-// character, as opposed to the literal text `\u0000` (escaped as `\\u0000`).
-func hasNULEscape(p []byte) bool {
-	dec := json.NewDecoder(bytes.NewReader(p))
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return false
-		}
-		if s, ok := tok.(string); ok && bytes.IndexByte([]byte(s), 0) >= 0 {
-			return true
-		}
-	}
-}
+// validatePayload checks an event payload with the same rules as job payloads.
+func validatePayload(p []byte, limit int) error { return skiplock.ValidatePayload(p, limit) }

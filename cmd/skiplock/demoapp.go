@@ -118,8 +118,11 @@ func demoApp(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	}
 	outbox.stop()
 	c := client.Counters()
-	fmt.Printf("demo: %d orders; %d emails sent, %d transient SMTP errors retried, %d permanently failed; %s\n",
-		st.orders.Load(), c.Succeeded, c.Retried, c.Failed, outbox.summary())
+	var pending int64
+	pool.QueryRow(stopCtx, `SELECT count(*) FROM `+schema+`.jobs WHERE status = 'pending'`).Scan(&pending)
+	fmt.Printf("demo: %d orders; %d emails sent, %d transient SMTP errors retried, %d permanently failed, %d waiting for a retry\n",
+		st.orders.Load(), c.Succeeded, c.Retried, c.Failed, pending)
+	fmt.Printf("demo: %s\n", outbox.summary())
 	return nil
 }
 
