@@ -231,13 +231,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 }
 
 // Channel returns the NOTIFY channel of a schema's job queue.
-func Channel(schema string) string {
-	ch := schema + ".jobs"
-	if len(ch) > ident.MaxLen {
-		ch = ch[:ident.MaxLen]
-	}
-	return ch
-}
+func Channel(schema string) string { return ident.Channel(schema, "jobs") }
 
 // Schema returns the client's schema name.
 func (c *Client) Schema() string { return c.cfg.Schema }

@@ -69,13 +69,7 @@ func NewWriter(cfg WriterConfig) (*Writer, error) {
 
 // Channel returns the NOTIFY channel outbox writes announce themselves on:
 // "<schema>.outbox", cut to PostgreSQL's identifier limit.
-func Channel(schema string) string {
-	ch := schema + ".outbox"
-	if len(ch) > ident.MaxLen {
-		ch = ch[:ident.MaxLen]
-	}
-	return ch
-}
+func Channel(schema string) string { return ident.Channel(schema, "outbox") }
 
 var defaultWriter, _ = NewWriter(WriterConfig{})
 

@@ -65,3 +65,13 @@ func check(what, name string, queue bool) error {
 func Quote(name string) string {
 	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
 }
+
+// Channel returns the NOTIFY channel "<schema>.<suffix>", cut to PostgreSQL's
+// identifier limit.
+func Channel(schema, suffix string) string {
+	ch := schema + "." + suffix
+	if len(ch) > MaxLen {
+		ch = ch[:MaxLen]
+	}
+	return ch
+}

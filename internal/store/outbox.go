@@ -231,19 +231,7 @@ func scanOutboxEvent(row pgx.Row) (*OutboxEvent, error) {
 }
 
 func collectOutboxEvents(rows pgx.Rows, err error) ([]*OutboxEvent, error) {
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*OutboxEvent
-	for rows.Next() {
-		e, err := scanOutboxEvent(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return collect(rows, err, scanOutboxEvent)
 }
 
 // OutboxInsertParams describe one event to write.

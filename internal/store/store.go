@@ -129,18 +129,21 @@ func scanJob(row pgx.Row) (*Job, error) {
 	return &j, nil
 }
 
-func collectJobs(rows pgx.Rows, err error) ([]*Job, error) {
+func collectJobs(rows pgx.Rows, err error) ([]*Job, error) { return collect(rows, err, scanJob) }
+
+// collect scans every row of a query with scan.
+func collect[T any](rows pgx.Rows, err error, scan func(pgx.Row) (*T, error)) ([]*T, error) {
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []*Job
+	var out []*T
 	for rows.Next() {
-		j, err := scanJob(rows)
+		v, err := scan(rows)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, j)
+		out = append(out, v)
 	}
 	return out, rows.Err()
 }
