@@ -256,6 +256,13 @@ func (c *Client) stop(ctx context.Context, cancelJobs bool) error {
 		c.mu.Unlock()
 		c.log.Info("skiplock: client stopped", "worker_id", c.cfg.ID)
 	})
+	select { // a concurrent second caller waits for the first to finish stopping
+	case <-r.stopped:
+	case <-ctx.Done():
+		if err == nil {
+			err = ctx.Err()
+		}
+	}
 	return err
 }
 
