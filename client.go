@@ -99,6 +99,7 @@ type Config struct {
 	// it. Less write volume and a smaller table; the cost is no record of succeeded
 	// jobs and that their deduplication keys are free again at once. Default false.
 	DeleteOnSuccess bool
+	Retention       RetentionConfig // deletes finished jobs, maintains partitions; defaults in RetentionConfig
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -155,6 +156,7 @@ func (c *Config) withDefaults() (Config, error) {
 	if cfg.Workers == nil {
 		cfg.Workers = NewWorkers()
 	}
+	cfg.Retention = cfg.Retention.withDefaults()
 	switch {
 	case cfg.MaxPayloadBytes < 0:
 		return cfg, invalid("config", "MaxPayloadBytes must be positive")
@@ -280,7 +282,10 @@ func (c *Client) sendTrailing(queue string) {
 	c.notifyMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := c.pool.Exec(ctx, "SELECT pg_notify($1, $2)", c.channel, queue); err != nil {
+	// NOTIFY makes its transaction take an xid, and so a commit record that a
+	// synchronous commit waits to flush; a wake-up needs no durability, so this one
+	// transaction commits asynchronously and costs no disk sync.
+	if _, err := c.pool.Exec(ctx, "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)", c.channel, queue); err != nil {
 		c.log.Debug("trailing notify failed; polling will pick the jobs up", "queue", queue, "error", err)
 	}
 }

@@ -3,7 +3,10 @@ package skiplock
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
+
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 // QueueStats are one queue's figures from the database.
@@ -11,10 +14,14 @@ type QueueStats struct {
 	Queue string
 	// Pending counts jobs waiting, Due those of them whose run_at has come.
 	Pending, Due int64
-	Running      int64
-	Succeeded    int64
-	Failed       int64
-	Cancelled    int64
+	// Running counts leased jobs.
+	Running int64
+	// Succeeded, Failed and Cancelled count the finished jobs still in the table
+	// (retention removes them). Exact when Stats.FinishedEstimated is false; else
+	// scaled up from a random sample of the table's pages.
+	Succeeded int64
+	Failed    int64
+	Cancelled int64
 	// ExpiredLeases counts running jobs whose lease has run out (the reclaimer's work).
 	ExpiredLeases int64
 	// OldestDueAge is how long the oldest due pending job has waited: the best single
@@ -28,23 +35,130 @@ type ProcessCounters struct {
 	EventsDropped                                                                  int64
 }
 
-// Stats is a snapshot of the queues and of this process.
-type Stats struct {
-	Queues  []QueueStats
-	Process ProcessCounters
+// RecentStats count the jobs of all queues that finished within Window: divide by
+// Window for a throughput that covers every worker process.
+type RecentStats struct {
+	Window                       time.Duration
+	Succeeded, Failed, Cancelled int64
 }
 
-// Stats reads per-queue figures from the database and this client's counters.
+// OutboxStats are the outbox's figures.
+type OutboxStats struct {
+	// Unpublished counts events not yet published and not dead (new, being relayed,
+	// or waiting to retry).
+	Unpublished int64
+	// OldestUnpublishedAge is the outbox's lag: how long ago the oldest unpublished
+	// event was written. 0 when none is waiting.
+	OldestUnpublishedAge time.Duration
+	// Dead counts events parked after their last attempt, awaiting an operator.
+	Dead int64
+}
+
+// Stats is a snapshot of the queues and of this process.
+type Stats struct {
+	Queues []QueueStats
+	Recent RecentStats
+	Outbox OutboxStats
+	// FinishedEstimated is true when the finished counts come from a sample.
+	FinishedEstimated bool
+	Process           ProcessCounters
+}
+
+// StatsOptions tune what Stats reads.
+type StatsOptions struct {
+	// SamplePages caps the heap pages read to count finished jobs: a table of at most
+	// that many pages is counted exactly, a larger one estimated from a random sample
+	// of about that many pages. Default 2000 (16 MB); negative skips finished counts.
+	SamplePages int64
+	// RecentWindow is the window of Stats.Recent. Default 1m; negative skips it.
+	RecentWindow time.Duration
+}
+
+// Stats reads per-queue figures, recent throughput and the outbox's lag from the
+// database, and this client's counters. Every figure is read from an index, except
+// the finished counts, which read a capped sample (see StatsOptions); the cost does
+// not grow with the number of finished jobs.
 func (c *Client) Stats(ctx context.Context) (*Stats, error) {
-	rows, err := c.store.Stats(ctx, c.pool, nowParam(c.cfg.Clock))
+	return c.StatsWith(ctx, StatsOptions{})
+}
+
+// StatsWith is Stats with options.
+func (c *Client) StatsWith(ctx context.Context, o StatsOptions) (*Stats, error) {
+	if o.SamplePages == 0 {
+		o.SamplePages = 2000
+	}
+	if o.RecentWindow == 0 {
+		o.RecentWindow = time.Minute
+	}
+	now := nowParam(c.cfg.Clock)
+	live, err := c.store.LiveStats(ctx, c.pool, now)
 	if err != nil {
 		return nil, fmt.Errorf("reading queue stats: %w", wrapPgError(err))
 	}
-	s := &Stats{Process: c.Counters()}
-	for _, r := range rows {
-		s.Queues = append(s.Queues, QueueStats(r))
+	byQueue := map[string]*QueueStats{}
+	for _, q := range live {
+		byQueue[q.Queue] = &QueueStats{Queue: q.Queue, Pending: q.Pending, Due: q.Due, Running: q.Running,
+			ExpiredLeases: q.ExpiredLeases, OldestDueAge: q.OldestDueAge}
 	}
+	s := &Stats{}
+	if o.SamplePages > 0 {
+		pages, err := c.store.JobsPages(ctx, c.pool)
+		if err != nil {
+			return nil, fmt.Errorf("reading the jobs table's size: %w", wrapPgError(err))
+		}
+		pct := 100.0
+		if pages > o.SamplePages {
+			pct = 100 * float64(o.SamplePages) / float64(pages)
+			s.FinishedEstimated = true
+		}
+		fin, err := c.store.FinishedCounts(ctx, c.pool, pct)
+		if err != nil {
+			return nil, fmt.Errorf("counting finished jobs: %w", wrapPgError(err))
+		}
+		for _, f := range fin {
+			q := byQueue[f.Queue]
+			if q == nil {
+				q = &QueueStats{Queue: f.Queue}
+				byQueue[f.Queue] = q
+			}
+			switch f.Status {
+			case store.StatusSucceeded:
+				q.Succeeded = f.Count
+			case store.StatusFailed:
+				q.Failed = f.Count
+			case store.StatusCancelled:
+				q.Cancelled = f.Count
+			}
+		}
+	}
+	if o.RecentWindow > 0 {
+		r, err := c.store.RecentlyFinished(ctx, c.pool, now, o.RecentWindow)
+		if err != nil {
+			return nil, fmt.Errorf("counting recently finished jobs: %w", wrapPgError(err))
+		}
+		s.Recent = RecentStats{Window: o.RecentWindow, Succeeded: r.Succeeded, Failed: r.Failed, Cancelled: r.Cancelled}
+	}
+	ob, err := c.store.OutboxHealth(ctx, c.pool, now)
+	if err != nil {
+		return nil, fmt.Errorf("reading outbox stats: %w", wrapPgError(err))
+	}
+	s.Outbox = OutboxStats{Unpublished: ob.Unpublished, OldestUnpublishedAge: ob.OldestUnpublished, Dead: ob.Dead}
+	for _, q := range byQueue {
+		s.Queues = append(s.Queues, *q)
+	}
+	sort.Slice(s.Queues, func(i, j int) bool { return s.Queues[i].Queue < s.Queues[j].Queue })
+	s.Process = c.Counters()
 	return s, nil
+}
+
+// Queue returns the named queue's figures (zero figures if it has no jobs).
+func (s *Stats) Queue(name string) QueueStats {
+	for _, q := range s.Queues {
+		if q.Queue == name {
+			return q
+		}
+	}
+	return QueueStats{Queue: name}
 }
 
 // Counters returns this client's in-process totals.

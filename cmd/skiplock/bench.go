@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/skiplock/skiplock/internal/bench"
@@ -23,6 +24,7 @@ func runBench(ctx context.Context, args []string) error {
 	asJSON := fs.Bool("json", false, "print one JSON object per workload instead of the table")
 	relaxed := fs.Bool("relaxed", false, "throwaway cluster without durability (fsync=off); labelled in every line")
 	scale := fs.Float64("scale", 1, "multiply every workload's size (for a quick look: 0.1)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (the Go side) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -55,6 +57,17 @@ func runBench(ctx context.Context, args []string) error {
 	pool.QueryRow(ctx, "SHOW server_version").Scan(&version)
 	settings += "; PostgreSQL " + version
 	env := &bench.Env{Pool: pool, URL: url, Settings: settings, Progress: os.Stderr, Scale: *scale}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	var results []*bench.Result
 	start := time.Now()
 	for _, w := range selected {

@@ -1,35 +1,99 @@
 package store
 
+// Stats' statements. Each reads an index, never the whole jobs table:
+//
+//	live      pending/due/oldest due per queue from jobs_ready_idx (index-only), and
+//	          running/expired per queue from jobs_expired_lease_idx: both partial
+//	          indexes hold only live jobs, which stay few in a healthy queue
+//	finished  per queue and state from a TABLESAMPLE SYSTEM page sample whose size is
+//	          capped (exact when the table is smaller than the cap)
+//	recent    jobs finished in the last window, per state, from jobs_retention_idx
+//	outbox    unpublished count and oldest age from outbox_unpublished_idx, dead count
+//	          from outbox_dead_idx
+
 import (
 	"context"
 	"time"
 )
 
-// QueueStats are one queue's figures.
-type QueueStats struct {
-	Queue                                               string
-	Pending, Due, Running, Succeeded, Failed, Cancelled int64
-	ExpiredLeases                                       int64
-	OldestDueAge                                        time.Duration // 0 when nothing is due
+func init() { register(statsQueries) }
+
+var statsQueries = map[string]string{
+	"stats_live": `
+WITH t AS MATERIALIZED (SELECT coalesce($1::timestamptz, now()) AS now),
+p AS (
+  SELECT queue, count(*) AS pending,
+         count(*) FILTER (WHERE run_at <= (SELECT now FROM t)) AS due,
+         min(run_at) FILTER (WHERE run_at <= (SELECT now FROM t)) AS oldest_due
+  FROM {{s}}.jobs
+  WHERE status = 'pending'
+  GROUP BY queue
+),
+r AS (
+  SELECT queue, count(*) AS running,
+         count(*) FILTER (WHERE lease_until < (SELECT now FROM t)) AS expired
+  FROM {{s}}.jobs
+  WHERE status = 'running'
+  GROUP BY queue
+)
+SELECT coalesce(p.queue, r.queue),
+       coalesce(p.pending, 0), coalesce(p.due, 0),
+       coalesce(extract(epoch FROM (SELECT now FROM t) - p.oldest_due), 0)::float8,
+       coalesce(r.running, 0), coalesce(r.expired, 0)
+FROM p FULL JOIN r ON p.queue = r.queue
+ORDER BY 1`,
+
+	// The heap's size in pages, over every partition in the partitioned layout.
+	"stats_pages": `
+SELECT greatest((SELECT sum(pg_relation_size(relid)) FROM pg_partition_tree($1::regclass)),
+                pg_relation_size($1::regclass))::bigint / current_setting('block_size')::bigint`,
+
+	// Finished jobs per queue and state in a $1 percent sample of the pages.
+	"stats_finished_sample": `
+SELECT queue, status::text, count(*)
+FROM {{s}}.jobs TABLESAMPLE SYSTEM ($1)
+WHERE status IN ('succeeded', 'failed', 'cancelled')
+GROUP BY 1, 2`,
+
+	"stats_finished_exact": `
+SELECT queue, status::text, count(*)
+FROM {{s}}.jobs
+WHERE status IN ('succeeded', 'failed', 'cancelled')
+GROUP BY 1, 2`,
+
+	// Jobs that finished within the last $2 microseconds, per state: one range of
+	// jobs_retention_idx (status, updated_at) each.
+	"stats_recent": `
+SELECT (SELECT count(*) FROM {{s}}.jobs WHERE status IN ('succeeded', 'failed', 'cancelled')
+          AND status = 'succeeded' AND updated_at >= t.since),
+       (SELECT count(*) FROM {{s}}.jobs WHERE status IN ('succeeded', 'failed', 'cancelled')
+          AND status = 'failed' AND updated_at >= t.since),
+       (SELECT count(*) FROM {{s}}.jobs WHERE status IN ('succeeded', 'failed', 'cancelled')
+          AND status = 'cancelled' AND updated_at >= t.since)
+FROM (SELECT coalesce($1::timestamptz, now()) - $2::bigint * interval '1 microsecond' AS since) AS t`,
+
+	"stats_outbox": `
+WITH t AS MATERIALIZED (SELECT coalesce($1::timestamptz, now()) AS now)
+SELECT (SELECT count(*) FROM {{s}}.outbox WHERE published_at IS NULL AND dead_at IS NULL),
+       coalesce(extract(epoch FROM (SELECT now FROM t) -
+         (SELECT min(created_at) FROM {{s}}.outbox WHERE published_at IS NULL AND dead_at IS NULL)), 0)::float8,
+       (SELECT count(*) FROM {{s}}.outbox WHERE dead_at IS NOT NULL AND published_at IS NULL)`,
 }
 
-// Stats returns per-queue figures. Finished-state counts come from the partial
-// retention index; pending and running from their partial indexes.
-func (s *Store) Stats(ctx context.Context, db DBTX, now *time.Time) ([]QueueStats, error) {
-	rows, err := db.Query(ctx, `
-WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
-SELECT queue,
-       count(*) FILTER (WHERE status = 'pending'),
-       count(*) FILTER (WHERE status = 'pending' AND run_at <= t.now),
-       count(*) FILTER (WHERE status = 'running'),
-       count(*) FILTER (WHERE status = 'succeeded'),
-       count(*) FILTER (WHERE status = 'failed'),
-       count(*) FILTER (WHERE status = 'cancelled'),
-       count(*) FILTER (WHERE status = 'running' AND lease_until < t.now),
-       coalesce(extract(epoch FROM t.now - min(run_at) FILTER (WHERE status = 'pending' AND run_at <= t.now)), 0)
-FROM `+s.q+`.jobs, t
-GROUP BY queue, t.now
-ORDER BY queue`, Now(now))
+// QueueStats are one queue's figures.
+type QueueStats struct {
+	Queue                 string
+	Pending, Due, Running int64
+	ExpiredLeases         int64
+	OldestDueAge          time.Duration // 0 when nothing is due
+	Succeeded, Failed     int64
+	Cancelled             int64
+}
+
+// LiveStats returns per-queue pending, due, running and expired-lease counts and the
+// oldest due job's age; queues with no live job are absent.
+func (s *Store) LiveStats(ctx context.Context, db DBTX, now *time.Time) ([]QueueStats, error) {
+	rows, err := db.Query(ctx, s.sql["stats_live"], Now(now))
 	if err != nil {
 		return nil, err
 	}
@@ -38,11 +102,86 @@ ORDER BY queue`, Now(now))
 	for rows.Next() {
 		var q QueueStats
 		var age float64
-		if err := rows.Scan(&q.Queue, &q.Pending, &q.Due, &q.Running, &q.Succeeded, &q.Failed, &q.Cancelled, &q.ExpiredLeases, &age); err != nil {
+		if err := rows.Scan(&q.Queue, &q.Pending, &q.Due, &age, &q.Running, &q.ExpiredLeases); err != nil {
 			return nil, err
 		}
-		q.OldestDueAge = time.Duration(age * float64(time.Second))
+		q.OldestDueAge = secondsDuration(age)
 		out = append(out, q)
 	}
 	return out, rows.Err()
+}
+
+func secondsDuration(s float64) time.Duration {
+	if s < 0 {
+		return 0
+	}
+	return time.Duration(s * float64(time.Second))
+}
+
+// JobsPages returns the size of the jobs heap in pages (all partitions).
+func (s *Store) JobsPages(ctx context.Context, db DBTX) (int64, error) {
+	var n int64
+	err := db.QueryRow(ctx, s.sql["stats_pages"], s.Table("jobs")).Scan(&n)
+	return n, err
+}
+
+// FinishedCount is the number of jobs of one queue in one finished state.
+type FinishedCount struct {
+	Queue, Status string
+	Count         int64
+}
+
+// FinishedCounts counts finished jobs per queue and state. With percent < 100 it
+// reads that share of the table's pages (chosen at random) and scales the counts up;
+// with 100 it counts exactly.
+func (s *Store) FinishedCounts(ctx context.Context, db DBTX, percent float64) ([]FinishedCount, error) {
+	q, args := s.sql["stats_finished_exact"], []any{}
+	if percent < 100 {
+		q, args = s.sql["stats_finished_sample"], []any{percent}
+	}
+	rows, err := db.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []FinishedCount
+	for rows.Next() {
+		var f FinishedCount
+		if err := rows.Scan(&f.Queue, &f.Status, &f.Count); err != nil {
+			return nil, err
+		}
+		if percent < 100 {
+			f.Count = int64(float64(f.Count)*100/percent + 0.5)
+		}
+		out = append(out, f)
+	}
+	return out, rows.Err()
+}
+
+// RecentFinished counts, per finished state, the jobs that finished within window.
+type RecentFinished struct{ Succeeded, Failed, Cancelled int64 }
+
+// RecentlyFinished returns how many jobs reached each finished state within window
+// before now.
+func (s *Store) RecentlyFinished(ctx context.Context, db DBTX, now *time.Time, window time.Duration) (RecentFinished, error) {
+	var r RecentFinished
+	err := db.QueryRow(ctx, s.sql["stats_recent"], Now(now), micros(window)).Scan(&r.Succeeded, &r.Failed, &r.Cancelled)
+	return r, err
+}
+
+// OutboxStats are the outbox's health figures.
+type OutboxStats struct {
+	Unpublished       int64
+	OldestUnpublished time.Duration // age of the oldest unpublished, not dead event
+	Dead              int64
+}
+
+// OutboxHealth returns the outbox's unpublished and dead counts and the oldest
+// unpublished event's age.
+func (s *Store) OutboxHealth(ctx context.Context, db DBTX, now *time.Time) (OutboxStats, error) {
+	var o OutboxStats
+	var age float64
+	err := db.QueryRow(ctx, s.sql["stats_outbox"], Now(now)).Scan(&o.Unpublished, &age, &o.Dead)
+	o.OldestUnpublished = secondsDuration(age)
+	return o, err
 }

@@ -199,13 +199,18 @@ func (n *Notify) args() (any, []string) {
 }
 
 var queries = map[string]string{
+	// Deduplication: ON CONFLICT without a target skips a row that would violate any
+	// unique constraint — jobs_dedup_idx on the plain table, the job_dedup table's key
+	// (kept by trigger) in partitioned mode, where a conflict target must name an index
+	// that includes the partition key. Ids are generated unique, so the primary key
+	// never conflicts.
 	"insert": `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now, ` + notifyColumn + `)
 INSERT INTO {{s}}.jobs (queue, kind, payload, priority, run_at, max_attempts, deduplication_key, created_at, updated_at)
 SELECT $2, $3, $4::jsonb, $5, coalesce($6::timestamptz, t.now + $7::bigint * interval '1 microsecond'), $8, $9, t.now, t.now
 FROM t
 WHERE t.notified >= 0
-ON CONFLICT (kind, deduplication_key) WHERE deduplication_key IS NOT NULL DO NOTHING
+ON CONFLICT DO NOTHING
 RETURNING id`,
 
 	"insert_many": `
@@ -222,7 +227,7 @@ ins AS (
   FROM input, t
   WHERE t.notified >= 0
   ORDER BY ord
-  ON CONFLICT (kind, deduplication_key) WHERE deduplication_key IS NOT NULL DO NOTHING
+  ON CONFLICT DO NOTHING
   RETURNING id
 )
 SELECT input.id, ins.id IS NOT NULL FROM input LEFT JOIN ins ON ins.id = input.id ORDER BY input.ord`,

@@ -1,0 +1,130 @@
+// Package health serves a client's liveness and readiness over HTTP:
+//
+//	GET /healthz  200 when the database answers, 503 otherwise
+//	GET /readyz   200 when every queue's oldest due pending job is younger than
+//	              Options.MaxOldestDue (and, if set, the outbox lag is below
+//	              Options.MaxOutboxLag); 503 otherwise, with the reasons
+//
+// Both answer JSON. /readyz reads only the partial indexes of live jobs and the
+// outbox's unpublished index (no finished-job counts), so probing it often is cheap.
+package health
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/skiplock/skiplock"
+)
+
+// Options configure the handler.
+type Options struct {
+	// MaxOldestDue is the age of a queue's oldest due pending job from which /readyz
+	// fails: the queue is not keeping up, or nothing works it. Default 5m.
+	MaxOldestDue time.Duration
+	// MaxOutboxLag, when positive, also fails /readyz when the oldest unpublished
+	// outbox event is older. Default 0: not checked.
+	MaxOutboxLag time.Duration
+	// Queues limits the check to these queues. Default: every queue with jobs.
+	Queues []string
+	// Timeout bounds each probe's database work. Default 3s.
+	Timeout time.Duration
+}
+
+// Reason is one failed readiness check.
+type Reason struct {
+	// Queue is the queue that failed (empty for the outbox).
+	Queue string `json:"queue,omitempty"`
+	// Check is "oldest_due_age" or "outbox_lag".
+	Check string `json:"check"`
+	// ValueSeconds is the measured age, ThresholdSeconds the limit it exceeded.
+	ValueSeconds     float64 `json:"value_seconds"`
+	ThresholdSeconds float64 `json:"threshold_seconds"`
+	// Message says the same for a human.
+	Message string `json:"message"`
+}
+
+// Report is the JSON body of both endpoints.
+type Report struct {
+	// Status is "ok", "not_ready" or "unavailable".
+	Status string `json:"status"`
+	// Error is why the database could not be read (status "unavailable").
+	Error string `json:"error,omitempty"`
+	// Reasons are the failed readiness checks (status "not_ready").
+	Reasons []Reason `json:"reasons,omitempty"`
+}
+
+// Handler returns an http.Handler serving /healthz and /readyz for c.
+func Handler(c *skiplock.Client, opts Options) http.Handler {
+	if opts.MaxOldestDue <= 0 {
+		opts.MaxOldestDue = 5 * time.Minute
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 3 * time.Second
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), opts.Timeout)
+		defer cancel()
+		if err := c.Pool().Ping(ctx); err != nil {
+			write(w, http.StatusServiceUnavailable, Report{Status: "unavailable", Error: "database: " + err.Error()})
+			return
+		}
+		write(w, http.StatusOK, Report{Status: "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), opts.Timeout)
+		defer cancel()
+		rep, code := Check(ctx, c, opts)
+		write(w, code, rep)
+	})
+	return mux
+}
+
+// Check runs the readiness checks and returns the report and its HTTP status.
+func Check(ctx context.Context, c *skiplock.Client, opts Options) (Report, int) {
+	if opts.MaxOldestDue <= 0 {
+		opts.MaxOldestDue = 5 * time.Minute
+	}
+	s, err := c.StatsWith(ctx, skiplock.StatsOptions{SamplePages: -1, RecentWindow: -1})
+	if err != nil {
+		return Report{Status: "unavailable", Error: err.Error()}, http.StatusServiceUnavailable
+	}
+	var reasons []Reason
+	check := func(q skiplock.QueueStats) {
+		if q.OldestDueAge > opts.MaxOldestDue {
+			reasons = append(reasons, Reason{Queue: q.Queue, Check: "oldest_due_age", ValueSeconds: q.OldestDueAge.Seconds(),
+				ThresholdSeconds: opts.MaxOldestDue.Seconds(),
+				Message: fmt.Sprintf("queue %q: the oldest due job has waited %s (threshold %s); %d due, %d running, %d expired leases",
+					q.Queue, q.OldestDueAge.Round(time.Second), opts.MaxOldestDue, q.Due, q.Running, q.ExpiredLeases)})
+		}
+	}
+	if len(opts.Queues) > 0 {
+		for _, name := range opts.Queues {
+			check(s.Queue(name))
+		}
+	} else {
+		for _, q := range s.Queues {
+			check(q)
+		}
+	}
+	if opts.MaxOutboxLag > 0 && s.Outbox.OldestUnpublishedAge > opts.MaxOutboxLag {
+		reasons = append(reasons, Reason{Check: "outbox_lag", ValueSeconds: s.Outbox.OldestUnpublishedAge.Seconds(),
+			ThresholdSeconds: opts.MaxOutboxLag.Seconds(),
+			Message: fmt.Sprintf("outbox: the oldest unpublished event was written %s ago (threshold %s); %d unpublished",
+				s.Outbox.OldestUnpublishedAge.Round(time.Second), opts.MaxOutboxLag, s.Outbox.Unpublished)})
+	}
+	if len(reasons) > 0 {
+		return Report{Status: "not_ready", Reasons: reasons}, http.StatusServiceUnavailable
+	}
+	return Report{Status: "ok"}, http.StatusOK
+}
+
+func write(w http.ResponseWriter, code int, rep Report) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(rep)
+}

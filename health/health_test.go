@@ -1,0 +1,88 @@
+package health_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/health"
+	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/skiplocktest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func get(t *testing.T, h http.Handler, path string) (int, health.Report) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	var rep health.Report
+	if err := json.Unmarshal(rec.Body.Bytes(), &rep); err != nil {
+		t.Fatalf("%s: %v in %q", path, err, rec.Body.String())
+	}
+	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+		t.Errorf("%s: content type %q", path, ct)
+	}
+	return rec.Code, rep
+}
+
+func TestReadyzFailsOnOldDueJob(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	t0 := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	clock := skiplocktest.NewFakeClock(t0)
+	schema := pgtest.Schema(t)
+	c, err := skiplock.NewClient(pgtest.Pool(t), skiplock.Config{Schema: schema, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	h := health.Handler(c, health.Options{MaxOldestDue: time.Minute, MaxOutboxLag: 10 * time.Minute})
+	if code, rep := get(t, h, "/healthz"); code != 200 || rep.Status != "ok" {
+		t.Fatalf("healthz: %d %+v", code, rep)
+	}
+	if _, err := c.EnqueueRawTx(ctx, c.Pool(), "k", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "mail"}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(59 * time.Second)
+	if code, rep := get(t, h, "/readyz"); code != 200 {
+		t.Fatalf("readyz at 59s: %d %+v", code, rep)
+	}
+	clock.Advance(2 * time.Second)
+	code, rep := get(t, h, "/readyz")
+	if code != http.StatusServiceUnavailable || rep.Status != "not_ready" || len(rep.Reasons) != 1 ||
+		rep.Reasons[0].Queue != "mail" || rep.Reasons[0].Check != "oldest_due_age" || rep.Reasons[0].ValueSeconds != 61 {
+		t.Fatalf("readyz at 61s: %d %+v", code, rep)
+	}
+	// An outbox event waiting too long is a reason too.
+	if _, err := c.Pool().Exec(ctx, `INSERT INTO "`+schema+`".outbox (aggregate_type, aggregate_id, event_type, payload, created_at)
+VALUES ('o', '1', 'e', '{}', $1::timestamptz - interval '1 hour')`, clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	_, rep = get(t, h, "/readyz")
+	if len(rep.Reasons) != 2 || rep.Reasons[1].Check != "outbox_lag" {
+		t.Fatalf("readyz with outbox lag: %+v", rep)
+	}
+}
+
+func TestHealthzFailsWithoutDatabase(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.NewPool(t, 2)
+	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: pgtest.Schema(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pool.Close()
+	h := health.Handler(c, health.Options{})
+	if code, rep := get(t, h, "/healthz"); code != http.StatusServiceUnavailable || rep.Status != "unavailable" || rep.Error == "" {
+		t.Fatalf("healthz with a closed pool: %d %+v", code, rep)
+	}
+	if code, _ := get(t, h, "/readyz"); code != http.StatusServiceUnavailable {
+		t.Fatalf("readyz with a closed pool: %d", code)
+	}
+}

@@ -1,0 +1,63 @@
+package store
+
+// Retention's statements: batched deletes of finished jobs. Each statement removes at
+// most one batch and commits on its own (callers loop), so no delete holds many row
+// locks or a long transaction, and autovacuum can reclaim space between batches.
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+func init() { register(retentionQueries) }
+
+// register adds statements to the store's map at init, refusing duplicates.
+func register(m map[string]string) {
+	for name, text := range m {
+		if _, dup := queries[name]; dup {
+			panic("store: duplicate statement " + name)
+		}
+		queries[name] = text
+	}
+}
+
+var retentionQueries = map[string]string{
+	// One batch of one finished state, oldest first, through jobs_retention_idx
+	// (status, updated_at). The literal IN list repeats the index's predicate so the
+	// planner can use the partial index also under a generic plan, where $2 is
+	// unknown. SKIP LOCKED: a batch never waits for an operator's retry or for
+	// another pruner; the outer status test re-checks the row it locked.
+	"retention_delete": `
+WITH doomed AS (
+  SELECT id FROM {{s}}.jobs
+  WHERE status IN ('succeeded', 'failed', 'cancelled')
+    AND status = $2::{{s}}.job_status
+    AND updated_at < coalesce($1::timestamptz, now()) - $3::bigint * interval '1 microsecond'
+  ORDER BY updated_at
+  LIMIT $4
+  FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {{s}}.jobs AS j
+USING doomed
+WHERE j.id = doomed.id AND j.status = $2::{{s}}.job_status`,
+}
+
+// FinishedStatuses are the states retention deletes.
+var FinishedStatuses = []string{StatusSucceeded, StatusFailed, StatusCancelled}
+
+// DeleteFinished deletes up to limit jobs in status (a finished state) whose last
+// change (updated_at) is more than olderThan before now, oldest first, and returns how
+// many it deleted. Pass a pool so that each batch commits on its own.
+func (s *Store) DeleteFinished(ctx context.Context, db DBTX, now *time.Time, status string, olderThan time.Duration, limit int) (int64, error) {
+	switch status {
+	case StatusSucceeded, StatusFailed, StatusCancelled:
+	default:
+		return 0, fmt.Errorf("store: retention of %q jobs: not a finished state", status)
+	}
+	tag, err := db.Exec(ctx, s.sql["retention_delete"], Now(now), status, micros(olderThan), limit)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}

@@ -1,0 +1,67 @@
+package store
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/skiplock/skiplock/internal/ident"
+)
+
+// RoleNames name the five roles of a least-privilege deployment. An empty name
+// leaves that role out.
+type RoleNames struct {
+	Migrator, Producer, Worker, Relay, Dashboard string
+}
+
+// RolesSQL returns the GRANT statements that give each role exactly what skiplock's
+// statements need in this schema (see docs/roles.md for the reasoning).
+func (s *Store) RolesSQL(n RoleNames) (string, error) {
+	for what, name := range map[string]string{"migrator": n.Migrator, "producer": n.Producer, "worker": n.Worker,
+		"relay": n.Relay, "dashboard": n.Dashboard} {
+		if name != "" {
+			if err := ident.Validate(what+" role", name); err != nil {
+				return "", err
+			}
+		}
+	}
+	var b strings.Builder
+	t := s.Table
+	section := func(role, comment string, grants ...string) {
+		if role == "" {
+			return
+		}
+		r := ident.Quote(role)
+		fmt.Fprintf(&b, "\n-- %s: %s\n", role, comment)
+		fmt.Fprintf(&b, "GRANT USAGE ON SCHEMA %s TO %s;\n", s.q, r)
+		for _, g := range grants {
+			fmt.Fprintf(&b, "%s TO %s;\n", g, r)
+		}
+	}
+	fmt.Fprintf(&b, "-- skiplock roles for schema %s. Create the roles first (CREATE ROLE … LOGIN PASSWORD …).\n", s.q)
+	section(n.Migrator, "owns the schema's objects; runs migrations, `partitions enable` and partition maintenance.\n"+
+		"-- Create the schema as this role (or ALTER SCHEMA … OWNER TO it) and run `skiplock migrate up` as it.",
+		"GRANT CREATE ON SCHEMA "+s.q)
+	section(n.Producer, "enqueues jobs and writes outbox events in the application's transactions; records inbox claims.",
+		"GRANT INSERT ON "+t("jobs"),
+		// RETURNING id, and finding the job that holds a deduplication key.
+		"GRANT SELECT (id, kind, deduplication_key) ON "+t("jobs"),
+		"GRANT INSERT ON "+t("outbox"),
+		"GRANT SELECT (id) ON "+t("outbox"),
+		// Inbox.Claim inserts; Inbox.Prune selects FOR UPDATE (which needs UPDATE) and deletes.
+		"GRANT SELECT, INSERT, DELETE, UPDATE (processed_at) ON "+t("inbox"))
+	section(n.Worker, "claims, heartbeats and finishes jobs; reclaims expired leases; deletes finished jobs (retention);\n"+
+		"-- reads stats. It cannot insert jobs, change a payload, or touch the outbox beyond reading its health.",
+		"GRANT SELECT, DELETE ON "+t("jobs"),
+		"GRANT UPDATE (status, run_at, attempts, max_attempts, lease_until, lease_token, worker_id, last_error, updated_at) ON "+t("jobs"),
+		"GRANT SELECT (id, created_at, published_at, dead_at) ON "+t("outbox"),
+		// The retention service reads the partition settings (partition DDL itself
+		// needs the owner: run `skiplock retention run` as the migrator).
+		"GRANT SELECT ON "+t("partitioning"))
+	section(n.Relay, "claims, publishes and marks outbox events; prunes published ones; requeues dead ones.",
+		"GRANT SELECT, DELETE ON "+t("outbox"),
+		"GRANT UPDATE (available_at, attempts, relay_until, relay_token, published_at, dead_at, last_error) ON "+t("outbox"))
+	section(n.Dashboard, "reads everything, changes nothing (stats, job and outbox listings, metrics).",
+		"GRANT SELECT ON "+strings.Join([]string{t("jobs"), t("outbox"), t("inbox"), t("job_dedup"), t("partitioning"),
+			t("schema_migrations")}, ", "))
+	return b.String(), nil
+}

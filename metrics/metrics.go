@@ -1,0 +1,257 @@
+// Package metrics exports skiplock's figures to Prometheus.
+//
+// A Metrics is a prometheus.Collector. On scrape it reads Client.Stats (at most once
+// per Options.MinInterval; scrapes in between get the cached snapshot, so many
+// Prometheus servers or a short scrape interval cost the database nothing more) and
+// reports:
+//
+//	skiplock_jobs{queue,state}                       gauge: jobs per state (finished states may be sampled estimates)
+//	skiplock_jobs_due{queue}                         gauge: pending jobs whose run_at has come
+//	skiplock_oldest_due_age_seconds{queue}           gauge: the queue's health signal; alert on it
+//	skiplock_expired_leases{queue}                   gauge: running jobs whose lease ran out
+//	skiplock_outbox_unpublished                      gauge
+//	skiplock_outbox_lag_seconds                      gauge: age of the oldest unpublished event
+//	skiplock_outbox_dead                             gauge
+//	skiplock_stats_up                                gauge: 1 when the last read succeeded
+//	skiplock_stats_duration_seconds                  gauge: how long the last read took
+//	skiplock_<outcome>_total                         counters of this process (enqueued, succeeded, failed,
+//	                                                 retried, snoozed, cancelled, lease_lost, reclaimed)
+//	skiplock_outbox_<outcome>_total                  counters of the relays added with AddRelay
+//	skiplock_job_run_duration_seconds{queue,kind,outcome}   histogram
+//	skiplock_job_queue_wait_seconds{queue,kind}             histogram: from due (run_at) to start
+//
+// The histograms are fed from Client.Subscribe, so they cover the jobs this process
+// runs. Counters are this process's; sum them across processes with PromQL.
+package metrics
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/outbox"
+)
+
+// Options configure a Metrics.
+type Options struct {
+	// Namespace prefixes every metric name. Default "skiplock".
+	Namespace string
+	// MinInterval is the least time between two database reads. Default 5s.
+	MinInterval time.Duration
+	// Timeout bounds one read. Default 5s.
+	Timeout time.Duration
+	// Stats tunes the read (see skiplock.StatsOptions). Default: the defaults.
+	Stats skiplock.StatsOptions
+	// RunBuckets and WaitBuckets are the histograms' buckets, in seconds. Default
+	// prometheus.ExponentialBuckets(0.001, 4, 10) (1 ms … 4.4 min) for both.
+	RunBuckets, WaitBuckets []float64
+	// ConstLabels are added to every metric (for example the schema).
+	ConstLabels prometheus.Labels
+}
+
+// Metrics collects a client's figures. Register it with a prometheus.Registerer.
+type Metrics struct {
+	c    *skiplock.Client
+	opts Options
+
+	cache  *StatsCache
+	mu     sync.Mutex
+	relays map[string]*outbox.Relay
+	descs  map[string]*prometheus.Desc
+	run    *prometheus.HistogramVec
+	wait   *prometheus.HistogramVec
+	unsub  func()
+	done   chan struct{}
+}
+
+// StatsCache reads Client.Stats at most once per interval and hands out the last
+// snapshot in between. Safe for concurrent use.
+type StatsCache struct {
+	c        *skiplock.Client
+	opts     skiplock.StatsOptions
+	interval time.Duration
+	timeout  time.Duration
+
+	mu    sync.Mutex
+	last  time.Time
+	stats *skiplock.Stats
+	err   error
+	took  time.Duration
+}
+
+// NewStatsCache returns a cache reading c's stats with opts at most once per
+// interval, each read bounded by timeout.
+func NewStatsCache(c *skiplock.Client, opts skiplock.StatsOptions, interval, timeout time.Duration) *StatsCache {
+	return &StatsCache{c: c, opts: opts, interval: interval, timeout: timeout}
+}
+
+// Get returns the cached stats, reading them first when they are older than the
+// interval, and how long the last read took. The error is the last read's; the stats
+// are then the last good ones (nil if none).
+func (s *StatsCache) Get(ctx context.Context) (*skiplock.Stats, time.Duration, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// Host time paces the cache only; it never touches job state.
+	now := time.Now()
+	if s.last.IsZero() || now.Sub(s.last) >= s.interval {
+		ctx, cancel := context.WithTimeout(ctx, s.timeout)
+		st, err := s.c.StatsWith(ctx, s.opts)
+		cancel()
+		s.took = time.Since(now)
+		s.last = now
+		s.err = nil
+		if err != nil {
+			s.err = fmt.Errorf("metrics: reading stats: %w", err)
+		} else {
+			s.stats = st
+		}
+	}
+	return s.stats, s.took, s.err
+}
+
+// New returns a Metrics for c and starts feeding its histograms from c's events.
+// Call Close when done.
+func New(c *skiplock.Client, opts Options) *Metrics {
+	if opts.Namespace == "" {
+		opts.Namespace = "skiplock"
+	}
+	if opts.MinInterval <= 0 {
+		opts.MinInterval = 5 * time.Second
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 5 * time.Second
+	}
+	if opts.RunBuckets == nil {
+		opts.RunBuckets = prometheus.ExponentialBuckets(0.001, 4, 10)
+	}
+	if opts.WaitBuckets == nil {
+		opts.WaitBuckets = prometheus.ExponentialBuckets(0.001, 4, 10)
+	}
+	m := &Metrics{c: c, opts: opts, relays: map[string]*outbox.Relay{}, descs: map[string]*prometheus.Desc{},
+		done: make(chan struct{}), cache: NewStatsCache(c, opts.Stats, opts.MinInterval, opts.Timeout)}
+	d := func(name, help string, labels ...string) {
+		m.descs[name] = prometheus.NewDesc(prometheus.BuildFQName(opts.Namespace, "", name), help, labels, opts.ConstLabels)
+	}
+	d("jobs", "Jobs per queue and state (finished states are estimated from a sample on large tables).", "queue", "state")
+	d("jobs_due", "Pending jobs whose run_at has come.", "queue")
+	d("oldest_due_age_seconds", "Age of the oldest due pending job: the queue's health signal.", "queue")
+	d("expired_leases", "Running jobs whose lease has run out (the reclaimer's work).", "queue")
+	d("outbox_unpublished", "Outbox events not yet published and not dead.")
+	d("outbox_lag_seconds", "Age of the oldest unpublished outbox event.")
+	d("outbox_dead", "Outbox events parked after their last attempt.")
+	d("stats_up", "1 if the last database read for these metrics succeeded.")
+	d("stats_duration_seconds", "How long the last database read for these metrics took.")
+	for _, n := range []string{"enqueued", "succeeded", "failed", "retried", "snoozed", "cancelled", "lease_lost", "reclaimed"} {
+		d(n+"_total", "Jobs "+n+" by this process.")
+	}
+	for _, n := range []string{"published", "retried", "dead", "lease_lost", "errors"} {
+		d("outbox_"+n+"_total", "Outbox events "+n+" by this process's relays (errors: failed statements).", "relay")
+	}
+	m.run = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: opts.Namespace, Name: "job_run_duration_seconds",
+		Help: "Handler run time of the jobs this process ran.", Buckets: opts.RunBuckets, ConstLabels: opts.ConstLabels},
+		[]string{"queue", "kind", "outcome"})
+	m.wait = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: opts.Namespace, Name: "job_queue_wait_seconds",
+		Help: "Time from a job's run_at to its start, for the jobs this process ran.", Buckets: opts.WaitBuckets, ConstLabels: opts.ConstLabels},
+		[]string{"queue", "kind"})
+	events, unsub := c.Subscribe()
+	m.unsub = unsub
+	go func() {
+		defer close(m.done)
+		for ev := range events {
+			m.Observe(ev)
+		}
+	}()
+	return m
+}
+
+// Observe records one job outcome in the histograms. New subscribes to the client's
+// events and calls it; call it yourself only for events of another source.
+func (m *Metrics) Observe(ev *skiplock.Event) {
+	if ev == nil || ev.Job == nil {
+		return
+	}
+	m.run.WithLabelValues(ev.Job.Queue, ev.Job.Kind, string(ev.Kind)).Observe(ev.RunDuration.Seconds())
+	m.wait.WithLabelValues(ev.Job.Queue, ev.Job.Kind).Observe(max(ev.QueueWait, 0).Seconds())
+}
+
+// AddRelay exports a relay's totals under the label relay=name.
+func (m *Metrics) AddRelay(name string, r *outbox.Relay) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.relays[name] = r
+}
+
+// Close ends the event subscription.
+func (m *Metrics) Close() {
+	m.unsub()
+	<-m.done
+}
+
+// Describe implements prometheus.Collector.
+func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range m.descs {
+		ch <- d
+	}
+	m.run.Describe(ch)
+	m.wait.Describe(ch)
+}
+
+// Snapshot returns the cached stats (see StatsCache.Get).
+func (m *Metrics) Snapshot(ctx context.Context) (*skiplock.Stats, time.Duration, error) {
+	return m.cache.Get(ctx)
+}
+
+// Collect implements prometheus.Collector.
+func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(name string, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(m.descs[name], prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(name string, v int64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(m.descs[name], prometheus.CounterValue, float64(v), labels...)
+	}
+	s, took, err := m.Snapshot(context.Background())
+	up := 1.0
+	if err != nil {
+		up = 0
+	}
+	gauge("stats_up", up)
+	gauge("stats_duration_seconds", took.Seconds())
+	if s != nil {
+		for _, q := range s.Queues {
+			for state, n := range map[string]int64{"pending": q.Pending, "running": q.Running, "succeeded": q.Succeeded,
+				"failed": q.Failed, "cancelled": q.Cancelled} {
+				gauge("jobs", float64(n), q.Queue, state)
+			}
+			gauge("jobs_due", float64(q.Due), q.Queue)
+			gauge("oldest_due_age_seconds", q.OldestDueAge.Seconds(), q.Queue)
+			gauge("expired_leases", float64(q.ExpiredLeases), q.Queue)
+		}
+		gauge("outbox_unpublished", float64(s.Outbox.Unpublished))
+		gauge("outbox_lag_seconds", s.Outbox.OldestUnpublishedAge.Seconds())
+		gauge("outbox_dead", float64(s.Outbox.Dead))
+	}
+	p := m.c.Counters()
+	for name, v := range map[string]int64{"enqueued": p.Enqueued, "succeeded": p.Succeeded, "failed": p.Failed,
+		"retried": p.Retried, "snoozed": p.Snoozed, "cancelled": p.Cancelled, "lease_lost": p.LeaseLost, "reclaimed": p.Reclaimed} {
+		counter(name+"_total", v)
+	}
+	m.mu.Lock()
+	relays := make(map[string]*outbox.Relay, len(m.relays))
+	for k, v := range m.relays {
+		relays[k] = v
+	}
+	m.mu.Unlock()
+	for name, r := range relays {
+		st := r.Stats()
+		counter("outbox_published_total", st.Published, name)
+		counter("outbox_retried_total", st.Retried, name)
+		counter("outbox_dead_total", st.Dead, name)
+		counter("outbox_lease_lost_total", st.LeaseLost, name)
+		counter("outbox_errors_total", st.Errors, name)
+	}
+	m.run.Collect(ch)
+	m.wait.Collect(ch)
+}

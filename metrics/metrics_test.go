@@ -1,0 +1,132 @@
+package metrics_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/metrics"
+	"github.com/skiplock/skiplock/skiplocktest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+var t0 = time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+
+func newClient(t *testing.T, cfg skiplock.Config) (*skiplock.Client, *skiplocktest.FakeClock) {
+	t.Helper()
+	clock := skiplocktest.NewFakeClock(t0)
+	cfg.Schema = pgtest.Schema(t)
+	cfg.Clock = clock
+	c, err := skiplock.NewClient(pgtest.Pool(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c, clock
+}
+
+func TestCollectorGauges(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, clock := newClient(t, skiplock.Config{})
+	for _, d := range []time.Duration{-2 * time.Minute, 0, time.Hour} {
+		if _, err := c.EnqueueRawTx(ctx, c.Pool(), "k", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "mail", RunAt: t0.Add(d)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Claim(ctx, "mail", 1); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(30 * time.Second)
+	m := metrics.New(c, metrics.Options{MinInterval: time.Hour})
+	defer m.Close()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	want := `
+# HELP skiplock_jobs_due Pending jobs whose run_at has come.
+# TYPE skiplock_jobs_due gauge
+skiplock_jobs_due{queue="mail"} 1
+# HELP skiplock_oldest_due_age_seconds Age of the oldest due pending job: the queue's health signal.
+# TYPE skiplock_oldest_due_age_seconds gauge
+skiplock_oldest_due_age_seconds{queue="mail"} 30
+# HELP skiplock_enqueued_total Jobs enqueued by this process.
+# TYPE skiplock_enqueued_total counter
+skiplock_enqueued_total 3
+# HELP skiplock_stats_up 1 if the last database read for these metrics succeeded.
+# TYPE skiplock_stats_up gauge
+skiplock_stats_up 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "skiplock_jobs_due", "skiplock_oldest_due_age_seconds",
+		"skiplock_enqueued_total", "skiplock_stats_up"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(m, "skiplock_jobs"); n != 5 {
+		t.Fatalf("skiplock_jobs has %d series, want one per state (5)", n)
+	}
+	// Within MinInterval a scrape reuses the snapshot: the database is not read again.
+	if _, err := c.EnqueueRawTx(ctx, c.Pool(), "k", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "mail", RunAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP skiplock_jobs_due Pending jobs whose run_at has come.
+# TYPE skiplock_jobs_due gauge
+skiplock_jobs_due{queue="mail"} 1
+`), "skiplock_jobs_due"); err != nil {
+		t.Fatalf("cached scrape: %v", err)
+	}
+}
+
+func TestCollectorHistogramsFromEvents(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ws := skiplock.NewWorkers()
+	if err := ws.AddHandler("k", func(ctx context.Context, j *skiplock.Job) error { return nil }, nil); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := newClient(t, skiplock.Config{Workers: ws, Queues: map[string]skiplock.QueueConfig{"mail": {MaxWorkers: 2}},
+		PollInterval: 10 * time.Millisecond})
+	m := metrics.New(c, metrics.Options{})
+	defer m.Close()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(ctx)
+	for range 3 {
+		if _, err := c.EnqueueRawTx(ctx, c.Pool(), "k", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "mail"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(m)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var runs, waits uint64
+		for _, mf := range mfs {
+			for _, mt := range mf.GetMetric() {
+				switch mf.GetName() {
+				case "skiplock_job_run_duration_seconds":
+					runs += mt.GetHistogram().GetSampleCount()
+				case "skiplock_job_queue_wait_seconds":
+					waits += mt.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+		if runs == 3 && waits == 3 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("histograms saw %d runs and %d waits, want 3 each", runs, waits)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
+	}
+}

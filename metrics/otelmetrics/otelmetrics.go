@@ -1,0 +1,133 @@
+// Package otelmetrics reports skiplock's figures through an OpenTelemetry meter, for
+// services that export metrics with the OpenTelemetry SDK rather than a Prometheus
+// registry. It has the same instruments as package metrics, named with dots
+// (skiplock.jobs, skiplock.oldest_due_age, …): observable gauges and counters read in
+// one callback from a cached Client.Stats, and two histograms fed from the client's
+// events.
+//
+// It depends only on the OpenTelemetry API (go.opentelemetry.io/otel/metric); the
+// application chooses and configures the SDK and exporter.
+package otelmetrics
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/metrics"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Bridge feeds a meter from a client. Close it when done.
+type Bridge struct {
+	reg   metric.Registration
+	unsub func()
+	done  chan struct{}
+	once  sync.Once
+}
+
+// Options configure Register.
+type Options struct {
+	// MinInterval is the least time between two database reads. Default 5s.
+	MinInterval time.Duration
+	// Stats tunes the read (see skiplock.StatsOptions).
+	Stats skiplock.StatsOptions
+}
+
+// Register creates skiplock's instruments on meter and starts feeding them from c.
+func Register(meter metric.Meter, c *skiplock.Client, opts Options) (*Bridge, error) {
+	if opts.MinInterval <= 0 {
+		opts.MinInterval = 5 * time.Second
+	}
+	cache := metrics.NewStatsCache(c, opts.Stats, opts.MinInterval, 5*time.Second)
+
+	var err error
+	gauge := func(name, unit, desc string) metric.Float64ObservableGauge {
+		if err != nil {
+			return nil
+		}
+		var g metric.Float64ObservableGauge
+		g, err = meter.Float64ObservableGauge("skiplock."+name, metric.WithUnit(unit), metric.WithDescription(desc))
+		return g
+	}
+	jobs := gauge("jobs", "{job}", "Jobs per queue and state (finished states may be estimated).")
+	due := gauge("jobs_due", "{job}", "Pending jobs whose run_at has come.")
+	oldest := gauge("oldest_due_age", "s", "Age of the oldest due pending job.")
+	expired := gauge("expired_leases", "{job}", "Running jobs whose lease has run out.")
+	unpublished := gauge("outbox.unpublished", "{event}", "Outbox events not yet published.")
+	lag := gauge("outbox.lag", "s", "Age of the oldest unpublished outbox event.")
+	dead := gauge("outbox.dead", "{event}", "Outbox events parked after their last attempt.")
+	var outcomes metric.Int64ObservableCounter
+	if err == nil {
+		outcomes, err = meter.Int64ObservableCounter("skiplock.jobs.outcomes", metric.WithUnit("{job}"),
+			metric.WithDescription("Job outcomes of this process (attribute outcome)."))
+	}
+	var run, wait metric.Float64Histogram
+	if err == nil {
+		run, err = meter.Float64Histogram("skiplock.job.run_duration", metric.WithUnit("s"),
+			metric.WithDescription("Handler run time of the jobs this process ran."))
+	}
+	if err == nil {
+		wait, err = meter.Float64Histogram("skiplock.job.queue_wait", metric.WithUnit("s"),
+			metric.WithDescription("Time from a job's run_at to its start."))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("otelmetrics: creating instruments: %w", err)
+	}
+	reg, err := meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		s, _, err := cache.Get(ctx)
+		if s != nil {
+			for _, q := range s.Queues {
+				qa := attribute.String("queue", q.Queue)
+				for state, n := range map[string]int64{"pending": q.Pending, "running": q.Running, "succeeded": q.Succeeded,
+					"failed": q.Failed, "cancelled": q.Cancelled} {
+					o.ObserveFloat64(jobs, float64(n), metric.WithAttributes(qa, attribute.String("state", state)))
+				}
+				o.ObserveFloat64(due, float64(q.Due), metric.WithAttributes(qa))
+				o.ObserveFloat64(oldest, q.OldestDueAge.Seconds(), metric.WithAttributes(qa))
+				o.ObserveFloat64(expired, float64(q.ExpiredLeases), metric.WithAttributes(qa))
+			}
+			o.ObserveFloat64(unpublished, float64(s.Outbox.Unpublished))
+			o.ObserveFloat64(lag, s.Outbox.OldestUnpublishedAge.Seconds())
+			o.ObserveFloat64(dead, float64(s.Outbox.Dead))
+		}
+		p := c.Counters()
+		for name, v := range map[string]int64{"enqueued": p.Enqueued, "succeeded": p.Succeeded, "failed": p.Failed,
+			"retried": p.Retried, "snoozed": p.Snoozed, "cancelled": p.Cancelled, "lease_lost": p.LeaseLost, "reclaimed": p.Reclaimed} {
+			o.ObserveInt64(outcomes, v, metric.WithAttributes(attribute.String("outcome", name)))
+		}
+		return err
+	}, jobs, due, oldest, expired, unpublished, lag, dead, outcomes)
+	if err != nil {
+		return nil, fmt.Errorf("otelmetrics: registering the callback: %w", err)
+	}
+	events, unsub := c.Subscribe()
+	b := &Bridge{reg: reg, unsub: unsub, done: make(chan struct{})}
+	go func() {
+		defer close(b.done)
+		for ev := range events {
+			if ev.Job == nil {
+				continue
+			}
+			attrs := metric.WithAttributes(attribute.String("queue", ev.Job.Queue), attribute.String("kind", ev.Job.Kind))
+			run.Record(context.Background(), ev.RunDuration.Seconds(), attrs,
+				metric.WithAttributes(attribute.String("outcome", string(ev.Kind))))
+			wait.Record(context.Background(), max(ev.QueueWait, 0).Seconds(), attrs)
+		}
+	}()
+	return b, nil
+}
+
+// Close unregisters the callback and ends the event subscription.
+func (b *Bridge) Close() error {
+	var err error
+	b.once.Do(func() {
+		err = b.reg.Unregister()
+		b.unsub()
+		<-b.done
+	})
+	return err
+}

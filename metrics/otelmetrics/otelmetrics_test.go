@@ -1,0 +1,66 @@
+package otelmetrics_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/metrics/otelmetrics"
+	"github.com/skiplock/skiplock/skiplocktest"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func TestBridgeReportsOldestDueAge(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	t0 := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	clock := skiplocktest.NewFakeClock(t0)
+	c, err := skiplock.NewClient(pgtest.Pool(t), skiplock.Config{Schema: pgtest.Schema(t), Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.EnqueueRawTx(ctx, c.Pool(), "k", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "mail"}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(42 * time.Second)
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer provider.Shutdown(ctx)
+	b, err := otelmetrics.Register(provider.Meter("skiplock"), c, otelmetrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]float64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Gauge[float64]:
+				for _, p := range d.DataPoints {
+					if q, _ := p.Attributes.Value("queue"); q.AsString() == "mail" {
+						found[m.Name] += p.Value
+					}
+				}
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					if o, _ := p.Attributes.Value("outcome"); o.AsString() == "enqueued" {
+						found[m.Name] = float64(p.Value)
+					}
+				}
+			}
+		}
+	}
+	if found["skiplock.oldest_due_age"] != 42 || found["skiplock.jobs_due"] != 1 || found["skiplock.jobs.outcomes"] != 1 {
+		t.Fatalf("instruments: %v", found)
+	}
+}
