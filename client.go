@@ -297,6 +297,8 @@ func (c *Client) Close() { c.bg.Wait() }
 // counters are the client's in-process totals (see Stats and the metrics package).
 type counters struct {
 	enqueued, succeeded, failed, retried, snoozed, cancelled, leaseLost, reclaimed atomic.Int64
+	claims, claimed, flushes, flushed                                              atomic.Int64
+	claimNanos, flushNanos                                                         atomic.Int64
 }
 
 // ErrNotMigrated is matched by errors from a database whose schema lacks skiplock's

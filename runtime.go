@@ -63,7 +63,8 @@ type runtime struct {
 type producer struct {
 	queue    string
 	cfg      QueueConfig
-	held     atomic.Int32   // claimed and not yet durable
+	active   atomic.Int32   // claimed and not yet finished running (queued locally or running)
+	held     atomic.Int32   // claimed and not yet durable (active + outcomes being written)
 	avgRunNs atomic.Int64   // moving average of handler durations; 0 = unknown
 	local    chan *inflight // claimed jobs waiting for an executor
 	wake     chan struct{}  // NOTIFY, (re)connect
@@ -140,10 +141,10 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	total := 0
 	for name, q := range c.cfg.Queues {
-		held := q.MaxWorkers + max(q.MaxPrefetch, 0)
-		r.producers[name] = &producer{queue: name, cfg: q, local: make(chan *inflight, held),
+		active := q.MaxWorkers + max(q.MaxPrefetch, 0)
+		r.producers[name] = &producer{queue: name, cfg: q, local: make(chan *inflight, active),
 			wake: make(chan struct{}, 1), slot: make(chan struct{}, 1)}
-		total += held
+		total += active + c.cfg.CompletionBatchSize
 	}
 	r.outcomes = make(chan *inflight, total)
 	base := context.WithoutCancel(ctx)
@@ -289,65 +290,127 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// claimSize decides how many jobs the producer claims now. A producer holds at most
+// capacity() jobs that are queued or running, and at most CompletionBatchSize more
+// whose outcomes are being written: so the next claim overlaps the completion write
+// (two statements in flight, as in the B1 baseline), while a database that stops
+// accepting outcomes still stops the claiming. While jobs are still queued locally
+// it waits until a quarter of the capacity is free, so fast queues claim in batches
+// rather than one job per freed slot.
+func (r *runtime) claimSize(p *producer) (int, bool) {
+	capacity := p.capacity()
+	free := min(capacity-int(p.active.Load()), capacity+r.c.cfg.CompletionBatchSize-int(p.held.Load()))
+	if free <= 0 {
+		return 0, false
+	}
+	if len(p.local) > 0 && free < capacity/4 {
+		return 0, false
+	}
+	return min(free, r.c.cfg.FetchLimit), true
+}
+
+// claimConcurrency is how many claim statements a producer may have in flight. A
+// claim locks and rewrites each row it takes, which makes it the costliest
+// statement per job; two in flight keep the database busy while one returns, and
+// SKIP LOCKED makes them take disjoint jobs.
+const claimConcurrency = 2
+
+type claimResult struct {
+	short bool // fewer rows than asked: the queue has no more due jobs now
+	err   error
+}
+
 func (r *runtime) produce(p *producer) {
 	defer r.prodWG.Done()
 	c := r.c
 	backoff := 100 * time.Millisecond
 	poll := time.NewTimer(jitter(c.cfg.PollInterval))
 	defer poll.Stop()
+	results := make(chan claimResult, claimConcurrency)
+	inFlight, empty := 0, false
+	defer func() { // claims in flight still hand their jobs over
+		for ; inFlight > 0; inFlight-- {
+			<-results
+		}
+	}()
 	for r.fetchCtx.Err() == nil {
-		free := p.capacity() - int(p.held.Load())
-		if free <= 0 {
+		if empty && inFlight == 0 {
+			if !poll.Stop() {
+				select {
+				case <-poll.C:
+				default:
+				}
+			}
+			poll.Reset(jitter(c.cfg.PollInterval))
 			select {
+			case <-p.wake:
+			case <-poll.C:
+			case <-r.fetchCtx.Done():
+				return
+			}
+			empty = false
+		}
+		n, ok := r.claimSize(p)
+		if !ok || empty || inFlight == claimConcurrency {
+			select {
+			case res := <-results:
+				inFlight--
+				if res.err != nil {
+					c.log.Warn("skiplock: claim failed; backing off", "queue", p.queue, "error", res.err, "retry_in", backoff)
+					if !sleep(r.fetchCtx, jitter(backoff)) {
+						return
+					}
+					backoff = min(backoff*2, 5*time.Second)
+					continue
+				}
+				backoff = 100 * time.Millisecond
+				empty = empty || res.short
 			case <-p.slot:
+			case <-p.wake:
+				empty = false
 			case <-r.fetchCtx.Done():
 				return
 			}
 			continue
 		}
-		n := min(free, c.cfg.FetchLimit)
-		// The claim is not cancelled by Stop: a claim that commits must hand its jobs
-		// to executors, or they would sit leased until their lease expired.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.fetchCtx), 30*time.Second)
-		rows, err := c.store.Claim(ctx, c.pool, nowParam(c.cfg.Clock), store.ClaimParams{
-			Queue: p.queue, WorkerID: c.cfg.ID, Limit: n, Lease: c.cfg.LeaseDuration,
-		})
-		cancel()
-		if err != nil {
-			c.log.Warn("skiplock: claim failed; backing off", "queue", p.queue, "error", err, "retry_in", backoff)
-			if !sleep(r.fetchCtx, jitter(backoff)) {
-				return
-			}
-			backoff = min(backoff*2, 5*time.Second)
-			continue
-		}
-		backoff = 100 * time.Millisecond
-		for _, row := range rows {
-			r.hold(p, fromRow(row))
-		}
-		if len(rows) == n {
-			continue // the queue may hold more
-		}
-		if !poll.Stop() {
-			select {
-			case <-poll.C:
-			default:
-			}
-		}
-		poll.Reset(jitter(c.cfg.PollInterval))
-		select {
-		case <-p.wake:
-		case <-poll.C:
-		case <-r.fetchCtx.Done():
-			return
-		}
+		// Reserve the capacity now; the claim gives back what it did not get.
+		p.active.Add(int32(n))
+		p.held.Add(int32(n))
+		inFlight++
+		go func() { results <- r.claim(p, n) }()
 	}
 }
 
+// claim runs one claim statement for up to n jobs (already reserved) and hands the
+// jobs to the executors. It is not cancelled by Stop: a claim that commits must hand
+// its jobs over, or they would sit leased until their lease expired.
+func (r *runtime) claim(p *producer, n int) claimResult {
+	c := r.c
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.fetchCtx), 30*time.Second)
+	defer cancel()
+	began := hostNow()
+	rows, err := c.store.Claim(ctx, c.pool, nowParam(c.cfg.Clock), store.ClaimParams{
+		Queue: p.queue, WorkerID: c.cfg.ID, Limit: n, Lease: c.cfg.LeaseDuration,
+	})
+	c.metrics.claimNanos.Add(int64(hostNow().Sub(began)))
+	for _, row := range rows {
+		r.hold(p, fromRow(row))
+	}
+	unused := int32(n - len(rows))
+	p.active.Add(-unused)
+	p.held.Add(-unused)
+	signal(p.slot)
+	if err != nil {
+		return claimResult{err: err}
+	}
+	c.metrics.claims.Add(1)
+	c.metrics.claimed.Add(int64(len(rows)))
+	return claimResult{short: len(rows) < n}
+}
+
 // hold registers a claimed job (so the heartbeater renews its lease) and queues it
-// for the producer's executors.
+// for the producer's executors. Its capacity was reserved before the claim.
 func (r *runtime) hold(p *producer, job *Job) {
-	p.held.Add(1)
 	r.jobsWG.Add(1)
 	f := &inflight{job: job, p: p}
 	r.mu.Lock()
@@ -362,17 +425,18 @@ func (r *runtime) hold(p *producer, job *Job) {
 func (r *runtime) executor(p *producer) {
 	defer r.execWG.Done()
 	for f := range p.local {
-		if r.fetchCtx.Err() != nil {
+		switch {
+		case r.fetchCtx.Err() != nil:
 			f.outcome = store.Outcome{Lease: f.job.lease(), Action: store.ActionSnooze}
 			f.released = true
 			r.outcomes <- f
-			continue
-		}
-		if f.lost.Load() { // the lease ran out while the job waited locally
+		case f.lost.Load(): // the lease ran out while the job waited locally
 			r.finish(f, nil)
-			continue
+		default:
+			r.execute(f)
 		}
-		r.execute(f)
+		p.active.Add(-1)
+		signal(p.slot)
 	}
 }
 
@@ -623,9 +687,13 @@ func (r *runtime) flush(batch []*inflight) {
 	backoff := 50 * time.Millisecond
 	for {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.bgCtx), 30*time.Second)
+		began := hostNow()
 		res, err := c.finish(ctx, outs)
 		cancel()
 		if err == nil {
+			c.metrics.flushNanos.Add(int64(hostNow().Sub(began)))
+			c.metrics.flushes.Add(1)
+			c.metrics.flushed.Add(int64(len(outs)))
 			for _, f := range batch {
 				if st, ok := res[f.job.ID]; ok {
 					r.finish(f, &st)

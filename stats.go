@@ -33,6 +33,11 @@ type QueueStats struct {
 type ProcessCounters struct {
 	Enqueued, Succeeded, Failed, Retried, Snoozed, Cancelled, LeaseLost, Reclaimed int64
 	EventsDropped                                                                  int64
+	// ClaimStatements and CompletionStatements count the runtime's claim and
+	// completion statements; Claimed and Completed over them are the batch sizes.
+	ClaimStatements, Claimed, CompletionStatements, Completed int64
+	// ClaimTime and CompletionTime are the wall time spent in those statements.
+	ClaimTime, CompletionTime time.Duration
 }
 
 // RecentStats count the jobs of all queues that finished within Window: divide by
@@ -169,5 +174,8 @@ func (c *Client) Counters() ProcessCounters {
 		Enqueued: m.enqueued.Load(), Succeeded: m.succeeded.Load(), Failed: m.failed.Load(),
 		Retried: m.retried.Load(), Snoozed: m.snoozed.Load(), Cancelled: m.cancelled.Load(),
 		LeaseLost: m.leaseLost.Load(), Reclaimed: m.reclaimed.Load(), EventsDropped: dropped,
+		ClaimStatements: m.claims.Load(), Claimed: m.claimed.Load(),
+		CompletionStatements: m.flushes.Load(), Completed: m.flushed.Load(),
+		ClaimTime: time.Duration(m.claimNanos.Load()), CompletionTime: time.Duration(m.flushNanos.Load()),
 	}
 }

@@ -154,7 +154,9 @@ func collect[T any](rows pgx.Rows, err error, scan func(pgx.Row) (*T, error)) ([
 // The statements reference the column so the planner cannot drop it.
 const notifyColumn = `(SELECT count(*) FROM (SELECT pg_notify($10, q) FROM unnest($11::text[]) AS q) AS n) AS notified`
 
-// finishUpdate is the fenced UPDATE that applies outcomes from the relation o:
+// finishUpdate is the fenced UPDATE that applies outcomes from the relation o (whose
+// ids are also $2, so "j.id = ANY($2)" gives the planner a primary-key index
+// condition instead of a join it may hash against a scan of the table):
 // retry → pending after the delay, or failed once attempts are exhausted;
 // snooze → pending after the delay with the claim's attempt given back.
 func finishUpdate(o string) string {
@@ -181,7 +183,7 @@ SET status = (CASE o.action
     worker_id = NULL,
     updated_at = t.now
 FROM ` + o + `, t
-WHERE j.id = o.id AND j.lease_token = o.token
+WHERE j.id = ANY($2::uuid[]) AND j.id = o.id AND j.lease_token = o.token
 RETURNING j.id, j.status::text`
 }
 
@@ -255,8 +257,8 @@ SET status = 'running',
     lease_token = gen_random_uuid(),
     worker_id = $3,
     updated_at = t.now
-FROM claimed, t
-WHERE j.id = claimed.id
+FROM t
+WHERE j.id = ANY(ARRAY(SELECT id FROM claimed))
 RETURNING ` + prefixed("j"),
 
 	// Heartbeat renews every listed lease that is still held and unexpired. It never
@@ -267,7 +269,7 @@ UPDATE {{s}}.jobs AS j
 SET lease_until = t.now + $4::bigint * interval '1 microsecond',
     updated_at = t.now
 FROM unnest($2::uuid[], $3::uuid[]) AS h(id, token), t
-WHERE j.id = h.id AND j.lease_token = h.token AND j.lease_until > t.now
+WHERE j.id = ANY($2::uuid[]) AND j.id = h.id AND j.lease_token = h.token AND j.lease_until > t.now
 RETURNING j.id`,
 
 	// Finish applies many outcomes at once, each fenced by its lease token.
@@ -285,7 +287,7 @@ WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
 o AS (SELECT * FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[]) AS o(id, token, action, delay_us, error)),
 del AS (
   DELETE FROM {{s}}.jobs AS j USING o
-  WHERE o.action = 'complete' AND j.id = o.id AND j.lease_token = o.token
+  WHERE j.id = ANY($2::uuid[]) AND o.action = 'complete' AND j.id = o.id AND j.lease_token = o.token
   RETURNING j.id
 ),
 upd AS (` + finishUpdate("(SELECT * FROM o WHERE action <> 'complete')") + `)
@@ -313,7 +315,7 @@ SET status = (CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending
     worker_id = NULL,
     updated_at = t.now
 FROM unnest($2::uuid[], $3::uuid[], $4::bigint[]) AS r(id, token, delay_us), t
-WHERE j.id = r.id AND j.lease_token = r.token AND j.status = 'running' AND j.lease_until < t.now
+WHERE j.id = ANY($2::uuid[]) AND j.id = r.id AND j.lease_token = r.token AND j.status = 'running' AND j.lease_until < t.now
 RETURNING j.id, j.status::text`,
 
 	"get": `SELECT ` + jobColumns + ` FROM {{s}}.jobs WHERE id = $1`,
