@@ -26,3 +26,11 @@ lint: vet
 
 bench: deps
 	$(GO) run ./cmd/skiplock bench
+
+## chaos: the short fault-injection profile (under 5 minutes); soak: 30 minutes of
+## randomized faults from a printed seed (replay with: skiplock chaos --soak --seed N).
+chaos: deps
+	$(GO) run ./cmd/skiplock chaos
+
+soak: deps
+	$(GO) run ./cmd/skiplock chaos --soak --duration 30m

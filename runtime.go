@@ -310,10 +310,12 @@ func (r *runtime) claimSize(p *producer) (int, bool) {
 }
 
 // claimConcurrency is how many claim statements a producer may have in flight. A
-// claim locks and rewrites each row it takes, which makes it the costliest
-// statement per job; two in flight keep the database busy while one returns, and
-// SKIP LOCKED makes them take disjoint jobs.
-const claimConcurrency = 2
+// claim locks and rewrites each row it takes, which makes it the costliest statement
+// per job. Measured on 2 cores (W4/W5): one claim at a time, overlapping the
+// completion writes, beats two concurrent smaller claims (30.4k vs 29.3k jobs/s at
+// concurrency 100; 22.9k vs 20.6k at concurrency 1), because larger claims amortise
+// each statement's commit. The loop supports more for machines with more cores.
+const claimConcurrency = 1
 
 type claimResult struct {
 	short bool // fewer rows than asked: the queue has no more due jobs now

@@ -11,13 +11,20 @@
 --   24 bits  seq: the row's position in a batch insert (all rows of a batch share ts),
 --            which keeps a batch in insertion order; random when seq is NULL
 --   38 bits  random
+--
+-- PL/pgSQL rather than LANGUAGE sql: a SQL function that cannot be inlined (this one
+-- cannot, its argument is volatile) is planned anew in every statement that calls it,
+-- which measured as 40% of a single-row enqueue; PL/pgSQL caches its plan per session.
 CREATE FUNCTION {{schema}}.uuid_v7(ts timestamptz DEFAULT clock_timestamp(), seq bigint DEFAULT NULL)
-RETURNS uuid LANGUAGE sql VOLATILE PARALLEL SAFE AS $$
-  SELECT (lpad(to_hex((us / 1000) << 16 | 28672 | ((us % 1000) * 4096 / 1000)), 16, '0')
+RETURNS uuid LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
+DECLARE
+  us bigint := (extract(epoch FROM ts) * 1000000)::bigint;
+BEGIN
+  RETURN (lpad(to_hex((us / 1000) << 16 | 28672 | ((us % 1000) * 4096 / 1000)), 16, '0')
        || lpad(to_hex((-9223372036854775807 - 1)
                       | (coalesce(seq, (random() * 16777215)::bigint) & 16777215) << 38
-                      | (random() * 274877906943)::bigint), 16, '0'))::uuid
-  FROM (SELECT (extract(epoch FROM ts) * 1000000)::bigint AS us) AS t
+                      | (random() * 274877906943)::bigint), 16, '0'))::uuid;
+END
 $$;
 
 CREATE TYPE {{schema}}.job_status AS ENUM ('pending', 'running', 'succeeded', 'failed', 'cancelled');

@@ -1,0 +1,64 @@
+package chaos
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMain(m *testing.M) {
+	if IsChild() {
+		os.Exit(ChildMain())
+	}
+	os.Exit(m.Run())
+}
+
+// TestShortProfile runs three scenarios briefly with this test binary as the worker
+// and relay processes, so `go test ./...` covers the harness end to end.
+func TestShortProfile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and child processes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var progress strings.Builder
+	rep, err := Run(ctx, Config{
+		Scenarios:  []string{"worker-sigkill", "zombie-sigstop", "relay-kill"},
+		Seed:       7,
+		FaultPhase: 4 * time.Second,
+		Rate:       20,
+		Workers:    2,
+		ChildCommand: func() *exec.Cmd {
+			return exec.Command(os.Args[0], "-test.run=^$")
+		},
+		Progress: &progress,
+	})
+	var table strings.Builder
+	if rep != nil {
+		rep.WriteTable(&table)
+	}
+	t.Logf("%s\n%s", progress.String(), table.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 3 {
+		t.Fatalf("%d rows, want 3", len(rep.Rows))
+	}
+	for _, r := range rep.Rows {
+		if r.Jobs == 0 || r.Faults == 0 {
+			t.Errorf("%s: %d jobs, %d faults: the scenario did not run", r.Scenario, r.Jobs, r.Faults)
+		}
+	}
+	if !rep.OK() {
+		t.Fatal("invariants violated (table above)")
+	}
+}
+
+func TestUnknownScenario(t *testing.T) {
+	if _, err := Run(context.Background(), Config{Scenarios: []string{"no-such"}}); err == nil || !strings.Contains(err.Error(), "unknown scenario") {
+		t.Fatalf("got %v, want an unknown scenario error", err)
+	}
+}
