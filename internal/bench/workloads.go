@@ -420,6 +420,7 @@ func runW6(ctx context.Context, e *Env) (*Result, error) {
 	total := int(float64(rate) * seconds)
 	var mu sync.Mutex
 	committed := map[string]time.Time{}
+	ackedAt := map[string]time.Time{}
 	startedAt := map[string]time.Time{}
 	ws := skiplock.NewWorkers()
 	allDone := make(chan struct{})
@@ -476,8 +477,10 @@ func runW6(ctx context.Context, e *Env) (*Result, error) {
 		if err := tx.Commit(ctx); err != nil {
 			return nil, err
 		}
+		acked := time.Now()
 		mu.Lock()
 		committed[res.ID] = at
+		ackedAt[res.ID] = acked
 		mu.Unlock()
 	}
 	tick.Stop()
@@ -488,15 +491,21 @@ func runW6(ctx context.Context, e *Env) (*Result, error) {
 	}
 	elapsed := time.Since(start)
 	stop()
-	var lat latencies
+	var lat, fromAck latencies
 	mu.Lock()
 	for id, c := range committed {
 		lat.add(startedAt[id].Sub(c))
+		fromAck.add(max(startedAt[id].Sub(ackedAt[id]), 0)) // a job may start before its producer hears the commit ack
 	}
 	mu.Unlock()
+	var ack Result
+	fromAck.fill(&ack)
 	r := &Result{Workload: "W6", N: total, Seconds: elapsed.Seconds(), JobsPerSec: float64(total) / elapsed.Seconds(), Settings: e.Settings + "; client defaults",
 		Target: "p50 ≤ 2 ms, p99 ≤ 5 ms", Verified: fmt.Sprintf("ok: %d jobs started once each", len(startedAt)),
-		Extra: map[string]any{"measured": "from Commit() called (includes the commit's disk sync) to handler start"}}
+		Extra: map[string]any{
+			"measured":                   "from Commit() called (includes the commit's disk sync) to handler start",
+			"from_commit_ack_p50_p95_p99": fmt.Sprintf("%.2f / %.2f / %.2f ms", ack.P50ms, ack.P95ms, ack.P99ms),
+		}}
 	lat.fill(r)
 	r.Met = boolp(r.P50ms <= 2 && r.P99ms <= 5)
 	return r, nil

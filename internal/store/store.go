@@ -154,6 +154,16 @@ func collect[T any](rows pgx.Rows, err error, scan func(pgx.Row) (*T, error)) ([
 // The statements reference the column so the planner cannot drop it.
 const notifyColumn = `(SELECT count(*) FROM (SELECT pg_notify($10, q) FROM unnest($11::text[]) AS q) AS n) AS notified`
 
+// asyncCommit makes the statement's own (autocommit) transaction commit without
+// waiting for its WAL to reach disk. Claims and heartbeats use it: they need no
+// durability of their own. A claim lost in a server crash leaves the job pending, so
+// it runs again — which at-least-once execution already allows — and the lost
+// token fences out whatever the first worker writes; a lost heartbeat only shortens
+// a lease. Every outcome, in contrast, commits synchronously, and since WAL is
+// flushed in order, a durable outcome implies its claim is durable too. This takes
+// one disk sync off the path from enqueue to handler start.
+const asyncCommit = `set_config('synchronous_commit', 'off', true) AS async`
+
 // finishUpdate is the fenced UPDATE that applies outcomes from the relation o (whose
 // ids are also $2, so "j.id = ANY($2)" gives the planner a primary-key index
 // condition instead of a join it may hash against a scan of the table):
@@ -242,7 +252,7 @@ FROM {{s}}.jobs j JOIN unnest($1::text[], $2::text[]) AS k(kind, key)
 	// The claim: lock up to $5 due pending jobs of one queue in index order, skipping
 	// rows other claimers hold, and lease them under a fresh token in the same statement.
 	"claim": `
-WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
+WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now, ` + asyncCommit + `),
 claimed AS (
   SELECT id FROM {{s}}.jobs
   WHERE status = 'pending' AND queue = $2 AND run_at <= (SELECT now FROM t)
@@ -258,18 +268,18 @@ SET status = 'running',
     worker_id = $3,
     updated_at = t.now
 FROM t
-WHERE j.id = ANY(ARRAY(SELECT id FROM claimed))
+WHERE j.id = ANY(ARRAY(SELECT id FROM claimed)) AND t.async IS NOT NULL
 RETURNING ` + prefixed("j"),
 
 	// Heartbeat renews every listed lease that is still held and unexpired. It never
 	// touches the token.
 	"heartbeat": `
-WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
+WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now, ` + asyncCommit + `)
 UPDATE {{s}}.jobs AS j
 SET lease_until = t.now + $4::bigint * interval '1 microsecond',
     updated_at = t.now
 FROM unnest($2::uuid[], $3::uuid[]) AS h(id, token), t
-WHERE j.id = ANY($2::uuid[]) AND j.id = h.id AND j.lease_token = h.token AND j.lease_until > t.now
+WHERE j.id = ANY($2::uuid[]) AND j.id = h.id AND j.lease_token = h.token AND j.lease_until > t.now AND t.async IS NOT NULL
 RETURNING j.id`,
 
 	// Finish applies many outcomes at once, each fenced by its lease token.
