@@ -132,7 +132,7 @@ SET published_at = CASE WHEN f.action = 'published' THEN t.now END,
     relay_until = NULL,
     relay_token = NULL
 FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[]) AS f(id, token, action, delay_us, error), t
-WHERE o.id = ANY($2::uuid[]) AND o.id = f.id AND o.relay_token = f.token AND o.published_at IS NULL AND o.dead_at IS NULL
+WHERE o.id = f.id AND o.relay_token = f.token AND o.published_at IS NULL AND o.dead_at IS NULL
 RETURNING o.id, CASE WHEN o.dead_at IS NOT NULL THEN 'dead' ELSE f.action END`,
 
 	"outbox_get": `SELECT ` + outboxColumns + ` FROM {{s}}.outbox WHERE id = $1`,
