@@ -70,3 +70,12 @@ func IsPermanent(err error) bool {
 
 // ErrClosed is returned by Publish after Close.
 var ErrClosed = errors.New("outbox: publisher closed")
+
+// FailAll sets every entry of errs to err and returns errs: for a Publisher whose
+// whole batch failed the same way (closed, cancelled).
+func FailAll(errs []error, err error) []error {
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}

@@ -150,18 +150,12 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 		return errs
 	}
 	if p.closed.Load() {
-		for i := range errs {
-			errs[i] = fmt.Errorf("kafkapub: %w", outbox.ErrClosed)
-		}
-		return errs
+		return outbox.FailAll(errs, fmt.Errorf("kafkapub: %w", outbox.ErrClosed))
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	if err := ctx.Err(); err != nil {
-		for i := range errs {
-			errs[i] = fmt.Errorf("kafkapub: publishing: %w", err)
-		}
-		return errs
+		return outbox.FailAll(errs, fmt.Errorf("kafkapub: publishing: %w", err))
 	}
 
 	var (

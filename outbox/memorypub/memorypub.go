@@ -48,13 +48,9 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 	hook := p.hook
 	switch {
 	case p.closed:
-		for i := range errs {
-			errs[i] = outbox.ErrClosed
-		}
+		outbox.FailAll(errs, outbox.ErrClosed)
 	case ctx.Err() != nil:
-		for i := range errs {
-			errs[i] = ctx.Err()
-		}
+		outbox.FailAll(errs, ctx.Err())
 	default:
 		grew := false
 		for i, m := range msgs {

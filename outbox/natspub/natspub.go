@@ -159,10 +159,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 		return errs
 	}
 	if p.closed.Load() {
-		for i := range errs {
-			errs[i] = fmt.Errorf("natspub: %w", outbox.ErrClosed)
-		}
-		return errs
+		return outbox.FailAll(errs, fmt.Errorf("natspub: %w", outbox.ErrClosed))
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()

@@ -231,10 +231,7 @@ func ParseSecrets(secrets []string) ([][]byte, error) {
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	errs := make([]error, len(msgs))
 	if p.closed.Load() {
-		for i := range errs {
-			errs[i] = fmt.Errorf("webhookpub: %w", outbox.ErrClosed)
-		}
-		return errs
+		return outbox.FailAll(errs, fmt.Errorf("webhookpub: %w", outbox.ErrClosed))
 	}
 	sem := make(chan struct{}, p.cfg.MaxConcurrency)
 	var wg sync.WaitGroup
