@@ -111,7 +111,10 @@ SELECT input.id FROM input ORDER BY input.ord`,
 	"outbox_claim_ordered": fmt.Sprintf(claimOutbox, orderedPredicate) + outboxPrefixed("o"),
 
 	// Finish applies a batch's outcomes in one statement, each fenced by its relay
-	// token: a relay whose lease was taken over changes nothing.
+	// token: a relay whose lease was taken over changes nothing. The CHECK
+	// outbox_token_only_unfinished makes a token match imply "unpublished and not
+	// dead"; saying so in the WHERE let the planner loop over the unpublished-events
+	// index once per outcome on a table without statistics (2.4k → 27k events/s).
 	//   published: published_at set, lease cleared.
 	//   retry:     due again after the delay, or dead once attempts are exhausted.
 	//   dead:      parked at once (permanent error, or the lease expired on the last attempt).
@@ -132,7 +135,7 @@ SET published_at = CASE WHEN f.action = 'published' THEN t.now END,
     relay_until = NULL,
     relay_token = NULL
 FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[]) AS f(id, token, action, delay_us, error), t
-WHERE o.id = f.id AND o.relay_token = f.token AND o.published_at IS NULL AND o.dead_at IS NULL
+WHERE o.id = f.id AND o.relay_token = f.token
 RETURNING o.id, CASE WHEN o.dead_at IS NOT NULL THEN 'dead' ELSE f.action END`,
 
 	"outbox_get": `SELECT ` + outboxColumns + ` FROM {{s}}.outbox WHERE id = $1`,

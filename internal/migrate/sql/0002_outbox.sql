@@ -29,3 +29,8 @@ CREATE TABLE {{schema}}.inbox (
 );
 
 CREATE INDEX inbox_processed_idx ON {{schema}}.inbox (processed_at);
+
+-- A relay token exists only on an event that is neither published nor dead, so the
+-- fenced mark can match on (id, relay_token) alone.
+ALTER TABLE {{schema}}.outbox ADD CONSTRAINT outbox_token_only_unfinished
+  CHECK (relay_token IS NULL OR (published_at IS NULL AND dead_at IS NULL));
