@@ -503,7 +503,7 @@ func runW6(ctx context.Context, e *Env) (*Result, error) {
 	r := &Result{Workload: "W6", N: total, Seconds: elapsed.Seconds(), JobsPerSec: float64(total) / elapsed.Seconds(), Settings: e.Settings + "; client defaults",
 		Target: "p50 ≤ 2 ms, p99 ≤ 5 ms", Verified: fmt.Sprintf("ok: %d jobs started once each", len(startedAt)),
 		Extra: map[string]any{
-			"measured":                   "from Commit() called (includes the commit's disk sync) to handler start",
+			"measured":                    "from Commit() called (includes the commit's disk sync) to handler start",
 			"from_commit_ack_p50_p95_p99": fmt.Sprintf("%.2f / %.2f / %.2f ms", ack.P50ms, ack.P95ms, ack.P99ms),
 		}}
 	lat.fill(r)

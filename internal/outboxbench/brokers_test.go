@@ -12,13 +12,13 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/skiplock/skiplock/internal/pgtest"
 	"github.com/skiplock/skiplock/outbox"
 	"github.com/skiplock/skiplock/outbox/amqppub"
 	"github.com/skiplock/skiplock/outbox/kafkapub"
 	"github.com/skiplock/skiplock/outbox/memorypub"
 	"github.com/skiplock/skiplock/outbox/natspub"
+	"github.com/twmb/franz-go/pkg/kfake"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
