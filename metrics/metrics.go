@@ -95,7 +95,7 @@ func (s *StatsCache) Get(ctx context.Context) (*skiplock.Stats, time.Duration, e
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// Host time paces the cache only; it never touches job state.
-	now := time.Now()
+	now := wallNow()
 	if s.last.IsZero() || now.Sub(s.last) >= s.interval {
 		ctx, cancel := context.WithTimeout(ctx, s.timeout)
 		st, err := s.c.StatsWith(ctx, s.opts)

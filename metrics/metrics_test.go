@@ -127,6 +127,6 @@ func TestCollectorHistogramsFromEvents(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("histograms saw %d runs and %d waits, want 3 each", runs, waits)
 		}
-		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
+		<-time.After(10 * time.Millisecond) // the condition's polling interval
 	}
 }

@@ -126,7 +126,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	h := &harness{cfg: cfg, log: cfg.Logger, rng: mrand.New(mrand.NewPCG(cfg.Seed, 0x5eed))}
 	report := &Report{Seed: cfg.Seed, Soak: cfg.Soak}
-	start := time.Now()
+	start := wallNow()
 	defer func() { report.Elapsed = time.Since(start) }()
 	if err := h.setup(ctx, selected); err != nil {
 		h.cleanup(false)
@@ -257,9 +257,9 @@ func (h *harness) runAll(ctx context.Context, selected []*scenario, report *Repo
 	}
 	// Rounds deal scenarios from a deck shuffled by the seed, so every scenario runs
 	// about equally often; each round's fault parameters are drawn too.
-	deadline := time.Now().Add(h.cfg.SoakDuration)
+	deadline := wallNow().Add(h.cfg.SoakDuration)
 	var deck []*scenario
-	for time.Now().Before(deadline) {
+	for wallNow().Before(deadline) {
 		if len(deck) == 0 {
 			deck = append(deck, selected...)
 			h.rng.Shuffle(len(deck), func(i, j int) { deck[i], deck[j] = deck[j], deck[i] })
@@ -343,7 +343,7 @@ type fault struct {
 func (r *round) mark(what string, start time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.faults = append(r.faults, fault{what: what, start: start, cleared: time.Now()})
+	r.faults = append(r.faults, fault{what: what, start: start, cleared: wallNow()})
 	r.log.Info("chaos: fault", "scenario", r.s.name, "fault", what, "took", time.Since(start).Round(time.Millisecond))
 }
 
@@ -382,13 +382,13 @@ func (h *harness) runRound(ctx context.Context, s *scenario, p params) (*Row, er
 	if s.broker {
 		consumerWG.Go(func() { h.consumer.consumeAMQP(consCtx, h.rabbit.url, r.schema) })
 	}
-	baselineFrom := time.Now().Add(time.Second)
+	baselineFrom := wallNow().Add(time.Second)
 	if err := pause(ctx, warmup); err != nil {
 		stopProd()
 		prodWG.Wait()
 		return nil, err
 	}
-	faultsFrom := time.Now()
+	faultsFrom := wallNow()
 	injectErr := s.inject(ctx, r)
 	if injectErr == nil {
 		// Keep producing a little after the last fault, so recovery is measured
@@ -578,7 +578,7 @@ func (r *round) stopAll() {
 // drain waits until every committed job is finished and every committed event is
 // published and consumed, polling the database.
 func (r *round) drain(ctx context.Context) (bool, error) {
-	deadline := time.Now().Add(drainTimeout)
+	deadline := wallNow().Add(drainTimeout)
 	q := ident.Quote(r.schema)
 	for {
 		var open, unconsumed int64
@@ -590,7 +590,7 @@ func (r *round) drain(ctx context.Context) (bool, error) {
 		if err == nil && open == 0 && unconsumed == 0 {
 			return true, nil
 		}
-		if time.Now().After(deadline) {
+		if wallNow().After(deadline) {
 			return false, nil
 		}
 		if err := pause(ctx, 200*time.Millisecond); err != nil {

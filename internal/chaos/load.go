@@ -259,7 +259,7 @@ func (c *consumer) process(ctx context.Context, id string) error {
 	c.mu.Lock()
 	if c.schema == schema {
 		if c.delivered[id] == 0 {
-			c.firstAt = append(c.firstAt, time.Now())
+			c.firstAt = append(c.firstAt, wallNow())
 		}
 		c.delivered[id]++
 	}

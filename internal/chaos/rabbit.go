@@ -147,8 +147,8 @@ func (n *rabbitNode) env() []string {
 // boot waits until the node accepts AMQP connections.
 func (n *rabbitNode) boot() {
 	defer close(n.ready)
-	deadline := time.Now().Add(3 * time.Minute)
-	for time.Now().Before(deadline) {
+	deadline := wallNow().Add(3 * time.Minute)
+	for wallNow().Before(deadline) {
 		select {
 		case <-n.exited:
 			n.err = fmt.Errorf("rabbitmq-server exited during startup (see %s)", filepath.Join(n.dir, "console.log"))

@@ -98,7 +98,7 @@ func (r *round) spread(n int, d time.Duration) []time.Duration {
 
 // atTimes calls fn at each offset from now (fault timing), in order.
 func atTimes(ctx context.Context, offsets []time.Duration, fn func(i int) error) error {
-	start := time.Now()
+	start := wallNow()
 	for i, off := range offsets {
 		if err := pause(ctx, time.Until(start.Add(off))); err != nil {
 			return err
@@ -116,14 +116,14 @@ func finishPhase(ctx context.Context, r *round, began time.Time) error {
 }
 
 func injectSigkill(ctx context.Context, r *round) error {
-	began := time.Now()
+	began := wallNow()
 	if err := atTimes(ctx, r.spread(max(r.p.faults, 2), r.p.faultPhase), func(int) error {
 		live := r.liveWorkers()
 		if len(live) == 0 {
 			return errors.New("no live worker to kill")
 		}
 		victim := live[r.rng.IntN(len(live))]
-		start := time.Now()
+		start := wallNow()
 		victim.kill()
 		_, err := r.startWorker(ctx, false)
 		r.mark("SIGKILL "+victim.name, start)
@@ -147,9 +147,9 @@ FROM pg_stat_activity WHERE application_name LIKE 'chaos-r%' AND pid <> pg_backe
 }
 
 func injectTerminate(ctx context.Context, r *round) error {
-	began := time.Now()
+	began := wallNow()
 	if err := atTimes(ctx, r.spread(r.p.faults, r.p.faultPhase), func(int) error {
-		start := time.Now()
+		start := wallNow()
 		n, err := r.terminateBackends(ctx)
 		if err != nil {
 			return err
@@ -166,13 +166,13 @@ func injectTerminate(ctx context.Context, r *round) error {
 }
 
 func injectRestart(ctx context.Context, r *round) error {
-	began := time.Now()
+	began := wallNow()
 	restarts := 1
 	if r.h.cfg.Soak {
 		restarts = 1 + r.rng.IntN(3)
 	}
 	if err := atTimes(ctx, r.spread(restarts, r.p.faultPhase-time.Second), func(int) error {
-		start := time.Now()
+		start := wallNow()
 		if err := r.h.cluster.Restart(ctx, pgcluster.Immediate); err != nil {
 			return fmt.Errorf("restarting PostgreSQL: %w", err)
 		}
@@ -185,9 +185,9 @@ func injectRestart(ctx context.Context, r *round) error {
 }
 
 func injectProxyDrop(ctx context.Context, r *round) error {
-	began := time.Now()
+	began := wallNow()
 	if err := atTimes(ctx, r.spread(r.p.faults, r.p.faultPhase), func(int) error {
-		start := time.Now()
+		start := wallNow()
 		n := r.h.proxy.DropAll()
 		r.mark(fmt.Sprintf("proxy dropped %d connections", n), start)
 		return nil
@@ -198,11 +198,11 @@ func injectProxyDrop(ctx context.Context, r *round) error {
 }
 
 func injectProxyStall(ctx context.Context, r *round) error {
-	began := time.Now()
+	began := wallNow()
 	if err := pause(ctx, time.Duration(r.rng.Int64N(int64(time.Second)))); err != nil {
 		return err
 	}
-	start := time.Now()
+	start := wallNow()
 	r.h.proxy.Stall()
 	err := pause(ctx, r.p.stall)
 	r.h.proxy.Resume()
@@ -217,7 +217,7 @@ func injectProxyStall(ctx context.Context, r *round) error {
 // claimed jobs, keeps it frozen past its lease (the others reclaim and finish its
 // jobs), then thaws it: its Complete calls must all come back ErrLeaseLost.
 func injectZombie(ctx context.Context, r *round) error {
-	began := time.Now()
+	began := wallNow()
 	var zombie *proc
 	for _, p := range r.liveWorkers() {
 		if strings.HasSuffix(p.name, "-zombie") {
@@ -236,7 +236,7 @@ func injectZombie(ctx context.Context, r *round) error {
 		if _, err := zombie.waitLine(ctx, "holding", 30*time.Second); err != nil {
 			return err
 		}
-		start := time.Now()
+		start := wallNow()
 		if err := zombie.signal(syscall.SIGSTOP); err != nil {
 			return err
 		}
@@ -277,7 +277,7 @@ func (r *round) startInProc(ctx context.Context, i int) (*inProcWorker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening %s's pool: %w", id, err)
 	}
-	ip := &inProcWorker{pool: pool, clock: skiplocktest.NewFakeClock(time.Now()), stopCh: make(chan struct{}), done: make(chan struct{})}
+	ip := &inProcWorker{pool: pool, clock: skiplocktest.NewFakeClock(wallNow()), stopCh: make(chan struct{}), done: make(chan struct{})}
 	go ip.tick()
 	w, err := newWorker(pool, r.schema, id, r.h.workerSpec(false), ip.clock, r.log)
 	if err == nil {
@@ -305,7 +305,7 @@ func (ip *inProcWorker) tick() {
 		case <-t.C:
 		}
 		ip.mu.Lock()
-		ip.clock.Set(time.Now().Add(ip.offset))
+		ip.clock.Set(wallNow().Add(ip.offset))
 		ip.mu.Unlock()
 	}
 }
@@ -314,7 +314,7 @@ func (ip *inProcWorker) jump(offset time.Duration) {
 	ip.mu.Lock()
 	defer ip.mu.Unlock()
 	ip.offset = offset
-	ip.clock.Set(time.Now().Add(offset))
+	ip.clock.Set(wallNow().Add(offset))
 }
 
 func (ip *inProcWorker) stop() {
@@ -333,7 +333,7 @@ func injectClockJump(ctx context.Context, r *round) error {
 	if len(r.inproc) < 2 {
 		return errors.New("clock-jump needs two in-process clients")
 	}
-	began := time.Now()
+	began := wallNow()
 	jumps := r.spread(max(r.p.faults, 2), r.p.faultPhase-2*time.Second)
 	if err := atTimes(ctx, jumps, func(i int) error {
 		fwd, back := r.inproc[0], r.inproc[1]
@@ -342,7 +342,7 @@ func injectClockJump(ctx context.Context, r *round) error {
 		}
 		ahead := leaseDuration*2 + time.Duration(r.rng.Int64N(int64(3*time.Second)))
 		behind := -(time.Minute + time.Duration(r.rng.Int64N(int64(time.Minute))))
-		start := time.Now()
+		start := wallNow()
 		fwd.jump(ahead)
 		back.jump(behind)
 		err := pause(ctx, 1500*time.Millisecond)
@@ -359,13 +359,13 @@ func injectClockJump(ctx context.Context, r *round) error {
 // injectIdleTx holds a transaction with an xid and a snapshot open, idle, so vacuum
 // cannot remove the dead rows every claim and completion leave behind.
 func injectIdleTx(ctx context.Context, r *round) error {
-	began := time.Now()
+	began := wallNow()
 	conn, err := r.h.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("acquiring the idle session: %w", err)
 	}
 	defer conn.Release()
-	start := time.Now()
+	start := wallNow()
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	if err != nil {
 		return fmt.Errorf("beginning the idle transaction: %w", err)
@@ -391,10 +391,10 @@ func injectIdleTx(ctx context.Context, r *round) error {
 // injectMigrators starts 10 migrator processes at once; each migrates the live
 // schema (nothing to do) and a fresh one (all of them race to create it).
 func injectMigrators(ctx context.Context, r *round) error {
-	began := time.Now()
+	began := wallNow()
 	fresh := r.schema + "_fresh"
 	defer r.h.pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+ident.Quote(fresh)+" CASCADE")
-	start := time.Now()
+	start := wallNow()
 	var ps []*proc
 	for i := 0; i < 10; i++ {
 		p, err := r.h.procs.spawn(childSpec{Role: "migrator", URL: r.h.cluster.URL, ID: fmt.Sprintf("r%02d-migrator-%d", r.h.round, i),
@@ -437,7 +437,7 @@ func injectMigrators(ctx context.Context, r *round) error {
 // batch were delivered but not marked: they must be delivered again, and they are the
 // only events allowed to be.
 func injectRelayKill(ctx context.Context, r *round) error {
-	began := time.Now()
+	began := wallNow()
 	kills := 0
 	for time.Since(began) < r.p.faultPhase && kills < r.p.faults+1 {
 		p, err := r.startRelay(ctx, 1+r.rng.IntN(3))
@@ -449,7 +449,7 @@ func injectRelayKill(ctx context.Context, r *round) error {
 			p.kill()
 			return err
 		}
-		start := time.Now()
+		start := wallNow()
 		p.kill()
 		ids := strings.Split(strings.TrimPrefix(line, "hold "), ",")
 		r.mu.Lock()
@@ -464,11 +464,11 @@ func injectRelayKill(ctx context.Context, r *round) error {
 }
 
 func injectBrokerRestart(ctx context.Context, r *round) error {
-	began := time.Now()
+	began := wallNow()
 	if err := pause(ctx, time.Duration(r.rng.Int64N(int64(time.Second)))); err != nil {
 		return err
 	}
-	start := time.Now()
+	start := wallNow()
 	if err := r.h.rabbit.ctl(ctx, "stop_app"); err != nil {
 		return err
 	}

@@ -219,7 +219,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
 	byID := make(map[string][]int, len(msgs))
 	returned := make(map[int]amqp.Return)
-	now := time.Now()
+	now := wallNow()
 	for i := range msgs {
 		m := &msgs[i]
 		key := m.Destination

@@ -119,7 +119,7 @@ var idSeq atomic.Uint64
 // check ids see a realistic one.
 func NewID() string {
 	n := idSeq.Add(1)
-	now := uint64(time.Now().UnixNano())
+	now := uint64(wallNow().UnixNano())
 	return fmt.Sprintf("%08x-%04x-4%03x-8%03x-%012x",
 		uint32(now>>32), uint16(now>>16), uint16(now)&0xfff, uint16(n>>48)&0xfff, n&0xffffffffffff)
 }
@@ -136,7 +136,7 @@ func NewMessage(dest string, i int) outbox.Message {
 		Destination:   dest,
 		Payload:       fmt.Appendf(nil, `{"id":%q,"n":%d,"note":"caf\u00e9 \"quoted\""}`, id, i),
 		Headers:       map[string]string{"x-trace-id": "trace-" + id, "x-tenant": "acme"},
-		CreatedAt:     time.Now().UTC().Truncate(time.Second),
+		CreatedAt:     wallNow().UTC().Truncate(time.Second),
 		Attempt:       1,
 	}
 }
@@ -185,7 +185,7 @@ func (s *suite) receiveIDs(t *testing.T, dest string, want []outbox.Message) map
 	for _, m := range want {
 		need[m.ID] = true
 	}
-	got := s.h.Receive(t, dest, time.Now().Add(s.h.Timeout), func(rs []Received) bool {
+	got := s.h.Receive(t, dest, wallNow().Add(s.h.Timeout), func(rs []Received) bool {
 		seen := 0
 		counted := make(map[string]bool, len(rs))
 		for _, r := range rs {

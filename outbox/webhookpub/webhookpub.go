@@ -286,7 +286,7 @@ func (p *Publisher) send(ctx context.Context, m *outbox.Message) error {
 	for k, v := range m.Headers {
 		req.Header.Set(k, v)
 	}
-	ts := time.Now().Unix()
+	ts := wallNow().Unix()
 	req.Header.Set("content-type", "application/json")
 	req.Header.Set("user-agent", p.cfg.UserAgent)
 	req.Header.Set(HeaderID, m.ID)
@@ -392,7 +392,7 @@ const DefaultTolerance = 5 * time.Minute
 // A receiver should also remember webhook-id values it has processed for longer
 // than the tolerance and ignore repeats: the sender delivers at least once.
 func Verify(secrets []string, header http.Header, body []byte, tolerance time.Duration) error {
-	return verifyAt(secrets, header, body, tolerance, time.Now())
+	return verifyAt(secrets, header, body, tolerance, wallNow())
 }
 
 func verifyAt(secrets []string, header http.Header, body []byte, tolerance time.Duration, now time.Time) error {
