@@ -687,10 +687,14 @@ func (r *runtime) flush(batch []*inflight) {
 		outs[i] = f.outcome
 	}
 	backoff := 50 * time.Millisecond
+	ambiguous := false // an earlier attempt failed: it may have committed all the same
 	for {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.bgCtx), 30*time.Second)
 		began := hostNow()
 		res, err := c.finish(ctx, outs)
+		if err == nil && ambiguous {
+			err = r.recognise(ctx, batch, res)
+		}
 		cancel()
 		if err == nil {
 			c.metrics.flushNanos.Add(int64(hostNow().Sub(began)))
@@ -705,6 +709,7 @@ func (r *runtime) flush(batch []*inflight) {
 			}
 			return
 		}
+		ambiguous = true
 		c.log.Warn("skiplock: writing job outcomes failed; retrying", "jobs", len(batch), "error", err, "retry_in", backoff)
 		if !sleep(r.bgCtx, jitter(backoff)) {
 			c.log.Error("skiplock: stopping with unwritten outcomes; their jobs will be reclaimed and run again", "jobs", len(batch))
@@ -715,6 +720,73 @@ func (r *runtime) flush(batch []*inflight) {
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
+}
+
+// recognise runs after a retried completion batch: an earlier attempt may have
+// committed before its connection failed, and then the retry — fenced by tokens the
+// first attempt cleared — changes nothing for those jobs. For each job the retry did
+// not change, it reads the row and adds it to res when the row is exactly what this
+// outcome writes (state, attempt count and, where written, the error), so the worker
+// reports the outcome it wrote instead of a lost lease. A job taken over by another
+// worker cannot match: a reclaim writes its own error, a new claim raises attempts.
+func (r *runtime) recognise(ctx context.Context, batch []*inflight, res map[string]string) error {
+	var missing []string
+	for _, f := range batch {
+		if _, ok := res[f.job.ID]; !ok {
+			missing = append(missing, f.job.ID)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	rows, err := r.c.store.Finished(ctx, r.c.pool, missing)
+	if err != nil {
+		return err
+	}
+	for _, f := range batch {
+		if _, ok := res[f.job.ID]; ok {
+			continue
+		}
+		row, found := rows[f.job.ID]
+		if st, ok := ownOutcome(f.outcome, f.job.Attempt, row, found, r.c.cfg.DeleteOnSuccess); ok {
+			res[f.job.ID] = st
+		}
+	}
+	return nil
+}
+
+// ownOutcome reports whether a job row (found or deleted) is what outcome o, written
+// for a claim at attempt, leaves behind, and the state it left.
+func ownOutcome(o store.Outcome, attempt int, row store.FinishedRow, found, deleteOnSuccess bool) (string, bool) {
+	if !found {
+		return store.StatusSucceeded, o.Action == store.ActionComplete && deleteOnSuccess
+	}
+	if row.Running {
+		return "", false
+	}
+	wantAttempts, wantErr := attempt, o.Error
+	var states []string
+	switch o.Action {
+	case store.ActionComplete:
+		states, wantErr = []string{store.StatusSucceeded}, row.LastError // a completion keeps the old error
+	case store.ActionFail:
+		states = []string{store.StatusFailed}
+	case store.ActionCancel:
+		states = []string{store.StatusCancelled}
+	case store.ActionSnooze:
+		states, wantAttempts, wantErr = []string{store.StatusPending}, attempt-1, row.LastError
+	case store.ActionRetry:
+		states = []string{store.StatusPending, store.StatusFailed}
+	}
+	if row.Attempts != wantAttempts || row.LastError != wantErr {
+		return "", false
+	}
+	for _, st := range states {
+		if row.Status == st {
+			return st, true
+		}
+	}
+	return "", false
 }
 
 // maintenanceService is a periodic task that one client at a time runs: each run is

@@ -331,6 +331,10 @@ RETURNING j.id, j.status::text`,
 
 	"get": `SELECT ` + jobColumns + ` FROM {{s}}.jobs WHERE id = $1`,
 
+	"finished": `
+SELECT id, status::text, attempts, coalesce(last_error, ''), lease_token IS NOT NULL
+FROM {{s}}.jobs WHERE id = ANY($1::uuid[])`,
+
 	// Keyset paging by id: ids are time-ordered, so pages come oldest first.
 	"list": `
 SELECT ` + jobColumns + ` FROM {{s}}.jobs
@@ -745,4 +749,31 @@ func (s *Store) SendNotify(ctx context.Context, db DBTX, n *Notify) error {
 	}
 	_, err := db.Exec(ctx, "SELECT pg_notify($1, q) FROM unnest($2::text[]) AS q", ch, qs)
 	return err
+}
+
+// FinishedRow is what Finished reads of a job.
+type FinishedRow struct {
+	Status    string
+	Attempts  int
+	LastError string
+	Running   bool // still leased
+}
+
+// Finished reads the state of the given jobs (absent ids were deleted).
+func (s *Store) Finished(ctx context.Context, db DBTX, ids []string) (map[string]FinishedRow, error) {
+	rows, err := db.Query(ctx, s.sql["finished"], ids)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[string]FinishedRow, len(ids))
+	for rows.Next() {
+		var id string
+		var r FinishedRow
+		if err := rows.Scan(&id, &r.Status, &r.Attempts, &r.LastError, &r.Running); err != nil {
+			return nil, err
+		}
+		out[id] = r
+	}
+	return out, rows.Err()
 }
