@@ -330,6 +330,10 @@ func (r *runtime) produce(p *producer) {
 	defer poll.Stop()
 	results := make(chan claimResult, claimConcurrency)
 	inFlight, empty := 0, false
+	// woken records a wake-up (NOTIFY) that arrived after the claims in flight began:
+	// their snapshot may predate the job it announces, so a short result from them
+	// must not put the producer to sleep.
+	woken := false
 	defer func() { // claims in flight still hand their jobs over
 		for ; inFlight > 0; inFlight-- {
 			<-results
@@ -366,10 +370,10 @@ func (r *runtime) produce(p *producer) {
 					continue
 				}
 				backoff = 100 * time.Millisecond
-				empty = empty || res.short
+				empty = empty || (res.short && !woken)
 			case <-p.slot:
 			case <-p.wake:
-				empty = false
+				empty, woken = false, true
 			case <-r.fetchCtx.Done():
 				return
 			}
@@ -379,6 +383,7 @@ func (r *runtime) produce(p *producer) {
 		p.active.Add(int32(n))
 		p.held.Add(int32(n))
 		inFlight++
+		woken = false
 		go func() { results <- r.claim(p, n) }()
 	}
 }
