@@ -185,15 +185,7 @@ func enqueueKind(e *env, c *skiplock.Client, kind string, n int) {
 func TestNotifyWakesProducerFast(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, skiplock.Config{})
-	ws := skiplock.NewWorkers()
-	e.must(ws.AddHandler("ping", func(ctx context.Context, job *skiplock.Job) error { return nil }, nil))
-	c := e.newClient(skiplock.Config{
-		Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 2}}, Workers: ws,
-		PollInterval: 5 * time.Second, Clock: realClock{},
-	})
-	events, unsub := c.Subscribe(skiplock.EventSucceeded)
-	defer unsub()
-	startClient(t, c)
+	c, events := startPingClient(e, 5*time.Second)
 	waitFor(t, 10*time.Second, "listener", func() bool {
 		return scalar[int64](e, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN \""+e.schema+"%'") == 1
 	})
@@ -214,6 +206,21 @@ func TestNotifyWakesProducerFast(t *testing.T) {
 	}
 }
 
+// startPingClient starts a client with a no-op "ping" worker on the host's clock and
+// returns it with a subscription to its successes.
+func startPingClient(e *env, poll time.Duration) (*skiplock.Client, <-chan *skiplock.Event) {
+	ws := skiplock.NewWorkers()
+	e.must(ws.AddHandler("ping", func(ctx context.Context, job *skiplock.Job) error { return nil }, nil))
+	c := e.newClient(skiplock.Config{
+		Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 2}}, Workers: ws,
+		PollInterval: poll, Clock: realClock{},
+	})
+	events, unsub := c.Subscribe(skiplock.EventSucceeded)
+	e.t.Cleanup(unsub)
+	startClient(e.t, c)
+	return c, events
+}
+
 // realClock is an injected clock that reads the host's time (so NOTIFY latency
 // tests do not depend on a frozen fake clock).
 type realClock struct{}
@@ -223,15 +230,7 @@ func (realClock) Now() time.Time { return time.Now() }
 func TestListenerKilledJobsStillFlow(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, skiplock.Config{})
-	ws := skiplock.NewWorkers()
-	e.must(ws.AddHandler("ping", func(ctx context.Context, job *skiplock.Job) error { return nil }, nil))
-	c := e.newClient(skiplock.Config{
-		Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 2}}, Workers: ws,
-		PollInterval: 100 * time.Millisecond, Clock: realClock{},
-	})
-	events, unsub := c.Subscribe(skiplock.EventSucceeded)
-	defer unsub()
-	startClient(t, c)
+	c, events := startPingClient(e, 100*time.Millisecond)
 	listenerPID := func() int64 {
 		var pid int64
 		err := e.pool.QueryRow(e.ctx, "SELECT coalesce(max(pid), 0) FROM pg_stat_activity WHERE query LIKE 'LISTEN \""+e.schema+"%'").Scan(&pid)

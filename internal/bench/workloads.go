@@ -208,18 +208,19 @@ func enqueueWorkload(ctx context.Context, e *Env, name string, total, conc int) 
 
 func runW1(ctx context.Context, e *Env) (*Result, error) {
 	r, err := enqueueWorkload(ctx, e, "W1", e.n(10000), 1)
-	if err == nil && e.b0one > 0 {
-		r.Limit, r.Ratio, r.Target = "B0(1 conn)", r.JobsPerSec/e.b0one, "≥ 0.8 × B0(1 conn)"
-		r.Met = boolp(r.Ratio >= 0.8)
-	}
-	return r, err
+	return judgeRatio(r, err, "B0(1 conn)", e.b0one, 0.8)
 }
 
 func runW2(ctx context.Context, e *Env) (*Result, error) {
 	r, err := enqueueWorkload(ctx, e, "W2", e.n(20000), 16)
-	if err == nil && e.b0many > 0 {
-		r.Limit, r.Ratio, r.Target = "B0(16 conns)", r.JobsPerSec/e.b0many, "≥ 0.7 × B0(16 conns)"
-		r.Met = boolp(r.Ratio >= 0.7)
+	return judgeRatio(r, err, "B0(16 conns)", e.b0many, 0.7)
+}
+
+// judgeRatio sets r's ratio to the baseline measured in the same run and its target.
+func judgeRatio(r *Result, err error, limit string, base, want float64) (*Result, error) {
+	if err == nil && base > 0 {
+		r.Limit, r.Ratio, r.Target = limit, r.JobsPerSec/base, fmt.Sprintf("≥ %.1f × %s", want, limit)
+		r.Met = boolp(r.Ratio >= want)
 	}
 	return r, err
 }

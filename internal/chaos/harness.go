@@ -508,7 +508,12 @@ func (r *round) startWorker(ctx context.Context, manual bool) (*proc, error) {
 	if manual {
 		id += "-zombie"
 	}
-	p, err := r.h.procs.spawn(childSpec{Role: "worker", URL: r.h.proxyURL, Schema: r.schema, ID: id, Worker: r.h.workerSpec(manual)})
+	return r.launch(ctx, childSpec{Role: "worker", URL: r.h.proxyURL, Schema: r.schema, ID: id, Worker: r.h.workerSpec(manual)}, &r.workers)
+}
+
+// launch starts a child process, waits for it to say "ready" and records it in list.
+func (r *round) launch(ctx context.Context, spec childSpec, list *[]*proc) (*proc, error) {
+	p, err := r.h.procs.spawn(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -517,7 +522,7 @@ func (r *round) startWorker(ctx context.Context, manual bool) (*proc, error) {
 		return nil, err
 	}
 	r.mu.Lock()
-	r.workers = append(r.workers, p)
+	*list = append(*list, p)
 	r.mu.Unlock()
 	return p, nil
 }
@@ -533,18 +538,7 @@ func (r *round) startRelay(ctx context.Context, holdAfter int) (*proc, error) {
 	} else {
 		spec.Relay.WebhookURL, spec.Relay.Secret = r.h.consumer.url, r.h.secret
 	}
-	p, err := r.h.procs.spawn(spec)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := p.waitLine(ctx, "ready", 30*time.Second); err != nil {
-		p.kill()
-		return nil, err
-	}
-	r.mu.Lock()
-	r.relays = append(r.relays, p)
-	r.mu.Unlock()
-	return p, nil
+	return r.launch(ctx, spec, &r.relays)
 }
 
 // liveWorkers returns the worker processes still running.
