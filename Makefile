@@ -28,9 +28,10 @@ bench: deps
 	$(GO) run ./cmd/skiplock bench
 
 ## chaos: the short fault-injection profile (under 5 minutes); soak: 30 minutes of
-## randomized faults from a printed seed (replay with: skiplock chaos --soak --seed N).
+## randomized faults from a printed seed (replay with: go run ./tools/chaos --soak --seed N).
+## The harness is a test rig in tools/, not part of the skiplock binary.
 chaos: deps
-	$(GO) run ./cmd/skiplock chaos
+	$(GO) run ./tools/chaos
 
 soak: deps
-	$(GO) run ./cmd/skiplock chaos --soak --duration 30m
+	$(GO) run ./tools/chaos --soak --duration 30m

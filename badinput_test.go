@@ -25,7 +25,7 @@ import (
 	"github.com/skiplock/skiplock/internal/migrate"
 	"github.com/skiplock/skiplock/internal/pgtest"
 	"github.com/skiplock/skiplock/outbox"
-	"github.com/skiplock/skiplock/outbox/memorypub"
+	"github.com/skiplock/skiplock/outbox/outboxtest/memorypub"
 	"github.com/skiplock/skiplock/outbox/webhookpub"
 )
 
@@ -83,7 +83,7 @@ func TestBadEnqueueOptionsNotCoveredElsewhere(t *testing.T) {
 func TestBadNamesInjectionEverywhere(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, skiplock.Config{})
-	w, err := outbox.NewWriter(outbox.WriterConfig{Schema: e.schema, Clock: e.clock})
+	ob, err := outbox.New(e.client, outbox.Config{})
 	e.must(err)
 	for i, bad := range injections {
 		// identifiers: refused with a typed error before any SQL runs
@@ -92,16 +92,10 @@ func TestBadNamesInjectionEverywhere(t *testing.T) {
 		_, err = skiplock.NewClient(e.pool, skiplock.Config{Schema: e.schema,
 			Queues: map[string]skiplock.QueueConfig{bad: {MaxWorkers: 1}}, Workers: skiplock.NewWorkers()})
 		requireInvalid(t, "queue in Config.Queues "+bad, err)
-		_, err = e.client.Claim(e.ctx, bad, 1)
+		_, err = e.client.Manual().Claim(e.ctx, bad, 1)
 		requireInvalid(t, "queue in Claim "+bad, err)
 		_, err = e.client.Enqueue(e.ctx, emailArgs{}, &skiplock.EnqueueOpts{Queue: bad})
 		requireInvalid(t, "queue in Enqueue "+bad, err)
-		_, err = outbox.NewWriter(outbox.WriterConfig{Schema: bad})
-		requireInvalid(t, "outbox writer schema "+bad, err)
-		_, err = outbox.NewRelay(e.pool, memorypub.New(), outbox.RelayConfig{Schema: bad})
-		requireInvalid(t, "relay schema "+bad, err)
-		_, err = outbox.Inbox{Schema: bad}.Claim(e.ctx, e.pool, "c", "id")
-		requireInvalid(t, "inbox schema "+bad, err)
 		if _, err := skiplock.MigrationSQL(bad); err == nil {
 			t.Errorf("MigrationSQL accepted schema %q", bad)
 		}
@@ -118,20 +112,20 @@ func TestBadNamesInjectionEverywhere(t *testing.T) {
 		if err := json.Unmarshal(j.Payload, &stored); err != nil || j.Kind != kind || j.DeduplicationKey != bad || stored["v"] != bad {
 			t.Errorf("job %d stored kind %q key %q", i, j.Kind, j.DeduplicationKey)
 		}
-		id, err := w.Write(e.ctx, e.pool, outbox.Event{AggregateType: bad, AggregateID: bad, EventType: bad, Destination: bad,
+		id, err := ob.Write(e.ctx, e.pool, outbox.Event{AggregateType: bad, AggregateID: bad, EventType: bad, Destination: bad,
 			Headers: map[string]string{"x-name": bad}, Payload: []byte(`{}`)})
 		e.must(err)
-		rec, err := outbox.Admin{Schema: e.schema}.Get(e.ctx, e.pool, id)
+		rec, err := ob.Admin().Get(e.ctx, e.pool, id)
 		e.must(err)
 		if rec.AggregateType != bad || rec.EventType != bad || rec.Destination != bad || rec.Headers["x-name"] != bad {
 			t.Errorf("event %d stored %+v", i, rec.Event)
 		}
-		first, err := outbox.Inbox{Schema: e.schema}.Claim(e.ctx, e.pool, bad, bad)
+		first, err := ob.Inbox().Claim(e.ctx, e.pool, bad, bad)
 		if err != nil || !first {
 			t.Errorf("inbox claim with consumer %q: %v, %v", bad, first, err)
 		}
 	}
-	_, err = outbox.Inbox{Schema: e.schema}.Claim(e.ctx, e.pool, strings.Repeat("c", outbox.MaxNameLen+1), "id")
+	_, err = ob.Inbox().Claim(e.ctx, e.pool, strings.Repeat("c", outbox.MaxNameLen+1), "id")
 	requireInvalid(t, "overlong inbox consumer", err)
 	if n := e.countJobs(); n != int64(len(injections)) {
 		t.Fatalf("%d jobs, want %d", n, len(injections))
@@ -222,7 +216,7 @@ func TestBadHandlerIgnoringContextIsFencedOut(t *testing.T) {
 		t.Fatal("handler never started")
 	}
 	e.clock.Advance(time.Minute) // the lease is long expired by the injected clock
-	rec, err := c.Reclaim(e.ctx)
+	rec, err := c.Manual().Reclaim(e.ctx)
 	e.must(err)
 	if rec.Requeued != 1 {
 		t.Fatalf("reclaim: %+v, want 1 requeued", rec)
@@ -238,7 +232,7 @@ func TestBadHandlerIgnoringContextIsFencedOut(t *testing.T) {
 		t.Fatalf("after the late return: %+v", got)
 	}
 	// The late success, replayed through the low-level API, is refused too.
-	if err := c.Complete(e.ctx, job); !errors.Is(err, skiplock.ErrLeaseLost) {
+	if err := c.Manual().Complete(e.ctx, job); !errors.Is(err, skiplock.ErrLeaseLost) {
 		t.Fatalf("late Complete: %v, want ErrLeaseLost", err)
 	}
 }
@@ -314,11 +308,17 @@ func (p *blockingPublisher) Publish(ctx context.Context, msgs []outbox.Message) 
 
 func (p *blockingPublisher) Close() error { return nil }
 
+// outbox returns the Outbox of the test's client.
+func (e *env) outbox() *outbox.Outbox {
+	e.t.Helper()
+	ob, err := outbox.New(e.client, outbox.Config{})
+	e.must(err)
+	return ob
+}
+
 func writeEvent(e *env) string {
 	e.t.Helper()
-	w, err := outbox.NewWriter(outbox.WriterConfig{Schema: e.schema, Clock: e.clock})
-	e.must(err)
-	id, err := w.Write(e.ctx, e.pool, outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "order.paid", Payload: []byte(`{}`)})
+	id, err := e.outbox().Write(e.ctx, e.pool, outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "order.paid", Payload: []byte(`{}`)})
 	e.must(err)
 	return id
 }
@@ -328,7 +328,7 @@ func TestBadPublisherHangingIsBoundedByTheLease(t *testing.T) {
 	e := newEnv(t, skiplock.Config{})
 	id := writeEvent(e)
 	pub := &blockingPublisher{entered: make(chan struct{}, 1)}
-	r, err := outbox.NewRelay(e.pool, pub, outbox.RelayConfig{Schema: e.schema, Clock: e.clock, LeaseDuration: 300 * time.Millisecond})
+	r, err := e.outbox().NewRelay(pub, outbox.RelayConfig{LeaseDuration: 300 * time.Millisecond})
 	e.must(err)
 	began := time.Now()
 	published, failed, err := r.RunOnce(e.ctx)
@@ -339,7 +339,7 @@ func TestBadPublisherHangingIsBoundedByTheLease(t *testing.T) {
 	if published != 0 || failed != 1 {
 		t.Fatalf("published %d failed %d, want 0 and 1", published, failed)
 	}
-	rec, err := outbox.Admin{Schema: e.schema}.Get(e.ctx, e.pool, id)
+	rec, err := e.outbox().Admin().Get(e.ctx, e.pool, id)
 	e.must(err)
 	if rec.PublishedAt != nil || rec.DeadAt != nil || rec.RelayUntil != nil || rec.Attempts != 1 ||
 		!rec.AvailableAt.After(e.clock.Now()) || !strings.Contains(rec.LastError, "deadline") {
@@ -355,7 +355,7 @@ func TestBadPublisherDeafIsFencedOut(t *testing.T) {
 	e := newEnv(t, skiplock.Config{})
 	id := writeEvent(e)
 	deaf := &blockingPublisher{deaf: true, release: make(chan struct{}), entered: make(chan struct{}, 1)}
-	hung, err := outbox.NewRelay(e.pool, deaf, outbox.RelayConfig{Schema: e.schema, Clock: e.clock, LeaseDuration: time.Second})
+	hung, err := e.outbox().NewRelay(deaf, outbox.RelayConfig{LeaseDuration: time.Second})
 	e.must(err)
 	type result struct {
 		published, failed int
@@ -373,7 +373,7 @@ func TestBadPublisherDeafIsFencedOut(t *testing.T) {
 	}
 	e.clock.Advance(time.Minute)
 	good := memorypub.New()
-	healthy, err := outbox.NewRelay(e.pool, good, outbox.RelayConfig{Schema: e.schema, Clock: e.clock})
+	healthy, err := e.outbox().NewRelay(good, outbox.RelayConfig{})
 	e.must(err)
 	if p, _, err := healthy.RunOnce(e.ctx); err != nil || p != 1 {
 		t.Fatalf("healthy relay: published %d, %v", p, err)
@@ -386,7 +386,7 @@ func TestBadPublisherDeafIsFencedOut(t *testing.T) {
 	if hung.Stats().LeaseLost != 1 {
 		t.Fatalf("hung relay stats %+v, want one lost lease", hung.Stats())
 	}
-	rec, err := outbox.Admin{Schema: e.schema}.Get(e.ctx, e.pool, id)
+	rec, err := e.outbox().Admin().Get(e.ctx, e.pool, id)
 	e.must(err)
 	if rec.PublishedAt == nil || rec.Attempts != 2 || good.Count() != 1 {
 		t.Fatalf("event %+v, healthy relay published %d", rec, good.Count())
@@ -428,7 +428,7 @@ func TestBadWebhookTargetsThroughTheRelay(t *testing.T) {
 			pub, err := webhookpub.New(webhookpub.Config{DefaultURL: srv.URL + tc.path, Secrets: []string{"s3cret"}, Timeout: 300 * time.Millisecond})
 			e.must(err)
 			defer pub.Close()
-			r, err := outbox.NewRelay(e.pool, pub, outbox.RelayConfig{Schema: e.schema, Clock: e.clock})
+			r, err := e.outbox().NewRelay(pub, outbox.RelayConfig{})
 			e.must(err)
 			began := time.Now()
 			published, failed, err := r.RunOnce(e.ctx)
@@ -436,7 +436,7 @@ func TestBadWebhookTargetsThroughTheRelay(t *testing.T) {
 			if published != 0 || failed != 1 || time.Since(began) > 5*time.Second {
 				t.Fatalf("published %d failed %d in %s", published, failed, time.Since(began))
 			}
-			rec, err := outbox.Admin{Schema: e.schema}.Get(e.ctx, e.pool, id)
+			rec, err := e.outbox().Admin().Get(e.ctx, e.pool, id)
 			e.must(err)
 			if rec.PublishedAt != nil || (rec.DeadAt != nil) != tc.dead || !strings.Contains(strings.ToLower(rec.LastError), tc.errorPart) {
 				t.Fatalf("event after %s: dead %v last_error %q published %v", tc.path, rec.DeadAt, rec.LastError, rec.PublishedAt)
@@ -460,7 +460,7 @@ func TestBadClosedPool(t *testing.T) {
 	if err == nil || errors.Is(err, skiplock.ErrInvalid) || !strings.Contains(err.Error(), "closed pool") || !strings.Contains(err.Error(), "enqueueing") {
 		t.Fatalf("enqueue on a closed pool: %v", err)
 	}
-	if _, err := c.Claim(ctx, skiplock.DefaultQueue, 1); err == nil || !strings.Contains(err.Error(), "closed pool") {
+	if _, err := c.Manual().Claim(ctx, skiplock.DefaultQueue, 1); err == nil || !strings.Contains(err.Error(), "closed pool") {
 		t.Fatalf("claim on a closed pool: %v", err)
 	}
 	if took := time.Since(began); took > 5*time.Second {
@@ -513,12 +513,12 @@ func TestBadDatabaseRefusesConnections(t *testing.T) {
 	if took := time.Since(began); took > 10*time.Second {
 		t.Fatalf("refused connections took %s to report", took)
 	}
-	if err := c.Start(ctx); err != nil {
-		t.Fatalf("Start does not need the database: %v", err)
+	// Start checks the schema, so an unreachable database is reported at once
+	// rather than by a worker that starts and silently does nothing.
+	if err := c.Start(ctx); !errors.As(err, &connErr) {
+		t.Fatalf("Start with an unreachable database: %v, want a *pgconn.ConnectError", err)
 	}
-	stopCtx, stopCancel := context.WithTimeout(ctx, 10*time.Second)
-	defer stopCancel()
-	if err := c.Stop(stopCtx); err != nil {
-		t.Fatalf("Stop with an unreachable database: %v", err)
+	if err := c.Stop(ctx); err != nil {
+		t.Fatalf("Stop on a client that never started: %v", err)
 	}
 }

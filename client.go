@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/hostclock"
 	"github.com/skiplock/skiplock/internal/ident"
 	"github.com/skiplock/skiplock/internal/store"
 )
@@ -46,14 +47,18 @@ type Config struct {
 	Schema string
 	// Queues this client works, by name, with their concurrency. Default none.
 	Queues map[string]QueueConfig
-	// Workers maps job kinds to handlers. Required when Queues is set.
+	// Workers maps job kinds to handlers. Required when Queues is set (NewClient
+	// refuses Queues without Workers).
 	Workers *Workers
 	// ID names this client in worker_id and logs. Default hostname-pid-random.
 	ID string
 	// Clock supplies time to every time-dependent statement. Default nil: the
 	// database's now().
 	Clock Clock
-	// Logger receives operational logs (never payloads). Default: discard.
+	// Logger receives operational logs (never payloads). Default: slog.Default()
+	// at level Warn and above, so failures are never silent while routine lines
+	// (started, stopped, maintenance runs) stay quiet. Repeating failures are logged
+	// once and then at most every 30s with a count of the repeats.
 	Logger *slog.Logger
 	// MaxPayloadBytes refuses larger payloads at enqueue. Default 1 MiB.
 	MaxPayloadBytes int
@@ -92,6 +97,13 @@ type Config struct {
 	// that ignores its context) stops being heartbeated: its lease expires, the job is
 	// reclaimed and retried elsewhere, and whatever it returns later is fenced out.
 	JobTimeout time.Duration
+	// ShutdownTimeout is how long running jobs may keep running once the context
+	// given to Start ends (a graceful stop, for example on SIGTERM): then their
+	// contexts are cancelled and their jobs go back to pending without spending an
+	// attempt. Default 20s, inside Kubernetes' default 30s grace period with room
+	// for the cancelled jobs' outcomes to be written. Stop(ctx) and
+	// StopAndCancel(ctx) take their deadline from their own ctx instead.
+	ShutdownTimeout time.Duration
 	// Middleware wraps every handler run, first = outermost. Default none.
 	Middleware []Middleware
 	// DeleteOnSuccess deletes a job the moment it succeeds (one fenced DELETE in the
@@ -121,7 +133,7 @@ func (c *Config) withDefaults() (Config, error) {
 		cfg.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
+		cfg.Logger = slog.New(minLevel{slog.Default().Handler(), slog.LevelWarn})
 	}
 	if cfg.MaxPayloadBytes == 0 {
 		cfg.MaxPayloadBytes = DefaultMaxPayload
@@ -150,6 +162,9 @@ func (c *Config) withDefaults() (Config, error) {
 	if cfg.ReclaimInterval == 0 {
 		cfg.ReclaimInterval = 15 * time.Second
 	}
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = 20 * time.Second
+	}
 	if cfg.RetryPolicy == nil {
 		cfg.RetryPolicy = DefaultRetryPolicy
 	}
@@ -157,26 +172,48 @@ func (c *Config) withDefaults() (Config, error) {
 		cfg.Workers = NewWorkers()
 	}
 	cfg.Retention = cfg.Retention.withDefaults()
+	if len(c.Queues) > 0 && c.Workers == nil {
+		return cfg, invalid("Config.Workers", "must be set when Queues is: every job of a worked queue needs a registered worker (skiplock.NewWorkers + AddWorker)")
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{
+		{"Config.CompletionBatchDelay", cfg.CompletionBatchDelay},
+		{"Config.ShutdownTimeout", cfg.ShutdownTimeout},
+		{"Config.Retention.PartitionLockTimeout", cfg.Retention.PartitionLockTimeout},
+	} {
+		if d.v < 0 {
+			return cfg, invalid(d.field, "%s is negative", d.v)
+		}
+	}
 	switch {
 	case cfg.MaxPayloadBytes < 0:
-		return cfg, invalid("config", "MaxPayloadBytes must be positive")
+		return cfg, invalid("Config.MaxPayloadBytes", "%d is negative", cfg.MaxPayloadBytes)
 	case cfg.LeaseDuration < time.Second:
-		return cfg, invalid("config", "LeaseDuration %s is below 1s; leases that short expire during ordinary pauses", cfg.LeaseDuration)
+		return cfg, invalid("Config.LeaseDuration", "%s is below 1s; leases that short expire during ordinary pauses", cfg.LeaseDuration)
 	case cfg.HeartbeatInterval <= 0 || cfg.HeartbeatInterval*2 > cfg.LeaseDuration:
-		return cfg, invalid("config", "HeartbeatInterval %s must be positive and at most LeaseDuration/2 (%s), so one missed beat does not lose the lease", cfg.HeartbeatInterval, cfg.LeaseDuration/2)
+		return cfg, invalid("Config.HeartbeatInterval", "%s must be positive and at most LeaseDuration/2 (%s), so one missed beat does not lose the lease", cfg.HeartbeatInterval, cfg.LeaseDuration/2)
 	case cfg.PollInterval < time.Millisecond:
-		return cfg, invalid("config", "PollInterval must be at least 1ms")
-	case cfg.CompletionBatchSize < 1 || cfg.FetchLimit < 1:
-		return cfg, invalid("config", "CompletionBatchSize and FetchLimit must be at least 1")
+		return cfg, invalid("Config.PollInterval", "%s is below 1ms", cfg.PollInterval)
+	case cfg.CompletionBatchSize < 1:
+		return cfg, invalid("Config.CompletionBatchSize", "%d is below 1", cfg.CompletionBatchSize)
+	case cfg.FetchLimit < 1:
+		return cfg, invalid("Config.FetchLimit", "%d is below 1", cfg.FetchLimit)
 	case cfg.JobTimeout < 0:
-		return cfg, invalid("config", "JobTimeout must not be negative")
+		return cfg, invalid("Config.JobTimeout", "%s is negative", cfg.JobTimeout)
+	case c.Retention.BatchSize < 0 || c.Retention.MaxBatches < 0:
+		return cfg, invalid("Config.Retention", "BatchSize and MaxBatches must not be negative")
 	}
 	for name, q := range cfg.Queues {
 		if err := ident.ValidateQueue(name); err != nil {
 			return cfg, invalid("queue", "%v", err)
 		}
 		if q.MaxWorkers < 1 {
-			return cfg, invalid("config", "queue %q: MaxWorkers must be at least 1", name)
+			return cfg, invalid("Config.Queues", "queue %q: MaxWorkers %d is below 1", name, q.MaxWorkers)
+		}
+		if q.PrefetchWindow < 0 {
+			return cfg, invalid("Config.Queues", "queue %q: PrefetchWindow %s is negative", name, q.PrefetchWindow)
 		}
 		if q.MaxPrefetch == 0 {
 			q.MaxPrefetch = 1000
@@ -192,13 +229,14 @@ func (c *Config) withDefaults() (Config, error) {
 // Client enqueues jobs, administers them, and — with Queues configured and Start
 // called — works them. It is safe for concurrent use.
 type Client struct {
-	pool    *pgxpool.Pool
-	cfg     Config
-	store   *store.Store
-	workers *Workers
-	log     *slog.Logger
-	channel string
-	metrics counters
+	pool     *pgxpool.Pool
+	cfg      Config
+	store    *store.Store
+	workers  *Workers
+	log      *slog.Logger
+	failures *failures
+	channel  string
+	metrics  counters
 
 	notifyMu   sync.Mutex
 	lastNotify map[string]time.Time
@@ -228,6 +266,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	c := &Client{
 		pool: pool, cfg: full, store: st, workers: full.Workers, log: full.Logger,
 		channel: Channel(full.Schema), lastNotify: map[string]time.Time{}, trailing: map[string]bool{},
+		failures: newFailures(full.Logger),
 	}
 	return c, nil
 }
@@ -241,6 +280,13 @@ func (c *Client) Schema() string { return c.cfg.Schema }
 // ID returns the client's worker id.
 func (c *Client) ID() string { return c.cfg.ID }
 
+// MaxPayloadBytes returns the payload limit the client enforces at enqueue (the
+// outbox applies the same to events).
+func (c *Client) MaxPayloadBytes() int { return c.cfg.MaxPayloadBytes }
+
+// Clock returns the client's clock; nil means the database's now().
+func (c *Client) Clock() Clock { return c.cfg.Clock }
+
 // Pool returns the client's pool.
 func (c *Client) Pool() *pgxpool.Pool { return c.pool }
 
@@ -251,7 +297,7 @@ func (c *Client) notifyQueues(queues []string) *store.Notify {
 	if c.cfg.NotifyCoalesce < 0 {
 		return &store.Notify{Channel: c.channel, Queues: queues}
 	}
-	now := hostNow()
+	now := hostclock.Now()
 	var send []string
 	c.notifyMu.Lock()
 	defer c.notifyMu.Unlock()
@@ -278,14 +324,11 @@ func (c *Client) notifyQueues(queues []string) *store.Notify {
 func (c *Client) sendTrailing(queue string) {
 	c.notifyMu.Lock()
 	c.trailing[queue] = false
-	c.lastNotify[queue] = hostNow()
+	c.lastNotify[queue] = hostclock.Now()
 	c.notifyMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	// NOTIFY makes its transaction take an xid, and so a commit record that a
-	// synchronous commit waits to flush; a wake-up needs no durability, so this one
-	// transaction commits asynchronously and costs no disk sync.
-	if _, err := c.pool.Exec(ctx, "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, $2)", c.channel, queue); err != nil {
+	if err := c.store.NotifyAsync(ctx, c.pool, c.channel, queue); err != nil {
 		c.log.Debug("trailing notify failed; polling will pick the jobs up", "queue", queue, "error", err)
 	}
 }
@@ -296,7 +339,7 @@ func (c *Client) Close() { c.bg.Wait() }
 
 // counters are the client's in-process totals (see Stats and the metrics package).
 type counters struct {
-	enqueued, succeeded, failed, retried, snoozed, cancelled, leaseLost, reclaimed atomic.Int64
+	inserted, succeeded, failed, retried, snoozed, cancelled, leaseLost, reclaimed atomic.Int64
 	claims, claimed, flushes, flushed                                              atomic.Int64
 	claimNanos, flushNanos                                                         atomic.Int64
 }
@@ -304,6 +347,10 @@ type counters struct {
 // ErrNotMigrated is matched by errors from a database whose schema lacks skiplock's
 // tables: run `skiplock migrate up` (or Migrate) first.
 var ErrNotMigrated = errors.New("skiplock: schema not migrated (run `skiplock migrate up`)")
+
+// ErrSchemaNewer is returned by Start when the schema was migrated by a newer
+// skiplock than this build: upgrade the build (or point it at another schema).
+var ErrSchemaNewer = errors.New("skiplock: schema is newer than this skiplock")
 
 // wrapPgError turns PostgreSQL errors a caller can act on into typed errors.
 func wrapPgError(err error) error {
@@ -318,4 +365,22 @@ func wrapPgError(err error) error {
 		return fmt.Errorf("%w: %v", ErrNotMigrated, err)
 	}
 	return err
+}
+
+// minLevel passes on only records at or above its level.
+type minLevel struct {
+	slog.Handler
+	level slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.level && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(as), h.level}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{h.Handler.WithGroup(name), h.level}
 }

@@ -10,16 +10,3 @@ import "time"
 type Clock interface {
 	Now() time.Time
 }
-
-// nowParam returns the statement parameter for c: nil selects the database's now().
-func nowParam(c Clock) *time.Time {
-	if c == nil {
-		return nil
-	}
-	t := c.Now()
-	return &t
-}
-
-// hostNow is the local monotonic time, used only for process-local pacing (notify
-// coalescing, rate figures) and coarse input sanity checks, never for job state.
-func hostNow() time.Time { return time.Now() }

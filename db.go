@@ -28,12 +28,24 @@ type SQLDB interface {
 
 // FromSQL adapts a database/sql handle opened with pgx's stdlib driver
 // (github.com/jackc/pgx/v5/stdlib, driver name "pgx") so it can be passed to EnqueueTx
-// and outbox.Write. With a *sql.Tx the job commits or rolls back with that transaction.
+// and Outbox.Write. With a *sql.Tx the job commits or rolls back with that transaction.
 func FromSQL(db SQLDB) DB { return sqlDB{db} }
 
 type sqlDB struct{ db SQLDB }
 
+// errNilSQL is what a FromSQL adapter around a nil handle answers, instead of the
+// panic database/sql would raise.
+func (s sqlDB) errNilSQL() error {
+	if isNil(s.db) {
+		return invalid("db", "FromSQL was given a nil database/sql handle")
+	}
+	return nil
+}
+
 func (s sqlDB) Exec(ctx context.Context, query string, args ...any) (pgconn.CommandTag, error) {
+	if err := s.errNilSQL(); err != nil {
+		return pgconn.CommandTag{}, err
+	}
 	res, err := s.db.ExecContext(ctx, query, args...)
 	if err != nil {
 		return pgconn.CommandTag{}, err
@@ -46,6 +58,9 @@ func (s sqlDB) Exec(ctx context.Context, query string, args ...any) (pgconn.Comm
 }
 
 func (s sqlDB) Query(ctx context.Context, query string, args ...any) (pgx.Rows, error) {
+	if err := s.errNilSQL(); err != nil {
+		return nil, err
+	}
 	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err

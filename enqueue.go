@@ -8,9 +8,11 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/skiplock/skiplock/internal/hostclock"
 	"github.com/skiplock/skiplock/internal/ident"
 	"github.com/skiplock/skiplock/internal/store"
 	"github.com/skiplock/skiplock/internal/uuidv7"
+	"github.com/skiplock/skiplock/internal/validate"
 )
 
 // Limits on enqueue input. Values outside them are refused with a *ValidationError.
@@ -46,7 +48,12 @@ type EnqueueOpts struct {
 	// kind's WorkerOpts.MaxAttempts, else 8.
 	MaxAttempts int
 	// DeduplicationKey, when set, makes (kind, key) unique: a second enqueue with the
-	// same pair inserts nothing and returns the id of the job holding the key.
+	// same pair inserts nothing and returns the id of the job holding the key. The key
+	// is held as long as that job's row exists — pending, running and also after it
+	// finished (succeeded, failed or cancelled) until retention deletes the row
+	// (RetentionConfig, 7 days by default) or JobDelete removes it; with
+	// Config.DeleteOnSuccess a success frees the key at once. At most MaxDedupKeyLen
+	// bytes of valid UTF-8.
 	DeduplicationKey string
 }
 
@@ -89,10 +96,25 @@ func (c *Client) EnqueueRawTx(ctx context.Context, tx DB, kind string, payload [
 	return res[0], nil
 }
 
+// EnqueueRaw inserts a job with an untyped JSON payload in its own transaction on
+// the client's pool.
+func (c *Client) EnqueueRaw(ctx context.Context, kind string, payload []byte, opts *EnqueueOpts) (EnqueueResult, error) {
+	return c.EnqueueRawTx(ctx, c.pool, kind, payload, opts)
+}
+
+// EnqueueMany inserts a batch in its own transaction on the client's pool, as
+// EnqueueManyTx does in the caller's.
+func (c *Client) EnqueueMany(ctx context.Context, jobs []EnqueueParams) ([]EnqueueResult, error) {
+	return c.EnqueueManyTx(ctx, c.pool, jobs)
+}
+
 // EnqueueManyTx inserts a batch in one statement (one round trip), with the same
 // validation and deduplication as EnqueueTx. Results are in input order. Either every
 // job is valid and the batch is written, or nothing is.
 func (c *Client) EnqueueManyTx(ctx context.Context, tx DB, jobs []EnqueueParams) ([]EnqueueResult, error) {
+	if err := checkDB(ctx, tx); err != nil {
+		return nil, err
+	}
 	if len(jobs) == 0 {
 		return nil, nil
 	}
@@ -113,7 +135,7 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx DB, jobs []EnqueueParams)
 			queues = append(queues, p.Queue)
 		}
 	}
-	now := nowParam(c.cfg.Clock)
+	now := store.NowParam(c.cfg.Clock)
 	var (
 		results []store.InsertResult
 		err     error
@@ -135,10 +157,14 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx DB, jobs []EnqueueParams)
 		return nil, fmt.Errorf("enqueueing %d job(s): %w", len(ps), wrapPgError(err))
 	}
 	out := make([]EnqueueResult, len(results))
+	inserted := 0
 	for i, r := range results {
 		out[i] = EnqueueResult{ID: r.ID, Duplicate: !r.Inserted}
+		if r.Inserted {
+			inserted++
+		}
 	}
-	c.metrics.enqueued.Add(int64(len(out)))
+	c.metrics.inserted.Add(int64(inserted))
 	return out, nil
 }
 
@@ -157,7 +183,7 @@ func (c *Client) copyInsert(ctx context.Context, copier store.Copier, tx DB, ps 
 		allNow = allNow && ps[i].RunAt == nil && ps[i].Delay == 0
 		allAbs = allAbs && ps[i].RunAt != nil
 	}
-	now := nowParam(c.cfg.Clock)
+	now := store.NowParam(c.cfg.Clock)
 	withRunAt := !allNow
 	if now != nil {
 		withRunAt = true
@@ -170,7 +196,7 @@ func (c *Client) copyInsert(ctx context.Context, copier store.Copier, tx DB, ps 
 	} else if !allNow && !allAbs {
 		return nil, false, nil // relative delays need the database's now(): use the statement path
 	}
-	stamp := hostNow()
+	stamp := hostclock.Now()
 	ids := make([][16]byte, len(ps))
 	out = make([]EnqueueResult, len(ps))
 	for i := range ids {
@@ -183,7 +209,7 @@ func (c *Client) copyInsert(ctx context.Context, copier store.Copier, tx DB, ps 
 	if err := c.store.SendNotify(ctx, tx, notify); err != nil {
 		return nil, true, fmt.Errorf("notifying after COPY: %w", err)
 	}
-	c.metrics.enqueued.Add(int64(len(out)))
+	c.metrics.inserted.Add(int64(len(out)))
 	return out, true, nil
 }
 
@@ -232,7 +258,7 @@ func (c *Client) insertParams(j *EnqueueParams) (store.InsertParams, error) {
 		return store.InsertParams{}, invalid("delay", "%s is outside 0..%s", o.Delay, MaxSchedule)
 	}
 	if !o.RunAt.IsZero() {
-		ref := hostNow()
+		ref := hostclock.Now()
 		if c.cfg.Clock != nil {
 			ref = c.cfg.Clock.Now()
 		}
@@ -253,18 +279,8 @@ func (c *Client) insertParams(j *EnqueueParams) (store.InsertParams, error) {
 }
 
 func validateKind(kind string) error {
-	switch {
-	case kind == "":
-		return invalid("kind", "must not be empty")
-	case len(kind) > MaxKindLen:
-		return invalid("kind", "longer than %d bytes", MaxKindLen)
-	case !utf8.ValidString(kind):
-		return invalid("kind", "not valid UTF-8")
-	}
-	for _, r := range kind {
-		if r < 0x20 || r == 0x7f {
-			return invalid("kind", "contains a control character")
-		}
+	if reason := validate.Name(kind, MaxKindLen, false); reason != "" {
+		return invalid("kind", "%s", reason)
 	}
 	return nil
 }

@@ -1,8 +1,10 @@
 package skiplock
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 )
 
@@ -31,6 +33,11 @@ func (e *ValidationError) Error() string {
 
 // Is makes errors.Is(err, ErrInvalid) true.
 func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
+
+// ErrJobState is matched by errors from admin verbs (JobRetry, JobCancel, JobDelete)
+// on a job that exists but is in a state the verb does not apply to; the message says
+// which state it is in and which states the verb needs.
+var ErrJobState = errors.New("skiplock: job is in the wrong state")
 
 func invalid(field, format string, args ...any) error {
 	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
@@ -80,3 +87,31 @@ func (e *CancelError) Unwrap() error { return e.Err }
 
 // Cancel returns an error that moves the job to 'cancelled' with err as its last_error.
 func Cancel(err error) error { return &CancelError{Err: err} }
+
+// isNil reports whether v is nil or a typed nil (a nil pointer, map, slice, func or
+// channel inside an interface), which would panic on first use.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
+}
+
+// checkDB refuses a nil context and a nil or typed-nil DB (including FromSQL of a
+// nil handle) with a *ValidationError instead of a panic deep inside pgx.
+func checkDB(ctx context.Context, db DB) error {
+	if ctx == nil {
+		return invalid("ctx", "must not be nil")
+	}
+	if s, ok := db.(sqlDB); ok {
+		return s.errNilSQL()
+	}
+	if isNil(db) {
+		return invalid("db", "must not be nil: pass the pgx.Tx, *pgx.Conn or *pgxpool.Pool to write through (or FromSQL(tx))")
+	}
+	return nil
+}

@@ -96,6 +96,9 @@ type ctxKey struct{}
 
 // JobFromContext returns the job a handler's context belongs to, or nil.
 func JobFromContext(ctx context.Context) *Job {
+	if ctx == nil {
+		return nil
+	}
 	j, _ := ctx.Value(ctxKey{}).(*Job)
 	return j
 }

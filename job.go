@@ -2,6 +2,7 @@ package skiplock
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/skiplock/skiplock/internal/store"
@@ -12,34 +13,34 @@ type JobState string
 
 // The job states.
 const (
-	StatePending   JobState = store.StatusPending   // waiting for run_at, then claimable
-	StateRunning   JobState = store.StatusRunning   // claimed under a lease
-	StateSucceeded JobState = store.StatusSucceeded // handler returned nil
-	StateFailed    JobState = store.StatusFailed    // permanent error or attempts exhausted
-	StateCancelled JobState = store.StatusCancelled // Cancel(err) or an operator
+	StatePending   JobState = "pending"   // waiting for run_at, then claimable
+	StateRunning   JobState = "running"   // claimed under a lease
+	StateSucceeded JobState = "succeeded" // handler returned nil
+	StateFailed    JobState = "failed"    // permanent error or attempts exhausted
+	StateCancelled JobState = "cancelled" // Cancel(err) or an operator
 )
 
 // Job is a job row as a worker or an operator sees it.
 type Job struct {
-	ID       string
-	Queue    string
-	Kind     string
-	Payload  json.RawMessage
-	State    JobState
-	Priority int
-	RunAt    time.Time
+	ID       string          `json:"id"`
+	Queue    string          `json:"queue"`
+	Kind     string          `json:"kind"`
+	Payload  json.RawMessage `json:"payload,omitempty"`
+	State    JobState        `json:"state"`
+	Priority int             `json:"priority"`
+	RunAt    time.Time       `json:"run_at"`
 	// Attempt counts claims: 1 during the first run.
-	Attempt     int
-	MaxAttempts int
+	Attempt     int `json:"attempt"`
+	MaxAttempts int `json:"max_attempts"`
 	// LeaseToken is the fencing token of the current claim; every write that finishes
 	// the job must present it. Empty unless running.
-	LeaseToken       string
-	LeaseUntil       time.Time
-	WorkerID         string
-	DeduplicationKey string
-	LastError        string
-	CreatedAt        time.Time
-	UpdatedAt        time.Time
+	LeaseToken       string    `json:"lease_token,omitempty"`
+	LeaseUntil       time.Time `json:"lease_until,omitzero"`
+	WorkerID         string    `json:"worker_id,omitempty"`
+	DeduplicationKey string    `json:"deduplication_key,omitempty"`
+	LastError        string    `json:"last_error,omitempty"`
+	CreatedAt        time.Time `json:"created_at"`
+	UpdatedAt        time.Time `json:"updated_at"`
 }
 
 // IdempotencyKey is stable across every attempt of this job: pass it to external APIs
@@ -80,3 +81,21 @@ func fromRows(rs []*store.Job) []*Job {
 }
 
 func (j *Job) lease() store.Lease { return store.Lease{ID: j.ID, Token: j.LeaseToken} }
+
+// JobStates lists every job state, in lifecycle order.
+var JobStates = []JobState{StatePending, StateRunning, StateSucceeded, StateFailed, StateCancelled}
+
+// ParseJobState returns the state named s, or an ErrInvalid error that lists the
+// valid names.
+func ParseJobState(s string) (JobState, error) {
+	for _, st := range JobStates {
+		if string(st) == s {
+			return st, nil
+		}
+	}
+	names := make([]string, len(JobStates))
+	for i, st := range JobStates {
+		names[i] = string(st)
+	}
+	return "", invalid("state", "unknown state %q (valid: %s)", s, strings.Join(names, ", "))
+}

@@ -36,7 +36,7 @@ func enqueueN(e *env, n int, opts *skiplock.EnqueueOpts) []string {
 
 func claimOne(e *env, c *skiplock.Client) *skiplock.Job {
 	e.t.Helper()
-	jobs, err := c.Claim(e.ctx, skiplock.DefaultQueue, 1)
+	jobs, err := c.Manual().Claim(e.ctx, skiplock.DefaultQueue, 1)
 	e.must(err)
 	if len(jobs) != 1 {
 		e.t.Fatalf("claimed %d jobs, want 1", len(jobs))
@@ -60,13 +60,13 @@ func TestLeaseLossScenario(t *testing.T) {
 	// 2. the clock moves past the lease
 	e.clock.Advance(31 * time.Second)
 	// 3. the reclaimer returns the job to the queue
-	res, err := e.client.Reclaim(e.ctx)
+	res, err := e.client.Manual().Reclaim(e.ctx)
 	e.must(err)
 	if res.Requeued != 1 {
 		t.Fatalf("reclaim: %+v, want 1 requeued", res)
 	}
 	// the reclaimer applies the retry backoff: the job is not due yet
-	if jobs, _ := b.Claim(e.ctx, skiplock.DefaultQueue, 1); len(jobs) != 0 {
+	if jobs, _ := b.Manual().Claim(e.ctx, skiplock.DefaultQueue, 1); len(jobs) != 0 {
 		t.Fatal("reclaimed job was claimable before its backoff elapsed")
 	}
 	e.clock.Advance(time.Hour)
@@ -76,7 +76,7 @@ func TestLeaseLossScenario(t *testing.T) {
 		t.Fatalf("claim B: %+v (A had %s)", jobB, jobA.LeaseToken)
 	}
 	// 5. a completion with T1 changes zero rows
-	if err := e.client.Complete(e.ctx, jobA); !errors.Is(err, skiplock.ErrLeaseLost) {
+	if err := e.client.Manual().Complete(e.ctx, jobA); !errors.Is(err, skiplock.ErrLeaseLost) {
 		t.Fatalf("complete with T1: %v, want ErrLeaseLost", err)
 	}
 	got, err := e.client.JobGet(e.ctx, jobA.ID)
@@ -85,7 +85,7 @@ func TestLeaseLossScenario(t *testing.T) {
 		t.Fatalf("after stale completion: state %s token %s", got.State, got.LeaseToken)
 	}
 	// 6. a completion with T2 finishes the job
-	e.must(b.Complete(e.ctx, jobB))
+	e.must(b.Manual().Complete(e.ctx, jobB))
 	got, err = e.client.JobGet(e.ctx, jobA.ID)
 	e.must(err)
 	if got.State != skiplock.StateSucceeded || got.LeaseToken != "" {
@@ -107,13 +107,13 @@ func TestClaimSkipsLockedRow(t *testing.T) {
 	if locked != ids[0] {
 		t.Fatalf("locked %s, want the first job %s", locked, ids[0])
 	}
-	jobs, err := e.client.Claim(e.ctx, skiplock.DefaultQueue, 2)
+	jobs, err := e.client.Manual().Claim(e.ctx, skiplock.DefaultQueue, 2)
 	e.must(err)
 	if len(jobs) != 1 || jobs[0].ID != ids[1] {
 		t.Fatalf("claim took %v, want only %s", jobs, ids[1])
 	}
 	e.must(tx.Rollback(e.ctx))
-	jobs, err = e.client.Claim(e.ctx, skiplock.DefaultQueue, 2)
+	jobs, err = e.client.Manual().Claim(e.ctx, skiplock.DefaultQueue, 2)
 	e.must(err)
 	if len(jobs) != 1 || jobs[0].ID != ids[0] {
 		t.Fatalf("after unlock claim took %v, want %s", jobs, ids[0])
@@ -135,7 +135,7 @@ func TestConcurrentClaimsTakeEachJobOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for {
-				jobs, err := c.Claim(e.ctx, skiplock.DefaultQueue, 7)
+				jobs, err := c.Manual().Claim(e.ctx, skiplock.DefaultQueue, 7)
 				if err != nil {
 					errs <- err
 					return
@@ -182,7 +182,7 @@ func TestClaimOrderAndQueues(t *testing.T) {
 	e.must(err)
 	_, err = e.client.Enqueue(e.ctx, otherArgs{5}, &skiplock.EnqueueOpts{Delay: time.Minute})
 	e.must(err)
-	jobs, err := e.client.Claim(e.ctx, skiplock.DefaultQueue, 10)
+	jobs, err := e.client.Manual().Claim(e.ctx, skiplock.DefaultQueue, 10)
 	e.must(err)
 	var got []string
 	for _, j := range jobs {
@@ -193,7 +193,7 @@ func TestClaimOrderAndQueues(t *testing.T) {
 		t.Fatalf("claim order %v, want %v (delayed job and other queue excluded)", got, want)
 	}
 	e.clock.Advance(time.Minute)
-	jobs, err = e.client.Claim(e.ctx, skiplock.DefaultQueue, 10)
+	jobs, err = e.client.Manual().Claim(e.ctx, skiplock.DefaultQueue, 10)
 	e.must(err)
 	if len(jobs) != 1 {
 		t.Fatalf("after the delay: %d jobs, want 1", len(jobs))
@@ -208,7 +208,7 @@ func TestHeartbeatKeepsTokenAndFencing(t *testing.T) {
 	job := claimOne(e, e.client)
 
 	e.clock.Advance(20 * time.Second)
-	lost, err := e.client.Heartbeat(e.ctx, job)
+	lost, err := e.client.Manual().Heartbeat(e.ctx, job)
 	e.must(err)
 	if len(lost) != 0 {
 		t.Fatal("heartbeat within the lease lost it")
@@ -223,7 +223,7 @@ func TestHeartbeatKeepsTokenAndFencing(t *testing.T) {
 	}
 	// past the renewed lease: the heartbeat must fail even though nobody reclaimed yet
 	e.clock.Advance(31 * time.Second)
-	lost, err = e.client.Heartbeat(e.ctx, job)
+	lost, err = e.client.Manual().Heartbeat(e.ctx, job)
 	e.must(err)
 	if len(lost) != 1 {
 		t.Fatal("heartbeat after expiry renewed the lease")
@@ -231,16 +231,16 @@ func TestHeartbeatKeepsTokenAndFencing(t *testing.T) {
 	// a completion with an old token changes nothing
 	stale := *job
 	stale.LeaseToken = "00000000-0000-4000-8000-000000000000"
-	if err := e.client.Complete(e.ctx, &stale); !errors.Is(err, skiplock.ErrLeaseLost) {
+	if err := e.client.Manual().Complete(e.ctx, &stale); !errors.Is(err, skiplock.ErrLeaseLost) {
 		t.Fatalf("complete with a wrong token: %v", err)
 	}
-	if _, err := e.client.Retry(e.ctx, &stale, errors.New("x"), 0); !errors.Is(err, skiplock.ErrLeaseLost) {
+	if _, err := e.client.Manual().Retry(e.ctx, &stale, errors.New("x"), 0); !errors.Is(err, skiplock.ErrLeaseLost) {
 		t.Fatalf("retry with a wrong token: %v", err)
 	}
 	for _, f := range []func() error{
-		func() error { return e.client.Fail(e.ctx, &stale, errors.New("x")) },
-		func() error { return e.client.Snooze(e.ctx, &stale, time.Second) },
-		func() error { return e.client.Cancel(e.ctx, &stale, nil) },
+		func() error { return e.client.Manual().Fail(e.ctx, &stale, errors.New("x")) },
+		func() error { return e.client.Manual().Snooze(e.ctx, &stale, time.Second) },
+		func() error { return e.client.Manual().Cancel(e.ctx, &stale, nil) },
 	} {
 		if err := f(); !errors.Is(err, skiplock.ErrLeaseLost) {
 			t.Fatalf("fenced write with a wrong token: %v", err)
@@ -267,7 +267,7 @@ func TestReclaimerBackoffAndExhaustion(t *testing.T) {
 		}
 		e.clock.Advance(31 * time.Second)
 		reclaimedAt := e.clock.Now()
-		res, err := e.client.Reclaim(e.ctx)
+		res, err := e.client.Manual().Reclaim(e.ctx)
 		e.must(err)
 		got, err := e.client.JobGet(e.ctx, job.ID)
 		e.must(err)
@@ -295,19 +295,19 @@ func TestReclaimSparesHeartbeatedJobs(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, skiplock.Config{LeaseDuration: 30 * time.Second})
 	enqueueN(e, 2, nil)
-	jobs, err := e.client.Claim(e.ctx, skiplock.DefaultQueue, 2)
+	jobs, err := e.client.Manual().Claim(e.ctx, skiplock.DefaultQueue, 2)
 	e.must(err)
 	e.clock.Advance(25 * time.Second)
-	_, err = e.client.Heartbeat(e.ctx, jobs[0])
+	_, err = e.client.Manual().Heartbeat(e.ctx, jobs[0])
 	e.must(err)
 	e.clock.Advance(10 * time.Second)
-	res, err := e.client.Reclaim(e.ctx)
+	res, err := e.client.Manual().Reclaim(e.ctx)
 	e.must(err)
 	if res.Requeued != 1 {
 		t.Fatalf("reclaimed %+v, want only the silent job", res)
 	}
-	e.must(e.client.Complete(e.ctx, jobs[0]))
-	if err := e.client.Complete(e.ctx, jobs[1]); !errors.Is(err, skiplock.ErrLeaseLost) {
+	e.must(e.client.Manual().Complete(e.ctx, jobs[0]))
+	if err := e.client.Manual().Complete(e.ctx, jobs[1]); !errors.Is(err, skiplock.ErrLeaseLost) {
 		t.Fatalf("reclaimed job's completion: %v", err)
 	}
 }
@@ -316,18 +316,18 @@ func TestOutcomes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, skiplock.Config{})
 	enqueueN(e, 5, &skiplock.EnqueueOpts{MaxAttempts: 2})
-	jobs, err := e.client.Claim(e.ctx, skiplock.DefaultQueue, 5)
+	jobs, err := e.client.Manual().Claim(e.ctx, skiplock.DefaultQueue, 5)
 	e.must(err)
 
-	e.must(e.client.Complete(e.ctx, jobs[0]))
-	st, err := e.client.Retry(e.ctx, jobs[1], errors.New("flaky"), time.Minute)
+	e.must(e.client.Manual().Complete(e.ctx, jobs[0]))
+	st, err := e.client.Manual().Retry(e.ctx, jobs[1], errors.New("flaky"), time.Minute)
 	e.must(err)
 	if st != skiplock.StatePending {
 		t.Fatalf("retry → %s", st)
 	}
-	e.must(e.client.Fail(e.ctx, jobs[2], errors.New("bad payload")))
-	e.must(e.client.Snooze(e.ctx, jobs[3], 5*time.Minute))
-	e.must(e.client.Cancel(e.ctx, jobs[4], errors.New("not needed")))
+	e.must(e.client.Manual().Fail(e.ctx, jobs[2], errors.New("bad payload")))
+	e.must(e.client.Manual().Snooze(e.ctx, jobs[3], 5*time.Minute))
+	e.must(e.client.Manual().Cancel(e.ctx, jobs[4], errors.New("not needed")))
 
 	check := func(j *skiplock.Job, state skiplock.JobState, attempts int, runAt time.Time, lastErr string) {
 		t.Helper()
@@ -350,7 +350,7 @@ func TestOutcomes(t *testing.T) {
 	if again.ID != jobs[1].ID || again.Attempt != 2 {
 		t.Fatalf("claimed %s attempt %d", again.ID, again.Attempt)
 	}
-	st, err = e.client.Retry(e.ctx, again, errors.New("still flaky"), time.Minute)
+	st, err = e.client.Manual().Retry(e.ctx, again, errors.New("still flaky"), time.Minute)
 	e.must(err)
 	if st != skiplock.StateFailed {
 		t.Fatalf("retry at max attempts → %s, want failed", st)
@@ -362,7 +362,7 @@ func TestOutcomes(t *testing.T) {
 	if j.State != skiplock.StatePending || j.MaxAttempts != 3 || !j.RunAt.Equal(e.clock.Now()) {
 		t.Fatalf("manual retry: %+v", j)
 	}
-	if _, err := e.client.JobRetry(e.ctx, jobs[0].ID); !errors.Is(err, skiplock.ErrNotFound) {
+	if _, err := e.client.JobRetry(e.ctx, jobs[0].ID); !errors.Is(err, skiplock.ErrJobState) {
 		t.Fatalf("retrying a succeeded job: %v", err)
 	}
 	failed, err := e.client.JobList(e.ctx, skiplock.ListParams{States: []skiplock.JobState{skiplock.StateFailed}})
@@ -377,7 +377,7 @@ func TestAdminCancelRunningFencesWorker(t *testing.T) {
 	e := newEnv(t, skiplock.Config{})
 	enqueueN(e, 1, nil)
 	job := claimOne(e, e.client)
-	if _, err := e.client.JobDelete(e.ctx, job.ID); !errors.Is(err, skiplock.ErrNotFound) {
+	if _, err := e.client.JobDelete(e.ctx, job.ID); !errors.Is(err, skiplock.ErrJobState) {
 		t.Fatalf("deleting a running job: %v", err)
 	}
 	c, err := e.client.JobCancel(e.ctx, job.ID, "operator says stop")
@@ -385,10 +385,10 @@ func TestAdminCancelRunningFencesWorker(t *testing.T) {
 	if c.State != skiplock.StateCancelled {
 		t.Fatalf("cancel: %s", c.State)
 	}
-	if lost, _ := e.client.Heartbeat(e.ctx, job); len(lost) != 1 {
+	if lost, _ := e.client.Manual().Heartbeat(e.ctx, job); len(lost) != 1 {
 		t.Fatal("the worker kept its lease after an operator cancel")
 	}
-	if err := e.client.Complete(e.ctx, job); !errors.Is(err, skiplock.ErrLeaseLost) {
+	if err := e.client.Manual().Complete(e.ctx, job); !errors.Is(err, skiplock.ErrLeaseLost) {
 		t.Fatalf("complete after cancel: %v", err)
 	}
 	if _, err := e.client.JobDelete(e.ctx, job.ID); err != nil {
@@ -452,15 +452,15 @@ func TestClaimUsesReadyIndex(t *testing.T) {
 func TestClaimValidation(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, skiplock.Config{})
-	if _, err := e.client.Claim(e.ctx, `a"; DROP SCHEMA public CASCADE; --`, 1); !errors.Is(err, skiplock.ErrInvalid) {
+	if _, err := e.client.Manual().Claim(e.ctx, `a"; DROP SCHEMA public CASCADE; --`, 1); !errors.Is(err, skiplock.ErrInvalid) {
 		t.Fatalf("bad queue: %v", err)
 	}
-	if _, err := e.client.Claim(e.ctx, "default", 0); !errors.Is(err, skiplock.ErrInvalid) {
+	if _, err := e.client.Manual().Claim(e.ctx, "default", 0); !errors.Is(err, skiplock.ErrInvalid) {
 		t.Fatalf("limit 0: %v", err)
 	}
 	ctx, cancel := context.WithCancel(e.ctx)
 	cancel()
-	if _, err := e.client.Claim(ctx, "default", 1); !errors.Is(err, context.Canceled) {
+	if _, err := e.client.Manual().Claim(ctx, "default", 1); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled ctx: %v", err)
 	}
 }

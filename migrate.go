@@ -2,8 +2,10 @@ package skiplock
 
 import (
 	"context"
+	"errors"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/ident"
 	"github.com/skiplock/skiplock/internal/migrate"
 )
 
@@ -11,10 +13,14 @@ import (
 // DefaultSchema). Concurrent callers serialise on an advisory lock; each migration
 // runs in its own transaction. It returns the versions it applied.
 func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) ([]int, error) {
+	if ctx == nil || pool == nil {
+		return nil, invalid("pool", "ctx and pool must not be nil")
+	}
 	if schema == "" {
 		schema = DefaultSchema
 	}
-	return migrate.Up(ctx, pool, schema)
+	done, err := migrate.Up(ctx, pool, schema)
+	return done, schemaError(err)
 }
 
 // MigrationSQL returns the whole DDL for schema, for teams that apply schema changes
@@ -23,5 +29,16 @@ func MigrationSQL(schema string) (string, error) {
 	if schema == "" {
 		schema = DefaultSchema
 	}
-	return migrate.SQL(schema)
+	sql, err := migrate.SQL(schema)
+	return sql, schemaError(err)
+}
+
+// schemaError turns an invalid schema name reported by the migrator into a
+// *ValidationError; other errors pass through.
+func schemaError(err error) error {
+	var idErr *ident.Error
+	if errors.As(err, &idErr) {
+		return invalid("schema", "%v", err)
+	}
+	return err
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/hostclock"
 	"github.com/skiplock/skiplock/internal/store"
 )
 
@@ -103,6 +104,9 @@ var ErrAlreadyPartitioned = errors.New("skiplock: jobs is already partitioned")
 // the tables (the migrator), after `skiplock migrate up`. Workers keep running: their
 // statements wait for the lock, then continue on the new layout.
 func PartitionJobs(ctx context.Context, pool *pgxpool.Pool, schema string, opts PartitionOptions) (*PartitionReport, error) {
+	if ctx == nil || pool == nil {
+		return nil, invalid("pool", "ctx and pool must not be nil")
+	}
 	if schema == "" {
 		schema = DefaultSchema
 	}
@@ -136,7 +140,7 @@ func PartitionJobs(ctx context.Context, pool *pgxpool.Pool, schema string, opts 
 		if err := st.LockJobs(ctx, tx, opts.LockTimeout); err != nil {
 			return fmt.Errorf("locking jobs: %w", wrapPgError(err))
 		}
-		locked := hostNow()
+		locked := hostclock.Now()
 		layout, err := st.JobsLayout(ctx, tx)
 		if err != nil {
 			return err
@@ -172,7 +176,7 @@ func PartitionJobs(ctx context.Context, pool *pgxpool.Pool, schema string, opts 
 				progress("created %s", name)
 			}
 		}
-		rep.LockHeld = hostNow().Sub(locked)
+		rep.LockHeld = hostclock.Since(locked)
 		return nil
 	})
 	if err != nil {

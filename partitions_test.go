@@ -45,7 +45,7 @@ func TestPartitionJobsConvertsInPlace(t *testing.T) {
 		_, err := e.client.Enqueue(e.ctx, emailArgs{To: "b"}, nil)
 		e.must(err)
 	}
-	running, err := e.client.Claim(e.ctx, skiplock.DefaultQueue, 2)
+	running, err := e.client.Manual().Claim(e.ctx, skiplock.DefaultQueue, 2)
 	e.must(err)
 	role := e.schema + "_reader"
 	_, err = e.pool.Exec(e.ctx, `CREATE ROLE "`+role+`" NOLOGIN`)
@@ -88,18 +88,18 @@ GRANT UPDATE (status) ON `+e.q("jobs")+` TO "`+role+`"`)
 		t.Error("the new jobs table lacks the old one's privileges")
 	}
 	// The lifecycle, unchanged: the running jobs' leases survive the conversion.
-	e.must(e.client.Complete(e.ctx, running[0]))
-	if _, err := e.client.Heartbeat(e.ctx, running[1]); err != nil {
+	e.must(e.client.Manual().Complete(e.ctx, running[0]))
+	if _, err := e.client.Manual().Heartbeat(e.ctx, running[1]); err != nil {
 		t.Fatal(err)
 	}
 	e.clock.Advance(time.Hour)
-	rec, err := e.client.Reclaim(e.ctx)
+	rec, err := e.client.Manual().Reclaim(e.ctx)
 	e.must(err)
 	if rec.Requeued != 1 {
 		t.Fatalf("reclaim after conversion: %+v", rec)
 	}
 	e.clock.Advance(time.Hour)
-	more, err := e.client.Claim(e.ctx, skiplock.DefaultQueue, 10)
+	more, err := e.client.Manual().Claim(e.ctx, skiplock.DefaultQueue, 10)
 	e.must(err)
 	if len(more) != 5 {
 		t.Fatalf("claimed %d after conversion, want 5", len(more))
@@ -130,7 +130,7 @@ VALUES ('email', '{}', 'order:1') ON CONFLICT DO NOTHING RETURNING 1) SELECT cou
 	if dup != 0 {
 		t.Fatal("a converted job's deduplication key is no longer held")
 	}
-	if _, err := e.client.JobCancel(e.ctx, held.ID, ""); err != nil && !errors.Is(err, skiplock.ErrNotFound) {
+	if _, err := e.client.JobCancel(e.ctx, held.ID, ""); err != nil && !errors.Is(err, skiplock.ErrJobState) {
 		t.Fatal(err)
 	}
 	res, err := e.client.Enqueue(e.ctx, emailArgs{To: "c"}, &skiplock.EnqueueOpts{DeduplicationKey: "order:1"})
@@ -226,12 +226,12 @@ func TestPartitionManager(t *testing.T) {
 	if job.State != skiplock.StatePending {
 		t.Fatalf("late job: %+v", job)
 	}
-	claimed, err := e.client.Claim(e.ctx, skiplock.DefaultQueue, 5)
+	claimed, err := e.client.Manual().Claim(e.ctx, skiplock.DefaultQueue, 5)
 	e.must(err)
 	if len(claimed) != 1 || claimed[0].ID != late {
 		t.Fatalf("claimed %+v", claimed)
 	}
-	e.must(e.client.Complete(e.ctx, claimed[0]))
+	e.must(e.client.Manual().Complete(e.ctx, claimed[0]))
 	e.clock.Advance(2 * time.Hour)
 	res, err = e.client.RunRetention(e.ctx)
 	e.must(err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/skiplock/skiplock/internal/hostclock"
 	"github.com/skiplock/skiplock/internal/store"
 )
 
@@ -172,9 +173,9 @@ func (c *Client) RunRetention(ctx context.Context) (RetentionResult, error) {
 // across batches.
 func (c *Client) retain(ctx context.Context) (res RetentionResult, err error) {
 	cfg := c.cfg.Retention
-	start := hostNow()
+	start := hostclock.Now()
 	defer func() {
-		res.Duration = hostNow().Sub(start)
+		res.Duration = hostclock.Since(start)
 		if res.Deleted()+res.OutboxPublished > 0 || len(res.PartitionsCreated)+len(res.PartitionsDropped)+len(res.PartitionsKept) > 0 {
 			c.log.Info("skiplock: retention run", res.attrs()...)
 		}
@@ -227,7 +228,7 @@ func (c *Client) retain(ctx context.Context) (res RetentionResult, err error) {
 		total := map[string]*int64{store.StatusSucceeded: &res.Succeeded, store.StatusFailed: &res.Failed,
 			store.StatusCancelled: &res.Cancelled}[st]
 		more, err := drain(func() (int64, error) {
-			return c.store.DeleteFinished(ctx, c.pool, nowParam(c.cfg.Clock), st, window+grace, cfg.BatchSize)
+			return c.store.DeleteFinished(ctx, c.pool, store.NowParam(c.cfg.Clock), st, window+grace, cfg.BatchSize)
 		}, total)
 		if err != nil {
 			return res, fmt.Errorf("retention: deleting %s jobs: %w", st, wrapPgError(err))
@@ -238,7 +239,7 @@ func (c *Client) retain(ctx context.Context) (res RetentionResult, err error) {
 	}
 	if cfg.OutboxPublished > 0 {
 		_, err := drain(func() (int64, error) {
-			return c.store.OutboxPrunePublished(ctx, c.pool, nowParam(c.cfg.Clock), cfg.OutboxPublished, cfg.BatchSize)
+			return c.store.OutboxPrunePublished(ctx, c.pool, store.NowParam(c.cfg.Clock), cfg.OutboxPublished, cfg.BatchSize)
 		}, &res.OutboxPublished)
 		if err != nil {
 			return res, fmt.Errorf("retention: deleting published outbox events: %w", wrapPgError(err))

@@ -19,7 +19,7 @@ func (e *env) finishJobs(n int, outcome func(j *skiplock.Job) error) {
 		_, err := e.client.Enqueue(e.ctx, emailArgs{To: "x"}, nil)
 		e.must(err)
 	}
-	jobs, err := e.client.Claim(e.ctx, skiplock.DefaultQueue, n)
+	jobs, err := e.client.Manual().Claim(e.ctx, skiplock.DefaultQueue, n)
 	e.must(err)
 	if len(jobs) != n {
 		e.t.Fatalf("claimed %d of %d", len(jobs), n)
@@ -39,9 +39,9 @@ func TestRetentionDeletesPerStateWindows(t *testing.T) {
 	e := newEnv(t, skiplock.Config{Retention: skiplock.RetentionConfig{
 		Succeeded: time.Hour, Failed: 48 * time.Hour, Cancelled: -1, BatchSize: 3,
 	}})
-	e.finishJobs(7, func(j *skiplock.Job) error { return e.client.Complete(e.ctx, j) })
-	e.finishJobs(4, func(j *skiplock.Job) error { return e.client.Fail(e.ctx, j, errors.New("boom")) })
-	e.finishJobs(2, func(j *skiplock.Job) error { return e.client.Cancel(e.ctx, j, errors.New("no")) })
+	e.finishJobs(7, func(j *skiplock.Job) error { return e.client.Manual().Complete(e.ctx, j) })
+	e.finishJobs(4, func(j *skiplock.Job) error { return e.client.Manual().Fail(e.ctx, j, errors.New("boom")) })
+	e.finishJobs(2, func(j *skiplock.Job) error { return e.client.Manual().Cancel(e.ctx, j, errors.New("no")) })
 	// Live jobs, which retention must never touch: one pending, one scheduled far
 	// ahead, one running whose lease will have expired.
 	_, err := e.client.Enqueue(e.ctx, emailArgs{To: "pending"}, nil)
@@ -50,7 +50,7 @@ func TestRetentionDeletesPerStateWindows(t *testing.T) {
 	e.must(err)
 	_, err = e.client.Enqueue(e.ctx, otherArgs{N: 1}, &skiplock.EnqueueOpts{Queue: "other"})
 	e.must(err)
-	running, err := e.client.Claim(e.ctx, "other", 1)
+	running, err := e.client.Manual().Claim(e.ctx, "other", 1)
 	e.must(err)
 	if len(running) != 1 {
 		t.Fatal("no running job")
@@ -90,7 +90,7 @@ func TestRetentionDeletesPerStateWindows(t *testing.T) {
 func TestRetentionBatchesAndMaxBatches(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, skiplock.Config{Retention: skiplock.RetentionConfig{Succeeded: time.Minute, BatchSize: 4, MaxBatches: 2}})
-	e.finishJobs(10, func(j *skiplock.Job) error { return e.client.Complete(e.ctx, j) })
+	e.finishJobs(10, func(j *skiplock.Job) error { return e.client.Manual().Complete(e.ctx, j) })
 	e.clock.Advance(time.Hour)
 	res, err := e.client.RunRetention(e.ctx)
 	e.must(err)
@@ -116,7 +116,7 @@ func TestRetentionOneClientAtATime(t *testing.T) {
 	if _, err := e.client.RunRetention(e.ctx); !errors.Is(err, skiplock.ErrMaintenanceLocked) {
 		t.Fatalf("with the lock held elsewhere: %v, want ErrMaintenanceLocked", err)
 	}
-	ran, err := e.client.RunMaintenanceOnce(e.ctx, "retention")
+	ran, err := e.client.RunMaintenanceOnceForTest(e.ctx, "retention")
 	if err != nil || ran {
 		t.Fatalf("RunMaintenanceOnce with the lock held: ran=%v err=%v", ran, err)
 	}
@@ -129,15 +129,15 @@ func TestRetentionOneClientAtATime(t *testing.T) {
 func TestRetentionServiceIsRegistered(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, skiplock.Config{Retention: skiplock.RetentionConfig{Succeeded: time.Minute}})
-	e.finishJobs(3, func(j *skiplock.Job) error { return e.client.Complete(e.ctx, j) })
+	e.finishJobs(3, func(j *skiplock.Job) error { return e.client.Manual().Complete(e.ctx, j) })
 	e.clock.Advance(time.Hour)
-	ran, err := e.client.RunMaintenanceOnce(e.ctx, "retention")
+	ran, err := e.client.RunMaintenanceOnceForTest(e.ctx, "retention")
 	e.must(err)
 	if !ran || e.countState("succeeded") != 0 {
 		t.Fatalf("maintenance service 'retention': ran=%v, %d succeeded left", ran, e.countState("succeeded"))
 	}
 	off := e.newClient(skiplock.Config{Retention: skiplock.RetentionConfig{Interval: -1}})
-	if _, err := off.RunMaintenanceOnce(e.ctx, "retention"); err == nil {
+	if _, err := off.RunMaintenanceOnceForTest(e.ctx, "retention"); err == nil {
 		t.Fatal("Interval < 0 should leave the service out")
 	}
 }

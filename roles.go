@@ -11,7 +11,9 @@ import "github.com/skiplock/skiplock/internal/store"
 //	Dashboard  read-only: stats, listings, metrics
 //
 // An empty name leaves that role out of RolesSQL's output.
-type RoleNames = store.RoleNames
+type RoleNames struct {
+	Migrator, Producer, Worker, Relay, Dashboard string
+}
 
 // RolesSQL returns the GRANT statements for schema's roles ("" means DefaultSchema).
 // The roles must exist; run the output as the schema's owner.
@@ -23,5 +25,9 @@ func RolesSQL(schema string, names RoleNames) (string, error) {
 	if err != nil {
 		return "", invalid("schema", "%v", err)
 	}
-	return st.RolesSQL(names)
+	sql, err := st.RolesSQL(store.RoleNames(names))
+	if err != nil {
+		return "", invalid("roles", "%v", err)
+	}
+	return sql, nil
 }

@@ -82,23 +82,23 @@ func TestRolesLeastPrivilege(t *testing.T) {
 	}
 	must("producer writes an outbox event", exec(pp, `INSERT INTO `+e.q("outbox")+` (aggregate_type, aggregate_id, event_type, payload)
 VALUES ('o', '1', 'e', '{}')`))
-	_, err = producer.Claim(e.ctx, skiplock.DefaultQueue, 1)
+	_, err = producer.Manual().Claim(e.ctx, skiplock.DefaultQueue, 1)
 	refused("producer claims", err)
 	refused("producer reads payloads", exec(pp, "SELECT payload FROM "+e.q("jobs")))
 	refused("producer updates jobs", exec(pp, "UPDATE "+e.q("jobs")+" SET status = 'cancelled'"))
 	refused("producer reads the outbox", exec(pp, "SELECT payload FROM "+e.q("outbox")))
 
 	worker, wp := e.roleClient(names.Worker)
-	jobs, err := worker.Claim(e.ctx, skiplock.DefaultQueue, 1)
+	jobs, err := worker.Manual().Claim(e.ctx, skiplock.DefaultQueue, 1)
 	must("worker claims", err)
 	if len(jobs) == 1 {
-		_, err = worker.Heartbeat(e.ctx, jobs[0])
+		_, err = worker.Manual().Heartbeat(e.ctx, jobs[0])
 		must("worker heartbeats", err)
-		must("worker completes", worker.Complete(e.ctx, jobs[0]))
+		must("worker completes", worker.Manual().Complete(e.ctx, jobs[0]))
 	} else {
 		t.Error("worker claimed nothing")
 	}
-	_, err = worker.Reclaim(e.ctx)
+	_, err = worker.Manual().Reclaim(e.ctx)
 	must("worker reclaims", err)
 	e.clock.Advance(time.Hour)
 	rr, err := worker.RunRetention(e.ctx)

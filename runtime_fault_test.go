@@ -1,10 +1,12 @@
 package skiplock_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -24,6 +26,9 @@ const childWorkerEnv = "SKIPLOCK_TEST_CHILD_WORKER"
 // childWorker runs in a re-executed test binary: a client whose handlers never
 // finish, so the parent can kill it mid-job.
 func childWorker() int {
+	if os.Getenv(childWorkerEnv) == "graceful" {
+		return gracefulChild()
+	}
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("SKIPLOCK_TEST_CHILD_URL"))
 	if err != nil {
@@ -224,5 +229,142 @@ func TestPollOnlyBehindPgBouncer(t *testing.T) {
 		var n int64
 		direct.QueryRow(ctx, "SELECT count(*) FROM bounced.jobs WHERE status = 'succeeded'").Scan(&n)
 		return n == 400
+	})
+}
+
+// gracefulChild runs in a re-executed test binary as a service would: a client
+// started with a signal.NotifyContext, so SIGTERM is a graceful stop. Kind "finishes"
+// runs until a row appears in the schema's release table (ignoring shutdown); kind
+// "long" runs until its context is cancelled.
+func gracefulChild() int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	pool, err := pgxpool.New(context.Background(), os.Getenv("SKIPLOCK_TEST_CHILD_URL"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	schema := os.Getenv("SKIPLOCK_TEST_CHILD_SCHEMA")
+	ws := skiplock.NewWorkers()
+	ws.AddHandler("finishes", func(jctx context.Context, job *skiplock.Job) error {
+		for {
+			var n int
+			if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM "`+schema+`".release`).Scan(&n); err == nil && n > 0 {
+				return nil
+			}
+			select {
+			case <-jctx.Done():
+				return jctx.Err()
+			case <-time.After(10 * time.Millisecond): // polling the release table
+			}
+		}
+	}, nil)
+	ws.AddHandler("long", func(jctx context.Context, job *skiplock.Job) error {
+		<-jctx.Done()
+		return jctx.Err()
+	}, nil)
+	c, err := skiplock.NewClient(pool, skiplock.Config{
+		Schema: schema, ID: "graceful-child", Workers: ws,
+		Queues:          map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 2}},
+		PollInterval:    50 * time.Millisecond,
+		ShutdownTimeout: 4 * time.Second,
+	})
+	if err == nil {
+		err = c.Start(ctx)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	<-ctx.Done()
+	fmt.Println("shutdown begun")
+	// The client drains on its own; Stop waits for that drain to end.
+	if err := c.Stop(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("stopped")
+	return 0
+}
+
+// A real SIGTERM to a service that passed its signal context to Start: the job in
+// flight finishes (its context is not cancelled), the job longer than ShutdownTimeout
+// is cancelled and goes back to pending without spending an attempt, nothing is left
+// leased to the dead process, and another client runs the interrupted job at once.
+func TestSIGTERMDrainsRunningJobs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{Clock: realClock{}})
+	_, err := e.pool.Exec(e.ctx, "CREATE TABLE "+e.q("release")+" (x int)")
+	e.must(err)
+	fin, err := e.client.EnqueueRawTx(e.ctx, e.pool, "finishes", []byte(`{}`), nil)
+	e.must(err)
+	long, err := e.client.EnqueueRawTx(e.ctx, e.pool, "long", []byte(`{}`), nil)
+	e.must(err)
+
+	child := exec.Command(os.Args[0], "-test.run=^$")
+	child.Env = append(os.Environ(), childWorkerEnv+"=graceful", "SKIPLOCK_TEST_CHILD_URL="+pgtest.URL(t), "SKIPLOCK_TEST_CHILD_SCHEMA="+e.schema)
+	child.Stderr = os.Stderr
+	out, err := child.StdoutPipe()
+	e.must(err)
+	e.must(child.Start())
+	defer child.Process.Kill()
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	waitFor(t, 30*time.Second, "the child to run both jobs", func() bool {
+		return scalar[int64](e, "SELECT count(*) FROM "+e.q("jobs")+" WHERE status = 'running' AND worker_id = 'graceful-child'") == 2
+	})
+	e.must(child.Process.Signal(syscall.SIGTERM))
+	expectLine := func(want string) {
+		t.Helper()
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("child exited before printing %q", want)
+				}
+				if l == want {
+					return
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("child did not print %q", want)
+			}
+		}
+	}
+	expectLine("shutdown begun")
+	_, err = e.pool.Exec(e.ctx, "INSERT INTO "+e.q("release")+" VALUES (1)")
+	e.must(err)
+	expectLine("stopped")
+	if err := child.Wait(); err != nil {
+		t.Fatalf("child exit: %v", err)
+	}
+
+	state := func(id string) (st string, attempts int) {
+		e.must(e.pool.QueryRow(e.ctx, "SELECT status, attempts FROM "+e.q("jobs")+" WHERE id = $1", id).Scan(&st, &attempts))
+		return
+	}
+	if st, att := state(fin.ID); st != "succeeded" || att != 1 {
+		t.Errorf("in-flight job after SIGTERM: %s, attempts %d; want succeeded after 1 attempt", st, att)
+	}
+	if st, att := state(long.ID); st != "pending" || att != 0 {
+		t.Errorf("job cut off by ShutdownTimeout: %s, attempts %d; want pending with the attempt given back", st, att)
+	}
+	if n := scalar[int64](e, "SELECT count(*) FROM "+e.q("jobs")+" WHERE status = 'running'"); n != 0 {
+		t.Errorf("%d jobs left leased to the stopped process", n)
+	}
+
+	ws := skiplock.NewWorkers()
+	e.must(ws.AddHandler("long", func(context.Context, *skiplock.Job) error { return nil }, nil))
+	survivor := e.newClient(skiplock.Config{ID: "survivor", Workers: ws, Clock: realClock{},
+		Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 1}}, PollInterval: 50 * time.Millisecond})
+	startClient(t, survivor)
+	waitFor(t, 30*time.Second, "the interrupted job to run on another client", func() bool {
+		st, _ := state(long.ID)
+		return st == "succeeded"
 	})
 }

@@ -157,7 +157,8 @@ func TestStopWaitsAndStopAndCancelCancels(t *testing.T) {
 		t.Fatalf("after Stop: %d finished, want 3 succeeded", finished.Load())
 	}
 
-	// StopAndCancel cancels them; they go back to pending by the retry policy.
+	// StopAndCancel cancels them; they go back to pending, due now, without
+	// spending an attempt.
 	c2 := e.newClient(cfg)
 	e.must(c2.Start(e.ctx))
 	enqueueKind(e, c2, "block", 2)
@@ -168,8 +169,8 @@ func TestStopWaitsAndStopAndCancelCancels(t *testing.T) {
 	if cancelled.Load() != 2 {
 		t.Fatalf("%d handlers saw cancellation, want 2", cancelled.Load())
 	}
-	if n := scalar[int64](e, "SELECT count(*) FROM "+e.q("jobs")+" WHERE status = 'pending' AND last_error LIKE 'interrupted by shutdown%'"); n != 2 {
-		t.Fatalf("%d interrupted jobs pending, want 2", n)
+	if n := scalar[int64](e, "SELECT count(*) FROM "+e.q("jobs")+" WHERE kind = 'block' AND status = 'pending' AND attempts = 0 AND last_error IS NULL"); n != 2 {
+		t.Fatalf("%d interrupted jobs pending with their attempt given back, want 2", n)
 	}
 	e.client.Close()
 }

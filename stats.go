@@ -22,6 +22,13 @@ type QueueStats struct {
 	Succeeded int64
 	Failed    int64
 	Cancelled int64
+	// Retrying counts pending jobs that already ran at least once: jobs waiting out
+	// a retry backoff, or reclaimed after a lost lease. Counted from the database,
+	// so it covers every worker process; a rising figure means failing handlers.
+	Retrying int64
+	// RecentSucceeded, RecentFailed and RecentCancelled count this queue's jobs that
+	// finished within Stats.Recent.Window, across every worker process.
+	RecentSucceeded, RecentFailed, RecentCancelled int64
 	// ExpiredLeases counts running jobs whose lease has run out (the reclaimer's work).
 	ExpiredLeases int64
 	// OldestDueAge is how long the oldest due pending job has waited: the best single
@@ -29,10 +36,24 @@ type QueueStats struct {
 	OldestDueAge time.Duration
 }
 
-// ProcessCounters are this client's totals since it was created.
+// ProcessCounters are this client's totals since it was created. They count what
+// this process did; cluster-wide figures (every worker's outcomes, committed
+// enqueues) come from Stats, which reads the database.
 type ProcessCounters struct {
-	Enqueued, Succeeded, Failed, Retried, Snoozed, Cancelled, LeaseLost, Reclaimed int64
-	EventsDropped                                                                  int64
+	// Inserted counts jobs this client's enqueues inserted: deduplicated enqueues
+	// are not counted; an insert whose transaction later rolled back is (the client
+	// cannot see the caller's commit), so Stats, not Inserted, counts committed jobs.
+	Inserted int64
+	// Succeeded, Failed, Retried, Snoozed and Cancelled count the outcomes this
+	// client wrote, LeaseLost the outcomes it discarded because its lease was lost,
+	// Reclaimed the expired leases its reclaimer runs returned or failed.
+	Succeeded, Failed, Retried, Snoozed, Cancelled, LeaseLost, Reclaimed int64
+	// EventsDropped counts events a slow Subscribe receiver missed.
+	EventsDropped int64
+	// OperationFailures counts failed attempts of the runtime's repeating operations
+	// by name ("claim", "heartbeat", "completion", "maintenance:reclaimer", …); see
+	// Client.Operations for whether each is failing now.
+	OperationFailures map[string]int64
 	// ClaimStatements and CompletionStatements count the runtime's claim and
 	// completion statements; Claimed and Completed over them are the batch sizes.
 	ClaimStatements, Claimed, CompletionStatements, Completed int64
@@ -95,7 +116,7 @@ func (c *Client) StatsWith(ctx context.Context, o StatsOptions) (*Stats, error) 
 	if o.RecentWindow == 0 {
 		o.RecentWindow = time.Minute
 	}
-	now := nowParam(c.cfg.Clock)
+	now := store.NowParam(c.cfg.Clock)
 	live, err := c.store.LiveStats(ctx, c.pool, now)
 	if err != nil {
 		return nil, fmt.Errorf("reading queue stats: %w", wrapPgError(err))
@@ -103,7 +124,7 @@ func (c *Client) StatsWith(ctx context.Context, o StatsOptions) (*Stats, error) 
 	byQueue := map[string]*QueueStats{}
 	for _, q := range live {
 		byQueue[q.Queue] = &QueueStats{Queue: q.Queue, Pending: q.Pending, Due: q.Due, Running: q.Running,
-			ExpiredLeases: q.ExpiredLeases, OldestDueAge: q.OldestDueAge}
+			ExpiredLeases: q.ExpiredLeases, OldestDueAge: q.OldestDueAge, Retrying: q.Retrying}
 	}
 	s := &Stats{}
 	if o.SamplePages > 0 {
@@ -137,11 +158,19 @@ func (c *Client) StatsWith(ctx context.Context, o StatsOptions) (*Stats, error) 
 		}
 	}
 	if o.RecentWindow > 0 {
-		r, err := c.store.RecentlyFinished(ctx, c.pool, now, o.RecentWindow)
+		perQueue, r, err := c.store.RecentlyFinished(ctx, c.pool, now, o.RecentWindow)
 		if err != nil {
 			return nil, fmt.Errorf("counting recently finished jobs: %w", wrapPgError(err))
 		}
 		s.Recent = RecentStats{Window: o.RecentWindow, Succeeded: r.Succeeded, Failed: r.Failed, Cancelled: r.Cancelled}
+		for name, rq := range perQueue {
+			q := byQueue[name]
+			if q == nil {
+				q = &QueueStats{Queue: name}
+				byQueue[name] = q
+			}
+			q.RecentSucceeded, q.RecentFailed, q.RecentCancelled = rq.Succeeded, rq.Failed, rq.Cancelled
+		}
 	}
 	ob, err := c.store.OutboxHealth(ctx, c.pool, now)
 	if err != nil {
@@ -170,12 +199,17 @@ func (s *Stats) Queue(name string) QueueStats {
 func (c *Client) Counters() ProcessCounters {
 	m := &c.metrics
 	dropped := c.events.dropped.Load()
-	return ProcessCounters{
-		Enqueued: m.enqueued.Load(), Succeeded: m.succeeded.Load(), Failed: m.failed.Load(),
+	pc := ProcessCounters{
+		Inserted: m.inserted.Load(), Succeeded: m.succeeded.Load(), Failed: m.failed.Load(),
 		Retried: m.retried.Load(), Snoozed: m.snoozed.Load(), Cancelled: m.cancelled.Load(),
 		LeaseLost: m.leaseLost.Load(), Reclaimed: m.reclaimed.Load(), EventsDropped: dropped,
 		ClaimStatements: m.claims.Load(), Claimed: m.claimed.Load(),
 		CompletionStatements: m.flushes.Load(), Completed: m.flushed.Load(),
 		ClaimTime: time.Duration(m.claimNanos.Load()), CompletionTime: time.Duration(m.flushNanos.Load()),
+		OperationFailures: map[string]int64{},
 	}
+	for _, op := range c.failures.snapshot() {
+		pc.OperationFailures[op.Operation] = op.Failures
+	}
+	return pc
 }

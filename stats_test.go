@@ -13,10 +13,10 @@ import (
 func TestStatsFigures(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, skiplock.Config{LeaseDuration: time.Minute})
-	e.finishJobs(3, func(j *skiplock.Job) error { return e.client.Complete(e.ctx, j) })
-	e.finishJobs(2, func(j *skiplock.Job) error { return e.client.Fail(e.ctx, j, errors.New("x")) })
+	e.finishJobs(3, func(j *skiplock.Job) error { return e.client.Manual().Complete(e.ctx, j) })
+	e.finishJobs(2, func(j *skiplock.Job) error { return e.client.Manual().Fail(e.ctx, j, errors.New("x")) })
 	e.clock.Advance(10 * time.Minute) // the finished jobs are now outside the 1m recent window
-	e.finishJobs(1, func(j *skiplock.Job) error { return e.client.Cancel(e.ctx, j, errors.New("x")) })
+	e.finishJobs(1, func(j *skiplock.Job) error { return e.client.Manual().Cancel(e.ctx, j, errors.New("x")) })
 	// queue "other": 2 due (the older waiting 90s), 1 scheduled, 2 running of which one expired.
 	for _, d := range []time.Duration{-90 * time.Second, -10 * time.Second, time.Hour} {
 		_, err := e.client.Enqueue(e.ctx, otherArgs{}, &skiplock.EnqueueOpts{Queue: "other", RunAt: e.clock.Now().Add(d)})
@@ -26,10 +26,10 @@ func TestStatsFigures(t *testing.T) {
 		_, err := e.client.Enqueue(e.ctx, otherArgs{}, &skiplock.EnqueueOpts{Queue: "busy"})
 		e.must(err)
 	}
-	first, err := e.client.Claim(e.ctx, "busy", 1)
+	first, err := e.client.Manual().Claim(e.ctx, "busy", 1)
 	e.must(err)
 	e.clock.Advance(45 * time.Second)
-	_, err = e.client.Claim(e.ctx, "busy", 1)
+	_, err = e.client.Manual().Claim(e.ctx, "busy", 1)
 	e.must(err)
 	e.clock.Advance(30 * time.Second) // first's lease (1m) has run out, the second's not
 	_ = first
@@ -60,10 +60,25 @@ VALUES ('o', '1', 'e', '{}', $1::timestamptz - interval '5 minutes', NULL, NULL)
 	if s2.Recent.Cancelled != 1 || s2.Recent.Succeeded != 0 {
 		t.Errorf("recent (2m): %+v", s2.Recent)
 	}
+	if d := s2.Queue("default"); d.RecentCancelled != 1 || d.RecentSucceeded != 0 || d.RecentFailed != 0 {
+		t.Errorf("default's recent figures (2m), read from the database: %+v", d)
+	}
+	// A job that failed once and waits out its retry backoff counts as retrying.
+	_, err = e.client.Enqueue(e.ctx, otherArgs{}, &skiplock.EnqueueOpts{Queue: "flaky"})
+	e.must(err)
+	claimed, err := e.client.Manual().Claim(e.ctx, "flaky", 1)
+	e.must(err)
+	_, err = e.client.Manual().Retry(e.ctx, claimed[0], errors.New("transient"), time.Minute)
+	e.must(err)
+	s3, err := e.client.Stats(e.ctx)
+	e.must(err)
+	if f := s3.Queue("flaky"); f.Retrying != 1 || f.Pending != 1 || s3.Queue("other").Retrying != 0 {
+		t.Errorf("retrying: flaky %+v, other %+v", f, s3.Queue("other"))
+	}
 	if s.Outbox.Unpublished != 2 || s.Outbox.Dead != 1 || s.Outbox.OldestUnpublishedAge != 5*time.Minute {
 		t.Errorf("outbox: %+v", s.Outbox)
 	}
-	if s.Process.Succeeded != 3 || s.Process.Failed != 2 || s.Process.Enqueued != 11 {
+	if s.Process.Succeeded != 3 || s.Process.Failed != 2 || s.Process.Inserted != 11 {
 		t.Errorf("process counters: %+v", s.Process)
 	}
 }

@@ -52,8 +52,13 @@ func NewWorkers() *Workers { return &Workers{kinds: map[string]registration{}} }
 // AddWorker registers w for the kind named by T. A payload that does not decode into
 // T fails the job permanently (retrying cannot fix it).
 func AddWorker[T JobArgs](ws *Workers, w Worker[T], opts *WorkerOpts) error {
-	var zero T
-	kind := zero.Kind()
+	if isNil(w) {
+		return invalid("worker", "must not be nil")
+	}
+	kind, err := kindOf[T]()
+	if err != nil {
+		return err
+	}
 	return ws.add(kind, func(ctx context.Context, job *Job) error {
 		var args T
 		if err := json.Unmarshal(job.Payload, &args); err != nil {
@@ -61,6 +66,19 @@ func AddWorker[T JobArgs](ws *Workers, w Worker[T], opts *WorkerOpts) error {
 		}
 		return w.Work(ctx, job, args)
 	}, opts)
+}
+
+// kindOf returns the kind T's zero value names. Kind must not depend on the value: a
+// Kind method that panics on a zero (or nil pointer) T is reported, not propagated.
+func kindOf[T JobArgs]() (kind string, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			var zero T
+			err = invalid("kind", "%T.Kind() panicked on the zero value (%v); Kind must return a constant", zero, p)
+		}
+	}()
+	var zero T
+	return zero.Kind(), nil
 }
 
 // AddHandler registers an untyped handler for kind.
@@ -72,6 +90,9 @@ func (ws *Workers) AddHandler(kind string, h HandlerFunc, opts *WorkerOpts) erro
 }
 
 func (ws *Workers) add(kind string, h HandlerFunc, opts *WorkerOpts) error {
+	if ws == nil {
+		return invalid("workers", "must not be nil: create them with NewWorkers")
+	}
 	if err := validateKind(kind); err != nil {
 		return err
 	}

@@ -3,7 +3,9 @@
 //	GET /healthz  200 when the database answers, 503 otherwise
 //	GET /readyz   200 when every queue's oldest due pending job is younger than
 //	              Options.MaxOldestDue (and, if set, the outbox lag is below
-//	              Options.MaxOutboxLag); 503 otherwise, with the reasons
+//	              Options.MaxOutboxLag), and none of this process's claims,
+//	              heartbeats, completions or maintenance runs has kept failing for
+//	              Options.MaxFailing; 503 otherwise, with the reasons
 //
 // Both answer JSON. /readyz reads only the partial indexes of live jobs and the
 // outbox's unpublished index (no finished-job counts), so probing it often is cheap.
@@ -17,6 +19,7 @@ import (
 	"time"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/hostclock"
 )
 
 // Options configure the handler.
@@ -27,6 +30,11 @@ type Options struct {
 	// MaxOutboxLag, when positive, also fails /readyz when the oldest unpublished
 	// outbox event is older. Default 0: not checked.
 	MaxOutboxLag time.Duration
+	// MaxFailing is how long one of this process's repeating operations (claim,
+	// heartbeat, completion, a maintenance service; see skiplock.Client.Operations)
+	// may keep failing before /readyz fails with an "operation_failing" reason.
+	// Default 30s.
+	MaxFailing time.Duration
 	// Queues limits the check to these queues. Default: every queue with jobs.
 	Queues []string
 	// Timeout bounds each probe's database work. Default 3s.
@@ -37,8 +45,10 @@ type Options struct {
 type Reason struct {
 	// Queue is the queue that failed (empty for the outbox).
 	Queue string `json:"queue,omitempty"`
-	// Check is "oldest_due_age" or "outbox_lag".
+	// Check is "oldest_due_age", "outbox_lag" or "operation_failing".
 	Check string `json:"check"`
+	// Operation is the failing operation (check "operation_failing").
+	Operation string `json:"operation,omitempty"`
 	// ValueSeconds is the measured age, ThresholdSeconds the limit it exceeded.
 	ValueSeconds     float64 `json:"value_seconds"`
 	ThresholdSeconds float64 `json:"threshold_seconds"`
@@ -88,6 +98,9 @@ func Check(ctx context.Context, c *skiplock.Client, opts Options) (Report, int) 
 	if opts.MaxOldestDue <= 0 {
 		opts.MaxOldestDue = 5 * time.Minute
 	}
+	if opts.MaxFailing <= 0 {
+		opts.MaxFailing = 30 * time.Second
+	}
 	s, err := c.StatsWith(ctx, skiplock.StatsOptions{SamplePages: -1, RecentWindow: -1})
 	if err != nil {
 		return Report{Status: "unavailable", Error: err.Error()}, http.StatusServiceUnavailable
@@ -115,6 +128,18 @@ func Check(ctx context.Context, c *skiplock.Client, opts Options) (Report, int) 
 			ThresholdSeconds: opts.MaxOutboxLag.Seconds(),
 			Message: fmt.Sprintf("outbox: the oldest unpublished event was written %s ago (threshold %s); %d unpublished",
 				s.Outbox.OldestUnpublishedAge.Round(time.Second), opts.MaxOutboxLag, s.Outbox.Unpublished)})
+	}
+	for _, op := range c.Operations() {
+		if op.Failing && !op.FailingSince.IsZero() {
+			since := hostclock.Since(op.FailingSince)
+			if since < opts.MaxFailing {
+				continue
+			}
+			reasons = append(reasons, Reason{Check: "operation_failing", Operation: op.Operation, ValueSeconds: since.Seconds(),
+				ThresholdSeconds: opts.MaxFailing.Seconds(),
+				Message: fmt.Sprintf("this process's %s has failed for %s (%d failures in all): %s",
+					op.Operation, since.Round(time.Second), op.Failures, op.LastError)})
+		}
 	}
 	if len(reasons) > 0 {
 		return Report{Status: "not_ready", Reasons: reasons}, http.StatusServiceUnavailable

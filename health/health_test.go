@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,5 +85,52 @@ func TestHealthzFailsWithoutDatabase(t *testing.T) {
 	}
 	if code, _ := get(t, h, "/readyz"); code != http.StatusServiceUnavailable {
 		t.Fatalf("readyz with a closed pool: %d", code)
+	}
+}
+
+// A process whose claims keep failing is not ready, with the operation and its last
+// error as the reason, even while its queues look fine from the database.
+func TestReadyzFailsWhileAnOperationKeepsFailing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.Schema(t)
+	pool := pgtest.Pool(t)
+	// Every claim now fails: a trigger refuses updates of jobs (reads still work).
+	if _, err := pool.Exec(ctx, `CREATE FUNCTION "`+schema+`".refuse() RETURNS trigger LANGUAGE plpgsql AS
+$$BEGIN RAISE EXCEPTION 'claims refused by the test'; END$$;
+CREATE TRIGGER refuse BEFORE UPDATE ON "`+schema+`".jobs FOR EACH ROW EXECUTE FUNCTION "`+schema+`".refuse()`); err != nil {
+		t.Fatal(err)
+	}
+	ws := skiplock.NewWorkers()
+	if err := ws.AddHandler("k", func(context.Context, *skiplock.Job) error { return nil }, nil); err != nil {
+		t.Fatal(err)
+	}
+	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema, Workers: ws,
+		Queues: map[string]skiplock.QueueConfig{"mail": {MaxWorkers: 1}}, PollInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.EnqueueRawTx(ctx, pool, "k", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "mail"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(ctx)
+	deadline := time.Now().Add(30 * time.Second)
+	for len(c.Operations()) == 0 || !c.Operations()[0].Failing {
+		if time.Now().After(deadline) {
+			t.Fatal("the claim never failed")
+		}
+		<-time.After(5 * time.Millisecond) // polling the client's operation status
+	}
+	h := health.Handler(c, health.Options{MaxFailing: time.Nanosecond})
+	code, rep := get(t, h, "/readyz")
+	if code != http.StatusServiceUnavailable || len(rep.Reasons) != 1 || rep.Reasons[0].Check != "operation_failing" ||
+		rep.Reasons[0].Operation != "claim" || !strings.Contains(rep.Reasons[0].Message, "claims refused by the test") {
+		t.Fatalf("readyz while claims fail: %d %+v", code, rep)
+	}
+	if code, _ := get(t, health.Handler(c, health.Options{MaxFailing: time.Hour}), "/readyz"); code != 200 {
+		t.Fatalf("readyz with a failure shorter than MaxFailing: %d", code)
 	}
 }

@@ -9,13 +9,18 @@
 //	skiplock_jobs_due{queue}                         gauge: pending jobs whose run_at has come
 //	skiplock_oldest_due_age_seconds{queue}           gauge: the queue's health signal; alert on it
 //	skiplock_expired_leases{queue}                   gauge: running jobs whose lease ran out
+//	skiplock_jobs_retrying{queue}                    gauge: pending jobs that already ran (retry backoff), all processes
+//	skiplock_jobs_finished_recent{queue,state}       gauge: jobs finished within the recent window, all processes
+//	skiplock_recent_window_seconds                   gauge: that window (Options.Stats.RecentWindow, default 1m)
 //	skiplock_outbox_unpublished                      gauge
 //	skiplock_outbox_lag_seconds                      gauge: age of the oldest unpublished event
 //	skiplock_outbox_dead                             gauge
 //	skiplock_stats_up                                gauge: 1 when the last read succeeded
 //	skiplock_stats_duration_seconds                  gauge: how long the last read took
-//	skiplock_<outcome>_total                         counters of this process (enqueued, succeeded, failed,
+//	skiplock_<outcome>_total                         counters of this process (inserted, succeeded, failed,
 //	                                                 retried, snoozed, cancelled, lease_lost, reclaimed)
+//	skiplock_operation_failures_total{operation}     counter: failed claims, heartbeats, completions, maintenance runs
+//	skiplock_operation_failing{operation}            gauge: 1 while the operation keeps failing; alert on it
 //	skiplock_outbox_<outcome>_total                  counters of the relays added with AddRelay
 //	skiplock_job_run_duration_seconds{queue,kind,outcome}   histogram
 //	skiplock_job_queue_wait_seconds{queue,kind}             histogram: from due (run_at) to start
@@ -32,6 +37,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/hostclock"
 	"github.com/skiplock/skiplock/outbox"
 )
 
@@ -95,12 +101,12 @@ func (s *StatsCache) Get(ctx context.Context) (*skiplock.Stats, time.Duration, e
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// Host time paces the cache only; it never touches job state.
-	now := wallNow()
+	now := hostclock.Now()
 	if s.last.IsZero() || now.Sub(s.last) >= s.interval {
 		ctx, cancel := context.WithTimeout(ctx, s.timeout)
 		st, err := s.c.StatsWith(ctx, s.opts)
 		cancel()
-		s.took = time.Since(now)
+		s.took = hostclock.Since(now)
 		s.last = now
 		s.err = nil
 		if err != nil {
@@ -139,14 +145,19 @@ func New(c *skiplock.Client, opts Options) *Metrics {
 	d("jobs_due", "Pending jobs whose run_at has come.", "queue")
 	d("oldest_due_age_seconds", "Age of the oldest due pending job: the queue's health signal.", "queue")
 	d("expired_leases", "Running jobs whose lease has run out (the reclaimer's work).", "queue")
+	d("jobs_retrying", "Pending jobs that already ran at least once (waiting out a retry backoff), from the database.", "queue")
+	d("jobs_finished_recent", "Jobs of every process that finished within the recent window (skiplock_recent_window_seconds), from the database.", "queue", "state")
+	d("recent_window_seconds", "The window of skiplock_jobs_finished_recent.")
 	d("outbox_unpublished", "Outbox events not yet published and not dead.")
 	d("outbox_lag_seconds", "Age of the oldest unpublished outbox event.")
 	d("outbox_dead", "Outbox events parked after their last attempt.")
 	d("stats_up", "1 if the last database read for these metrics succeeded.")
 	d("stats_duration_seconds", "How long the last database read for these metrics took.")
-	for _, n := range []string{"enqueued", "succeeded", "failed", "retried", "snoozed", "cancelled", "lease_lost", "reclaimed"} {
+	for _, n := range []string{"inserted", "succeeded", "failed", "retried", "snoozed", "cancelled", "lease_lost", "reclaimed"} {
 		d(n+"_total", "Jobs "+n+" by this process.")
 	}
+	d("operation_failures_total", "Failed attempts of this process's repeating operations (claim, heartbeat, completion, maintenance:<service>).", "operation")
+	d("operation_failing", "1 while the operation's latest attempt failed.", "operation")
 	for _, n := range []string{"published", "retried", "dead", "lease_lost", "errors"} {
 		d("outbox_"+n+"_total", "Outbox events "+n+" by this process's relays (errors: failed statements).", "relay")
 	}
@@ -228,15 +239,28 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 			gauge("jobs_due", float64(q.Due), q.Queue)
 			gauge("oldest_due_age_seconds", q.OldestDueAge.Seconds(), q.Queue)
 			gauge("expired_leases", float64(q.ExpiredLeases), q.Queue)
+			gauge("jobs_retrying", float64(q.Retrying), q.Queue)
+			for state, n := range map[string]int64{"succeeded": q.RecentSucceeded, "failed": q.RecentFailed, "cancelled": q.RecentCancelled} {
+				gauge("jobs_finished_recent", float64(n), q.Queue, state)
+			}
 		}
+		gauge("recent_window_seconds", s.Recent.Window.Seconds())
 		gauge("outbox_unpublished", float64(s.Outbox.Unpublished))
 		gauge("outbox_lag_seconds", s.Outbox.OldestUnpublishedAge.Seconds())
 		gauge("outbox_dead", float64(s.Outbox.Dead))
 	}
 	p := m.c.Counters()
-	for name, v := range map[string]int64{"enqueued": p.Enqueued, "succeeded": p.Succeeded, "failed": p.Failed,
+	for name, v := range map[string]int64{"inserted": p.Inserted, "succeeded": p.Succeeded, "failed": p.Failed,
 		"retried": p.Retried, "snoozed": p.Snoozed, "cancelled": p.Cancelled, "lease_lost": p.LeaseLost, "reclaimed": p.Reclaimed} {
 		counter(name+"_total", v)
+	}
+	for _, op := range m.c.Operations() {
+		counter("operation_failures_total", op.Failures, op.Operation)
+		failing := 0.0
+		if op.Failing {
+			failing = 1
+		}
+		gauge("operation_failing", failing, op.Operation)
 	}
 	m.mu.Lock()
 	relays := make(map[string]*outbox.Relay, len(m.relays))

@@ -40,7 +40,7 @@ func TestCollectorGauges(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.Claim(ctx, "mail", 1); err != nil {
+	if _, err := c.Manual().Claim(ctx, "mail", 1); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(30 * time.Second)
@@ -55,15 +55,15 @@ skiplock_jobs_due{queue="mail"} 1
 # HELP skiplock_oldest_due_age_seconds Age of the oldest due pending job: the queue's health signal.
 # TYPE skiplock_oldest_due_age_seconds gauge
 skiplock_oldest_due_age_seconds{queue="mail"} 30
-# HELP skiplock_enqueued_total Jobs enqueued by this process.
-# TYPE skiplock_enqueued_total counter
-skiplock_enqueued_total 3
+# HELP skiplock_inserted_total Jobs inserted by this process.
+# TYPE skiplock_inserted_total counter
+skiplock_inserted_total 3
 # HELP skiplock_stats_up 1 if the last database read for these metrics succeeded.
 # TYPE skiplock_stats_up gauge
 skiplock_stats_up 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "skiplock_jobs_due", "skiplock_oldest_due_age_seconds",
-		"skiplock_enqueued_total", "skiplock_stats_up"); err != nil {
+		"skiplock_inserted_total", "skiplock_stats_up"); err != nil {
 		t.Fatal(err)
 	}
 	if n := testutil.CollectAndCount(m, "skiplock_jobs"); n != 5 {

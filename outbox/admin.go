@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/pgerr"
 	"github.com/skiplock/skiplock/internal/store"
 )
 
@@ -16,19 +16,14 @@ import (
 // operation needs, such as Requeue of an event that is not dead).
 var ErrNotFound = errors.New("outbox: event not found")
 
-// Admin inspects and repairs one schema's outbox: read events, list and requeue dead
-// ones, and apply retention. The zero value uses the default schema.
-type Admin struct {
-	// Schema holding skiplock's tables. Default skiplock.DefaultSchema.
-	Schema string
-	// Clock supplies the time of requeues and retention cut-offs. Default nil: the
-	// database's now().
-	Clock skiplock.Clock
-}
+// Admin inspects and repairs the outbox: read events, list and requeue dead ones,
+// and apply retention. Get one from Outbox.Admin: it uses the outbox's schema, and
+// its clock for requeues and retention cut-offs. It is a small value, safe to copy
+// and share; the zero value refuses every call with a *skiplock.ValidationError.
+type Admin struct{ o *Outbox }
 
-func (a Admin) store() (*store.Store, error) {
-	return Inbox{Schema: a.Schema}.store()
-}
+// Admin returns the operator interface of the outbox's schema.
+func (o *Outbox) Admin() Admin { return Admin{o: o} }
 
 func record(e *store.OutboxEvent) *Record {
 	r := &Record{
@@ -46,25 +41,43 @@ func record(e *store.OutboxEvent) *Record {
 
 // Get returns one event, or ErrNotFound.
 func (a Admin) Get(ctx context.Context, db skiplock.DB, id string) (*Record, error) {
-	st, err := a.store()
-	if err != nil {
+	if err := a.o.check(ctx, db); err != nil {
 		return nil, err
 	}
-	e, err := st.OutboxGet(ctx, db, id)
+	e, err := a.o.store.OutboxGet(ctx, db, id)
 	if errors.Is(err, pgx.ErrNoRows) || isBadID(err) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading outbox event %s: %w", id, wrapPgError(err))
+		return nil, fmt.Errorf("reading outbox event %s: %w", id, wrapDB(err, "id"))
 	}
 	return record(e), nil
 }
 
-// ListDead returns up to limit dead events, oldest parking first, starting after the
-// event after (nil for the first page; pass the last record of a page for the next).
-func (a Admin) ListDead(ctx context.Context, db skiplock.DB, after *Record, limit int) ([]*Record, error) {
-	st, err := a.store()
-	if err != nil {
+// State is an outbox event's state as Admin.List filters it.
+type State string
+
+// The states of an outbox event.
+const (
+	// StatePending: not published yet and not parked — new, leased by a relay, or
+	// waiting out a retry backoff.
+	StatePending State = "pending"
+	// StateDead: parked after its last attempt or a permanent error; Requeue
+	// gives it a fresh attempt budget.
+	StateDead State = "dead"
+	// StatePublished: a publisher confirmed it.
+	StatePublished State = "published"
+)
+
+// States lists every State.
+var States = []State{StatePending, StateDead, StatePublished}
+
+// List returns up to limit events in state, oldest first — by creation for pending
+// events, by parking for dead ones, by publication for published ones — starting
+// after the event after (nil for the first page; pass the last record of a page for
+// the next). An unknown state is an ErrInvalid error naming the valid ones.
+func (a Admin) List(ctx context.Context, db skiplock.DB, state State, after *Record, limit int) ([]*Record, error) {
+	if err := a.o.check(ctx, db); err != nil {
 		return nil, err
 	}
 	if limit <= 0 {
@@ -72,12 +85,25 @@ func (a Admin) ListDead(ctx context.Context, db skiplock.DB, after *Record, limi
 	}
 	var at *time.Time
 	var id string
-	if after != nil && after.DeadAt != nil {
-		at, id = after.DeadAt, after.ID
+	switch state {
+	case StatePending:
+		if after != nil {
+			at, id = &after.CreatedAt, after.ID
+		}
+	case StateDead:
+		if after != nil && after.DeadAt != nil {
+			at, id = after.DeadAt, after.ID
+		}
+	case StatePublished:
+		if after != nil && after.PublishedAt != nil {
+			at, id = after.PublishedAt, after.ID
+		}
+	default:
+		return nil, &skiplock.ValidationError{Field: "state", Reason: fmt.Sprintf("unknown outbox state %q (valid: pending, dead, published)", state)}
 	}
-	evs, err := st.OutboxListDead(ctx, db, at, id, limit)
+	evs, err := a.o.store.OutboxList(ctx, db, string(state), at, id, limit)
 	if err != nil {
-		return nil, fmt.Errorf("listing dead outbox events: %w", wrapPgError(err))
+		return nil, fmt.Errorf("listing %s outbox events: %w", state, wrapDB(err, "after"))
 	}
 	out := make([]*Record, len(evs))
 	for i, e := range evs {
@@ -87,28 +113,24 @@ func (a Admin) ListDead(ctx context.Context, db skiplock.DB, after *Record, limi
 }
 
 // isBadID reports a database refusal of a string as a uuid: no event can have it.
-func isBadID(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "22P02"
-}
+func isBadID(err error) bool { return pgerr.Code(err) == "22P02" }
 
 // Requeue makes a dead event due now with a fresh attempt budget (attempts reset to
 // 0; last_error is kept until the next failure). It returns ErrNotFound if no dead
 // event has that id.
 func (a Admin) Requeue(ctx context.Context, db skiplock.DB, id string) error {
-	st, err := a.store()
-	if err != nil {
+	if err := a.o.check(ctx, db); err != nil {
 		return err
 	}
 	if id == "" {
 		return fmt.Errorf("%w: empty id (use RequeueDead for all)", ErrNotFound)
 	}
-	ids, err := st.OutboxRequeue(ctx, db, nowParam(a.Clock), id)
+	ids, err := a.o.store.OutboxRequeue(ctx, db, a.o.now(), id)
 	if isBadID(err) {
 		return fmt.Errorf("%w: %q is not an event id", ErrNotFound, id)
 	}
 	if err != nil {
-		return fmt.Errorf("requeueing outbox event %s: %w", id, wrapPgError(err))
+		return fmt.Errorf("requeueing outbox event %s: %w", id, wrapDB(err, "id"))
 	}
 	if len(ids) == 0 {
 		return fmt.Errorf("%w: no dead event %s", ErrNotFound, id)
@@ -118,13 +140,12 @@ func (a Admin) Requeue(ctx context.Context, db skiplock.DB, id string) error {
 
 // RequeueDead requeues every dead event (see Requeue) and returns how many.
 func (a Admin) RequeueDead(ctx context.Context, db skiplock.DB) (int, error) {
-	st, err := a.store()
-	if err != nil {
+	if err := a.o.check(ctx, db); err != nil {
 		return 0, err
 	}
-	ids, err := st.OutboxRequeue(ctx, db, nowParam(a.Clock), "")
+	ids, err := a.o.store.OutboxRequeue(ctx, db, a.o.now(), "")
 	if err != nil {
-		return 0, fmt.Errorf("requeueing dead outbox events: %w", wrapPgError(err))
+		return 0, fmt.Errorf("requeueing dead outbox events: %w", wrapDB(err, "id"))
 	}
 	return len(ids), nil
 }
@@ -153,16 +174,16 @@ type PruneResult struct {
 // skip each other's rows rather than wait.
 func (a Admin) Prune(ctx context.Context, db skiplock.DB, r Retention) (PruneResult, error) {
 	var res PruneResult
-	st, err := a.store()
-	if err != nil {
+	if err := a.o.check(ctx, db); err != nil {
 		return res, err
 	}
+	var err error
 	if r.Published == 0 {
 		r.Published = 7 * 24 * time.Hour
 	}
 	if r.Published > 0 {
 		res.Published, err = pruneLoop(ctx, r.BatchSize, func(limit int) (int64, error) {
-			return st.OutboxPrunePublished(ctx, db, nowParam(a.Clock), r.Published, limit)
+			return a.o.store.OutboxPrunePublished(ctx, db, a.o.now(), r.Published, limit)
 		}, "pruning published outbox events")
 		if err != nil {
 			return res, err
@@ -170,7 +191,7 @@ func (a Admin) Prune(ctx context.Context, db skiplock.DB, r Retention) (PruneRes
 	}
 	if r.Dead > 0 {
 		res.Dead, err = pruneLoop(ctx, r.BatchSize, func(limit int) (int64, error) {
-			return st.OutboxPruneDead(ctx, db, nowParam(a.Clock), r.Dead, limit)
+			return a.o.store.OutboxPruneDead(ctx, db, a.o.now(), r.Dead, limit)
 		}, "pruning dead outbox events")
 	}
 	return res, err
@@ -186,13 +207,12 @@ type Counts struct {
 // Count counts the outbox's events by state. It scans the table: use it for tests,
 // benchmarks and occasional checks, not on a hot path.
 func (a Admin) Count(ctx context.Context, db skiplock.DB) (Counts, error) {
-	st, err := a.store()
-	if err != nil {
+	if err := a.o.check(ctx, db); err != nil {
 		return Counts{}, err
 	}
-	c, err := st.OutboxCount(ctx, db)
+	c, err := a.o.store.OutboxCount(ctx, db)
 	if err != nil {
-		return Counts{}, fmt.Errorf("counting outbox events: %w", wrapPgError(err))
+		return Counts{}, fmt.Errorf("counting outbox events: %w", wrapDB(err, "outbox"))
 	}
 	return Counts(c), nil
 }

@@ -2,14 +2,28 @@
 // transaction as the business change they describe, then published to a broker or
 // webhook by a relay, at least once.
 //
+// # One entry point
+//
+// New(client, Config{}) returns the Outbox of a skiplock.Client: it writes into the
+// client's schema with the client's clock and payload limit, and everything else —
+// the consumer Inbox, the operator Admin, relays — comes from it, so no part of the
+// outbox can silently address another schema than its client's:
+//
+//	ob, err := outbox.New(client, outbox.Config{})
+//	id, err := ob.Write(ctx, tx, outbox.Event{...})
+//	relay, err := ob.NewRelay(publisher, outbox.RelayConfig{})
+//	first, err := ob.Inbox().Claim(ctx, tx, "billing", msg.ID)
+//	err = ob.Admin().RequeueDead(ctx, pool)
+//
 // # Writing
 //
-// Write (or a Writer for another schema) inserts an Event in the caller's
-// transaction — a pgx.Tx, a pool, a conn, or database/sql through skiplock.FromSQL.
-// The event exists if and only if that transaction commits. Its id is a time-ordered
-// UUID (v7); every published copy carries it. WriteMany writes a batch in one round
-// trip. Each write statement also sends one NOTIFY on Channel(schema), delivered at
-// commit, which wakes relays early; relays poll regardless.
+// Outbox.Write inserts an Event in the caller's transaction — a pgx.Tx, a pool, a
+// conn, or database/sql through skiplock.FromSQL. The event exists if and only if
+// that transaction commits. Its id is a time-ordered UUID (v7); every published copy
+// carries it. WriteMany writes a batch in one round trip. Each write statement also
+// sends one NOTIFY on Channel(schema), delivered at commit, which wakes relays
+// early; relays poll regardless. Bad input — a nil context or db included — returns
+// a *skiplock.ValidationError and writes nothing.
 //
 // # Relaying
 //
@@ -31,13 +45,20 @@
 // events were taken over changes nothing when it finally marks: its token no longer
 // matches. Any number of relays may run against one schema.
 //
+// A publisher error wrapped with skiplock.Permanent parks its event at once. No
+// single event or publisher result can stop a relay or hold up the rest of its
+// batch: a Publisher that panics or returns the wrong number of results fails the
+// batch with a retryable error; error texts are stored through one policy (valid
+// UTF-8, no NUL, at most 16 KiB); and an outcome the database refuses for good is
+// split off so the others are recorded (see Relay.RunOnce).
+//
 // # Ordering
 //
 // By default events are published roughly in write order, in batches, with no
 // per-aggregate guarantee. With RelayConfig.OrderedByAggregate, an event is held back
 // while any earlier event (smaller id) of its aggregate is unpublished — being
-// relayed, in backoff, or dead. For that to mean commit order, writes must take
-// WriterConfig.Ordered: a transaction-scoped advisory lock per aggregate taken
+// relayed, in backoff, or dead. For that to mean commit order, writes must use
+// Config.Ordered: a transaction-scoped advisory lock per aggregate taken
 // before the id is generated, so two transactions writing to one aggregate are
 // serialised and id order equals commit order. See docs/outbox.md for the costs.
 //

@@ -3,10 +3,12 @@ package outbox
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/validate"
 )
 
 // Limits on event input. Values outside them are refused with a
@@ -24,7 +26,8 @@ const (
 	// DefaultMaxAttempts is the attempt budget of an event that sets none (the
 	// column's default).
 	DefaultMaxAttempts = 25
-	// DefaultMaxPayload is WriterConfig.MaxPayloadBytes' default: 1 MiB.
+	// DefaultMaxPayload is the payload limit of a client that sets none
+	// (skiplock.Config.MaxPayloadBytes): 1 MiB.
 	DefaultMaxPayload = skiplock.DefaultMaxPayload
 )
 
@@ -33,104 +36,87 @@ type Event struct {
 	// AggregateType and AggregateID name the entity the event is about ("order",
 	// "42"). Both are required. With ordered relaying, events of one aggregate are
 	// published in write order; Kafka uses AggregateID as the record key.
-	AggregateType string
-	AggregateID   string
+	AggregateType string `json:"aggregate_type"`
+	AggregateID   string `json:"aggregate_id"`
 	// EventType names what happened ("order.paid"). Required.
-	EventType string
+	EventType string `json:"event_type"`
 	// Destination is where the event goes: a Kafka topic, an AMQP routing key, a
 	// NATS subject, a webhook endpoint name. Empty means the publisher's configured
 	// default.
-	Destination string
-	// Payload is the event body: valid JSON, at most WriterConfig.MaxPayloadBytes,
+	Destination string `json:"destination,omitempty"`
+	// Payload is the event body: valid JSON, at most the client's payload limit
+	// (skiplock.Config.MaxPayloadBytes, default 1 MiB),
 	// without \u0000 (which PostgreSQL's jsonb cannot store). Required.
-	Payload []byte
+	Payload []byte `json:"payload"`
 	// Headers travel as broker headers (HTTP headers for webhooks): at most
 	// MaxHeaders, names non-empty without control characters, values valid UTF-8
-	// without control characters other than tab. Optional.
-	Headers map[string]string
+	// without NUL or other control characters except tab. Optional.
+	Headers map[string]string `json:"headers,omitempty"`
 	// MaxAttempts is how many publish attempts the event gets before it is parked as
 	// dead, 1..MaxMaxAttempts. Default DefaultMaxAttempts (25).
-	MaxAttempts int
+	MaxAttempts int `json:"max_attempts,omitempty"`
 }
 
 // Record is an outbox event as stored, with its relay state, for inspection and
 // operator tools.
 type Record struct {
-	ID string
+	ID string `json:"id"`
 	Event
 	// Attempts counts claims by a relay (each claim is one publish attempt).
-	Attempts int
+	Attempts int `json:"attempts"`
 	// AvailableAt is when the event is next due (later than now while in backoff).
-	AvailableAt time.Time
+	AvailableAt time.Time `json:"available_at"`
 	// RelayUntil is the current relay lease's end, nil when no relay holds it.
-	RelayUntil *time.Time
+	RelayUntil *time.Time `json:"relay_until,omitempty"`
 	// PublishedAt is set once a publisher confirmed the event.
-	PublishedAt *time.Time
+	PublishedAt *time.Time `json:"published_at,omitempty"`
 	// DeadAt is set when the event was parked (attempts exhausted or a permanent
 	// error); Requeue clears it.
-	DeadAt *time.Time
+	DeadAt *time.Time `json:"dead_at,omitempty"`
 	// LastError is the last publish failure, if any.
-	LastError string
+	LastError string `json:"last_error,omitempty"`
 	// CreatedAt is the writing transaction's time.
-	CreatedAt time.Time
+	CreatedAt time.Time `json:"created_at"`
 }
 
-func invalid(field, format string, args ...any) error {
-	return &skiplock.ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
-}
-
-// validateName checks a required (or, with optional, possibly empty) name field.
-func validateName(field, v string, optional bool) error {
-	switch {
-	case v == "" && !optional:
-		return invalid(field, "must not be empty")
-	case len(v) > MaxNameLen:
-		return invalid(field, "longer than %d bytes", MaxNameLen)
-	case !utf8.ValidString(v):
-		return invalid(field, "not valid UTF-8")
-	}
-	for _, r := range v {
-		if r < 0x20 || r == 0x7f {
-			return invalid(field, "contains a control character")
-		}
+// checkName applies the shared name rule (internal/validate) to an event field.
+func checkName(field, v string, optional bool) error {
+	if reason := validate.Name(v, MaxNameLen, optional); reason != "" {
+		return &skiplock.ValidationError{Field: field, Reason: reason}
 	}
 	return nil
 }
 
 // validate checks ev and returns its headers encoded as a JSON object.
 func (ev *Event) validate(maxPayload int) (headers []byte, err error) {
-	if err := validateName("aggregate_type", ev.AggregateType, false); err != nil {
-		return nil, err
+	for _, f := range []struct {
+		field, v string
+		optional bool
+	}{
+		{"aggregate_type", ev.AggregateType, false},
+		{"aggregate_id", ev.AggregateID, false},
+		{"event_type", ev.EventType, false},
+		{"destination", ev.Destination, true},
+	} {
+		if err := checkName(f.field, f.v, f.optional); err != nil {
+			return nil, err
+		}
 	}
-	if err := validateName("aggregate_id", ev.AggregateID, false); err != nil {
-		return nil, err
-	}
-	if err := validateName("event_type", ev.EventType, false); err != nil {
-		return nil, err
-	}
-	if err := validateName("destination", ev.Destination, true); err != nil {
-		return nil, err
-	}
-	if err := validatePayload(ev.Payload, maxPayload); err != nil {
+	if err := skiplock.ValidatePayload(ev.Payload, maxPayload); err != nil {
 		return nil, err
 	}
 	if ev.MaxAttempts < 0 || ev.MaxAttempts > MaxMaxAttempts {
-		return nil, invalid("max_attempts", "%d is outside 1..%d (0 means %d)", ev.MaxAttempts, MaxMaxAttempts, DefaultMaxAttempts)
+		return nil, &skiplock.ValidationError{Field: "max_attempts", Reason: fmt.Sprintf("%d is outside 1..%d (0 means %d)", ev.MaxAttempts, MaxMaxAttempts, DefaultMaxAttempts)}
 	}
 	if len(ev.Headers) > MaxHeaders {
-		return nil, invalid("headers", "%d headers exceed the limit of %d", len(ev.Headers), MaxHeaders)
+		return nil, &skiplock.ValidationError{Field: "headers", Reason: fmt.Sprintf("%d headers exceed the limit of %d", len(ev.Headers), MaxHeaders)}
 	}
 	for k, v := range ev.Headers {
-		if err := validateName("headers", k, false); err != nil {
-			return nil, invalid("headers", "name %q: %s", k, err.(*skiplock.ValidationError).Reason)
+		if reason := validate.Name(k, MaxNameLen, false); reason != "" {
+			return nil, &skiplock.ValidationError{Field: "headers", Reason: fmt.Sprintf("name %q: %s", k, reason)}
 		}
-		if len(v) > MaxHeaderValueLen || !utf8.ValidString(v) {
-			return nil, invalid("headers", "value of %q must be valid UTF-8 of at most %d bytes", k, MaxHeaderValueLen)
-		}
-		for _, r := range v {
-			if (r < 0x20 && r != '\t') || r == 0x7f {
-				return nil, invalid("headers", "value of %q contains a control character", k)
-			}
+		if reason := headerValue(v); reason != "" {
+			return nil, &skiplock.ValidationError{Field: "headers", Reason: fmt.Sprintf("value of %q %s", k, reason)}
 		}
 	}
 	if len(ev.Headers) == 0 {
@@ -138,10 +124,27 @@ func (ev *Event) validate(maxPayload int) (headers []byte, err error) {
 	}
 	b, err := json.Marshal(ev.Headers)
 	if err != nil { // cannot happen for map[string]string
-		return nil, invalid("headers", "encoding as JSON: %v", err)
+		return nil, &skiplock.ValidationError{Field: "headers", Reason: fmt.Sprintf("encoding as JSON: %v", err)}
 	}
 	return b, nil
 }
 
-// validatePayload checks an event payload with the same rules as job payloads.
-func validatePayload(p []byte, limit int) error { return skiplock.ValidatePayload(p, limit) }
+// headerValue returns why v cannot be a header value, or "". Header values reach
+// HTTP, AMQP, Kafka and NATS headers, where line breaks and other control characters
+// would split or corrupt the header block; a tab is allowed.
+func headerValue(v string) string {
+	switch {
+	case len(v) > MaxHeaderValueLen:
+		return fmt.Sprintf("is longer than %d bytes", MaxHeaderValueLen)
+	case !utf8.ValidString(v):
+		return "is not valid UTF-8"
+	case strings.IndexByte(v, 0) >= 0:
+		return "contains a NUL byte"
+	}
+	for _, r := range v {
+		if (r < 0x20 && r != '\t') || r == 0x7f {
+			return "contains a control character"
+		}
+	}
+	return ""
+}

@@ -9,26 +9,42 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/outbox"
-	"github.com/skiplock/skiplock/outbox/memorypub"
+	"github.com/skiplock/skiplock/outbox/outboxtest/memorypub"
 )
+
+// newOutbox is what an application does once at start: a client for its schema,
+// and that client's outbox.
+func newOutbox(pool *pgxpool.Pool) *outbox.Outbox {
+	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: "app_jobs"})
+	if err != nil {
+		panic(err)
+	}
+	ob, err := outbox.New(client, outbox.Config{})
+	if err != nil {
+		panic(err)
+	}
+	return ob
+}
 
 // Write an order and its "order.placed" event in one transaction: the event exists
 // if and only if the order does. (Needs a database, so it is compiled, not run.)
-func ExampleWrite() {
+func ExampleOutbox_Write() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		panic(err)
 	}
 	defer pool.Close()
+	ob := newOutbox(pool)
 
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO orders (id, total) VALUES ($1, $2)`, 42, 1999); err != nil {
 			return err
 		}
 		payload, _ := json.Marshal(map[string]any{"order_id": 42, "total": 1999})
-		id, err := outbox.Write(ctx, tx, outbox.Event{
+		id, err := ob.Write(ctx, tx, outbox.Event{
 			AggregateType: "order",
 			AggregateID:   "42",
 			EventType:     "order.placed",
@@ -54,7 +70,7 @@ func ExampleRelay_Run() {
 	}
 	defer pool.Close()
 	pub := memorypub.New() // or webhookpub.New, amqppub.New, kafkapub.New, natspub.New
-	relay, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{BatchSize: 500, OrderedByAggregate: true})
+	relay, err := newOutbox(pool).NewRelay(pub, outbox.RelayConfig{BatchSize: 500, OrderedByAggregate: true})
 	if err != nil {
 		panic(err)
 	}
@@ -63,7 +79,8 @@ func ExampleRelay_Run() {
 	}
 }
 
-// A consumer skips redelivered events atomically with its own effects.
+// A consumer skips redelivered events atomically with its own effects. Its database
+// holds skiplock's schema too; the client only names it.
 func ExampleInbox_Claim() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("CONSUMER_DATABASE_URL"))
@@ -71,7 +88,7 @@ func ExampleInbox_Claim() {
 		panic(err)
 	}
 	defer pool.Close()
-	inbox := outbox.Inbox{}
+	inbox := newOutbox(pool).Inbox()
 	handle := func(msg outbox.Message) error {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			first, err := inbox.Claim(ctx, tx, "billing", msg.ID)

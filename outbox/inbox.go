@@ -6,13 +6,13 @@ import (
 	"time"
 
 	"github.com/skiplock/skiplock"
-	"github.com/skiplock/skiplock/internal/store"
 )
 
 // Inbox records which events a consumer has processed, in the consumer's own
 // transaction, so a handler can drop the duplicates at-least-once delivery produces
 // atomically with its own effects:
 //
+//	inbox := ob.Inbox() // ob from outbox.New on a client of the consumer's database
 //	tx, _ := pool.Begin(ctx)
 //	first, err := inbox.Claim(ctx, tx, "billing", msg.ID)
 //	if err != nil || !first { tx.Rollback(ctx); return err } // duplicate: already handled
@@ -24,26 +24,13 @@ import (
 // reports a duplicate (or, if that one rolled back, claims it). The consumer's
 // database must hold skiplock's schema (run the migrations there).
 //
-// The zero value uses the default schema; Inbox is a value, safe to copy and share.
-type Inbox struct {
-	// Schema holding the inbox table. Default skiplock.DefaultSchema.
-	Schema string
-	// Clock supplies processed_at (and the retention cut-off). Default nil: the
-	// database's now().
-	Clock skiplock.Clock
-}
+// Get an Inbox from Outbox.Inbox: it uses the outbox's schema and clock. It is a
+// small value, safe to copy and share; the zero value refuses every call with a
+// *skiplock.ValidationError.
+type Inbox struct{ o *Outbox }
 
-func (in Inbox) store() (*store.Store, error) {
-	schema := in.Schema
-	if schema == "" {
-		schema = skiplock.DefaultSchema
-	}
-	st, err := store.New(schema)
-	if err != nil {
-		return nil, invalid("schema", "%v", err)
-	}
-	return st, nil
-}
+// Inbox returns the consumer inbox of the outbox's schema.
+func (o *Outbox) Inbox() Inbox { return Inbox{o: o} }
 
 // Claim records that consumer has processed eventID, in tx, and reports whether this
 // is the first time. first == false means a committed (or concurrent, now committed)
@@ -51,19 +38,18 @@ func (in Inbox) store() (*store.Store, error) {
 // several consumers of one event stream keep separate records; both consumer and
 // eventID must be non-empty, at most MaxNameLen bytes.
 func (in Inbox) Claim(ctx context.Context, tx skiplock.DB, consumer, eventID string) (first bool, err error) {
-	if err := validateName("consumer", consumer, false); err != nil {
+	if err := in.o.check(ctx, tx); err != nil {
 		return false, err
 	}
-	if err := validateName("event_id", eventID, false); err != nil {
+	if err := checkName("consumer", consumer, false); err != nil {
 		return false, err
 	}
-	st, err := in.store()
+	if err := checkName("event_id", eventID, false); err != nil {
+		return false, err
+	}
+	first, err = in.o.store.InboxClaim(ctx, tx, in.o.now(), consumer, eventID)
 	if err != nil {
-		return false, err
-	}
-	first, err = st.InboxClaim(ctx, tx, nowParam(in.Clock), consumer, eventID)
-	if err != nil {
-		return false, fmt.Errorf("recording event %s for consumer %s in the inbox: %w", eventID, consumer, wrapPgError(err))
+		return false, fmt.Errorf("recording event %s for consumer %s in the inbox: %w", eventID, consumer, wrapDB(err, "event_id"))
 	}
 	return first, nil
 }
@@ -73,22 +59,21 @@ func (in Inbox) Claim(ctx context.Context, tx skiplock.DB, consumer, eventID str
 // Keep records longer than an event can take to be redelivered (the relay's whole
 // retry span plus any broker-side retention), or a late duplicate is processed again.
 func (in Inbox) Prune(ctx context.Context, db skiplock.DB, olderThan time.Duration, batchSize int) (int64, error) {
-	st, err := in.store()
-	if err != nil {
+	if err := in.o.check(ctx, db); err != nil {
 		return 0, err
 	}
 	if olderThan <= 0 {
-		return 0, invalid("older_than", "must be positive")
+		return 0, &skiplock.ValidationError{Field: "older_than", Reason: "must be positive"}
 	}
 	return pruneLoop(ctx, batchSize, func(limit int) (int64, error) {
-		return st.InboxPrune(ctx, db, nowParam(in.Clock), olderThan, limit)
+		return in.o.store.InboxPrune(ctx, db, in.o.now(), olderThan, limit)
 	}, "pruning the inbox")
 }
 
 // pruneLoop runs batch deletes until one removes fewer rows than the batch size.
 func pruneLoop(ctx context.Context, batchSize int, batch func(limit int) (int64, error), what string) (int64, error) {
 	if batchSize < 0 {
-		return 0, invalid("batch_size", "%d is negative; use 0 for the default (1000)", batchSize)
+		return 0, &skiplock.ValidationError{Field: "batch_size", Reason: fmt.Sprintf("%d is negative; use 0 for the default (1000)", batchSize)}
 	}
 	if batchSize == 0 {
 		batchSize = 1000
@@ -98,7 +83,7 @@ func pruneLoop(ctx context.Context, batchSize int, batch func(limit int) (int64,
 		n, err := batch(batchSize)
 		total += n
 		if err != nil {
-			return total, fmt.Errorf("%s: %w", what, wrapPgError(err))
+			return total, fmt.Errorf("%s: %w", what, wrapDB(err, "retention"))
 		}
 		if n < int64(batchSize) {
 			return total, nil

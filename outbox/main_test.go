@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/pgtest"
 	"github.com/skiplock/skiplock/outbox"
-	"github.com/skiplock/skiplock/outbox/memorypub"
 	"github.com/skiplock/skiplock/skiplocktest"
 )
 
@@ -24,7 +24,8 @@ type env struct {
 	pool   *pgxpool.Pool
 	schema string
 	clock  *skiplocktest.FakeClock
-	w      *outbox.Writer
+	ob     *outbox.Outbox // on the fake clock
+	dbob   *outbox.Outbox // on the database's clock
 	admin  outbox.Admin
 	inbox  outbox.Inbox
 }
@@ -34,33 +35,50 @@ func newEnv(t *testing.T) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	e := &env{t: t, ctx: ctx, pool: pgtest.Pool(t), schema: pgtest.Schema(t), clock: skiplocktest.NewFakeClock(t0)}
-	e.w = e.writer(false)
-	e.admin = outbox.Admin{Schema: e.schema, Clock: e.clock}
-	e.inbox = outbox.Inbox{Schema: e.schema, Clock: e.clock}
+	e.ob = e.outbox(skiplock.Config{Clock: e.clock}, outbox.Config{})
+	e.dbob = e.outbox(skiplock.Config{}, outbox.Config{})
+	e.admin = e.ob.Admin()
+	e.inbox = e.ob.Inbox()
 	return e
 }
 
-func (e *env) writer(ordered bool) *outbox.Writer {
+// outbox returns the outbox of a client of the test's schema configured by cc.
+func (e *env) outbox(cc skiplock.Config, oc outbox.Config) *outbox.Outbox {
 	e.t.Helper()
-	w, err := outbox.NewWriter(outbox.WriterConfig{Schema: e.schema, Clock: e.clock, Ordered: ordered})
+	cc.Schema = e.schema
+	c, err := skiplock.NewClient(e.pool, cc)
 	e.must(err)
-	return w
+	e.t.Cleanup(c.Close)
+	o, err := outbox.New(c, oc)
+	e.must(err)
+	return o
+}
+
+// writer returns an outbox on the fake clock, with ordered writes if asked.
+func (e *env) writer(ordered bool) *outbox.Outbox {
+	e.t.Helper()
+	return e.outbox(skiplock.Config{Clock: e.clock}, outbox.Config{Ordered: ordered})
 }
 
 // relay returns a relay on the fake clock; cfg's zero fields get test-friendly values.
 func (e *env) relay(pub outbox.Publisher, cfg outbox.RelayConfig) *outbox.Relay {
 	e.t.Helper()
-	cfg.Schema = e.schema
-	switch cfg.Clock.(type) {
-	case nil:
-		cfg.Clock = e.clock
-	case realClock:
-		cfg.Clock = nil
-	}
+	return e.relayOn(e.ob, pub, cfg)
+}
+
+// dbRelay returns a relay on the database's clock: Run's loops need real time to
+// pass between polls.
+func (e *env) dbRelay(pub outbox.Publisher, cfg outbox.RelayConfig) *outbox.Relay {
+	e.t.Helper()
+	return e.relayOn(e.dbob, pub, cfg)
+}
+
+func (e *env) relayOn(ob *outbox.Outbox, pub outbox.Publisher, cfg outbox.RelayConfig) *outbox.Relay {
+	e.t.Helper()
 	if cfg.RetryPolicy == nil {
 		cfg.RetryPolicy = fixedDelay(10 * time.Second)
 	}
-	r, err := outbox.NewRelay(e.pool, pub, cfg)
+	r, err := ob.NewRelay(pub, cfg)
 	e.must(err)
 	return r
 }
@@ -92,7 +110,7 @@ func event(agg string, i int) outbox.Event {
 
 // writeN commits n events (aggregates agg-0..agg-(aggs-1), round robin) and returns
 // their ids in write order.
-func (e *env) writeN(w *outbox.Writer, n, aggs int) []string {
+func (e *env) writeN(w *outbox.Outbox, n, aggs int) []string {
 	e.t.Helper()
 	evs := make([]outbox.Event, n)
 	for i := range evs {
@@ -137,8 +155,6 @@ func byID(msgs []outbox.Message) map[string]int {
 	}
 	return m
 }
-
-var _ = memorypub.New
 
 func contextWithTimeout(e *env, d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(e.ctx, d)

@@ -9,8 +9,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/outbox"
-	"github.com/skiplock/skiplock/outbox/memorypub"
+	"github.com/skiplock/skiplock/outbox/outboxtest/memorypub"
 )
 
 // waitBlocked returns once the backend pid waits for an advisory lock.
@@ -32,10 +33,9 @@ func (e *env) waitBlocked(pid uint32) {
 func TestOrderedCommitOrderIsPublishOrder(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	w, err := outbox.NewWriter(outbox.WriterConfig{Schema: e.schema, Ordered: true}) // database clock
-	e.must(err)
+	w := e.outbox(skiplock.Config{}, outbox.Config{Ordered: true}) // database clock
 	pub := memorypub.New()
-	r := e.relay(pub, outbox.RelayConfig{OrderedByAggregate: true, Clock: realClock{}})
+	r := e.dbRelay(pub, outbox.RelayConfig{OrderedByAggregate: true})
 
 	txEarly, err := e.pool.Begin(e.ctx)
 	e.must(err)
@@ -91,10 +91,9 @@ func TestOrderedCommitOrderIsPublishOrder(t *testing.T) {
 func TestUnorderedWritesCanBeReordered(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	w, err := outbox.NewWriter(outbox.WriterConfig{Schema: e.schema})
-	e.must(err)
+	w := e.dbob
 	pub := memorypub.New()
-	r := e.relay(pub, outbox.RelayConfig{OrderedByAggregate: true, Clock: realClock{}})
+	r := e.dbRelay(pub, outbox.RelayConfig{OrderedByAggregate: true})
 	txA, err := e.pool.Begin(e.ctx)
 	e.must(err)
 	defer txA.Rollback(e.ctx)
@@ -149,7 +148,7 @@ func TestOrderedBlocksBehindBackoffAndDead(t *testing.T) {
 	// Dead blocks too.
 	pub.SetFailure(func(m outbox.Message) error {
 		if m.ID == first {
-			return outbox.Permanent(fail)
+			return skiplock.Permanent(fail)
 		}
 		return nil
 	})
@@ -178,9 +177,8 @@ func TestOrderedBlocksBehindBackoffAndDead(t *testing.T) {
 func TestOrderedConcurrentWritersAndRelays(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	w, err := outbox.NewWriter(outbox.WriterConfig{Schema: e.schema, Ordered: true})
-	e.must(err)
-	_, err = e.pool.Exec(e.ctx, "CREATE TABLE "+e.q("commits")+" (agg text PRIMARY KEY, n int NOT NULL)")
+	w := e.outbox(skiplock.Config{}, outbox.Config{Ordered: true})
+	_, err := e.pool.Exec(e.ctx, "CREATE TABLE "+e.q("commits")+" (agg text PRIMARY KEY, n int NOT NULL)")
 	e.must(err)
 	const aggs, writers, perWriter = 3, 6, 60
 	for a := range aggs {
@@ -192,7 +190,7 @@ func TestOrderedConcurrentWritersAndRelays(t *testing.T) {
 	defer cancel()
 	var relays sync.WaitGroup
 	for range 3 {
-		r := e.relay(pub, outbox.RelayConfig{OrderedByAggregate: true, PollInterval: 10 * time.Millisecond, Clock: realClock{}})
+		r := e.dbRelay(pub, outbox.RelayConfig{OrderedByAggregate: true, PollInterval: 10 * time.Millisecond})
 		relays.Go(func() { _ = r.Run(ctx) })
 	}
 

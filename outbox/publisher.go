@@ -39,33 +39,21 @@ type Message struct {
 // Publish returns one error per message, in order (len(result) == len(msgs)); a nil
 // entry means the broker durably accepted that message (confirmed, acked, 2xx). A
 // Publisher must be safe for use by several goroutines. An error wrapped with
-// Permanent tells the relay not to try that message again: it is parked as dead at
-// once. Any other error is retried with backoff.
+// skiplock.Permanent (the same wrapper job handlers use) tells the relay not to try
+// that message again: it is parked as dead at once. Any other error is retried with
+// backoff.
+//
+// The relay defends itself against a Publisher that breaks this contract: a panic,
+// or a result of the wrong length (nil included), fails the whole batch with a
+// retryable error; an error value whose Error method panics or whose text is not
+// storable is recorded with a safe description; and the relay keeps its own copy of
+// each message's id, so a Publisher that modifies msgs changes nothing it records.
+// A Publisher that ignores ctx and never returns holds up its relay (not the
+// outbox: once the lease expires, other relays take the events over).
 type Publisher interface {
 	Publish(ctx context.Context, msgs []Message) []error
 	// Close releases the publisher's connections. Publish after Close fails.
 	Close() error
-}
-
-// PermanentError marks a publish failure that retrying cannot fix (a webhook's 4xx,
-// a message the broker refuses for its content).
-type PermanentError struct{ Err error }
-
-func (e *PermanentError) Error() string { return "permanent publish error: " + e.Err.Error() }
-func (e *PermanentError) Unwrap() error { return e.Err }
-
-// Permanent wraps err so the relay parks the event instead of retrying it.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &PermanentError{Err: err}
-}
-
-// IsPermanent reports whether err, or an error it wraps, is a PermanentError.
-func IsPermanent(err error) bool {
-	var p *PermanentError
-	return errors.As(err, &p)
 }
 
 // ErrClosed is returned by Publish after Close.

@@ -5,23 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"strings"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/hostclock"
 	"github.com/skiplock/skiplock/internal/notify"
+	"github.com/skiplock/skiplock/internal/pgerr"
+	"github.com/skiplock/skiplock/internal/safetext"
 	"github.com/skiplock/skiplock/internal/store"
 )
 
-// RelayConfig configures a Relay. The zero value is usable: every field has a default.
+// RelayConfig configures a Relay. The zero value is usable: every field has a
+// default. The schema, the pool and the clock are the Outbox's (its client's).
 type RelayConfig struct {
-	// Schema holding skiplock's tables. Default skiplock.DefaultSchema ("skiplock").
-	Schema string
 	// BatchSize is how many events one claim leases and one Publish call carries,
 	// 1..10000. Default 100.
 	BatchSize int
@@ -40,8 +39,8 @@ type RelayConfig struct {
 	// aggregate_id) one at a time, in id order: an event is not claimed while an
 	// earlier event of its aggregate is unpublished, whether it is being relayed,
 	// waiting in backoff, or dead. A dead event therefore blocks its aggregate until
-	// an operator requeues or deletes it. Write with WriterConfig.Ordered (or hold a
-	// lock on the aggregate in every writing transaction) so that id order is commit
+	// an operator requeues or deletes it. Write with Config.Ordered (or hold a lock
+	// on the aggregate in every writing transaction) so that id order is commit
 	// order. Default false: events are published in batches, roughly in write order,
 	// with no per-aggregate guarantee.
 	OrderedByAggregate bool
@@ -53,9 +52,6 @@ type RelayConfig struct {
 	RetryPolicy skiplock.RetryPolicy
 	// Logger receives operational logs (never payloads). Default: discard.
 	Logger *slog.Logger
-	// Clock supplies the time of claims, leases, backoff and marks. Default nil: the
-	// database's now().
-	Clock skiplock.Clock
 	// PollOnly disables the LISTEN connection (for PgBouncer in transaction pooling
 	// mode, where session-level LISTEN does not work). Default false.
 	PollOnly bool
@@ -67,16 +63,15 @@ type RelayConfig struct {
 
 func (c *RelayConfig) withDefaults() (RelayConfig, error) {
 	cfg := *c
-	if cfg.Schema == "" {
-		cfg.Schema = skiplock.DefaultSchema
-	}
 	switch {
 	case cfg.BatchSize < 0 || cfg.BatchSize > 10000:
-		return cfg, invalid("batch_size", "%d is outside 1..10000 (0 means 100)", cfg.BatchSize)
+		return cfg, &skiplock.ValidationError{Field: "batch_size", Reason: fmt.Sprintf("%d is outside 1..10000 (0 means 100)", cfg.BatchSize)}
 	case cfg.LeaseDuration < 0, cfg.PollInterval < 0, cfg.StopTimeout < 0:
-		return cfg, invalid("duration", "LeaseDuration, PollInterval and StopTimeout must not be negative; use 0 for the default")
+		return cfg, &skiplock.ValidationError{Field: "duration", Reason: "LeaseDuration, PollInterval and StopTimeout must not be negative; use 0 for the default"}
 	case cfg.Concurrency < 0:
-		return cfg, invalid("concurrency", "%d is negative; use 0 for the default (1)", cfg.Concurrency)
+		return cfg, &skiplock.ValidationError{Field: "concurrency", Reason: fmt.Sprintf("%d is negative; use 0 for the default (1)", cfg.Concurrency)}
+	case cfg.RetryPolicy != nil && isNil(cfg.RetryPolicy):
+		return cfg, &skiplock.ValidationError{Field: "retry_policy", Reason: fmt.Sprintf("is a nil %T; leave it nil for the default", cfg.RetryPolicy)}
 	}
 	if cfg.BatchSize == 0 {
 		cfg.BatchSize = 100
@@ -107,12 +102,15 @@ func (c *RelayConfig) withDefaults() (RelayConfig, error) {
 // outcome with a statement fenced by the token. It never marks on claim, so a crash
 // between publish and mark republishes (at-least-once) under the same event id.
 // Any number of relays, in one process or many, may run against one schema.
+//
+// Nothing one event or one publisher result can do stops a relay or holds up the
+// other events of its batch; see RunOnce for what happens to an outcome the
+// database refuses to record.
 type Relay struct {
-	pool  *pgxpool.Pool
-	pub   Publisher
-	cfg   RelayConfig
-	store *store.Store
-	log   *slog.Logger
+	o   *Outbox
+	pub Publisher
+	cfg RelayConfig
+	log *slog.Logger
 
 	wakeMu sync.Mutex
 	wakes  []chan struct{}
@@ -124,21 +122,23 @@ type Relay struct {
 	beforeMark func(ctx context.Context) error
 }
 
-// NewRelay validates cfg and returns a Relay that claims from pool's database and
-// publishes with pub. The Relay does not close pub.
-func NewRelay(pool *pgxpool.Pool, pub Publisher, cfg RelayConfig) (*Relay, error) {
-	if pool == nil || pub == nil {
-		return nil, errors.New("outbox: NewRelay needs a pool and a Publisher")
+// NewRelay validates cfg and returns a Relay that claims from the outbox's schema
+// on its client's pool and publishes with pub. The Relay does not close pub.
+func (o *Outbox) NewRelay(pub Publisher, cfg RelayConfig) (*Relay, error) {
+	if o == nil || o.store == nil {
+		return nil, &skiplock.ValidationError{Field: "outbox", Reason: "not created by outbox.New"}
+	}
+	if o.pool == nil {
+		return nil, &skiplock.ValidationError{Field: "client", Reason: "has no pool; create it with skiplock.NewClient"}
+	}
+	if isNil(pub) {
+		return nil, &skiplock.ValidationError{Field: "publisher", Reason: fmt.Sprintf("is a nil %T; pass a Publisher such as webhookpub.New's", pub)}
 	}
 	c, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	st, err := store.New(c.Schema)
-	if err != nil {
-		return nil, invalid("schema", "%v", err)
-	}
-	return &Relay{pool: pool, pub: pub, cfg: c, store: st, log: c.Logger}, nil
+	return &Relay{o: o, pub: pub, cfg: c, log: c.Logger}, nil
 }
 
 // RelayStats are a relay's running totals since it was created.
@@ -149,11 +149,14 @@ type RelayStats struct {
 	Released  int64 // events given back unpublished because the relay was stopping
 	LeaseLost int64 // outcomes not recorded because another relay had taken the event over
 	Batches   int64 // non-empty claims
-	Errors    int64 // claim or mark statements that failed
+	Errors    int64 // claim or mark statements that failed (outcomes left unrecorded)
 }
 
-// Stats returns the relay's totals.
+// Stats returns the relay's totals (zero for a nil Relay).
 func (r *Relay) Stats() RelayStats {
+	if r == nil {
+		return RelayStats{}
+	}
 	return RelayStats{
 		Published: r.published.Load(), Retried: r.retried.Load(), Dead: r.dead.Load(),
 		Released: r.released.Load(), LeaseLost: r.lost.Load(), Batches: r.batches.Load(), Errors: r.errs.Load(),
@@ -163,6 +166,9 @@ func (r *Relay) Stats() RelayStats {
 // Wake makes every waiting loop of Run poll now. It is what the LISTEN connection
 // calls on a notification; call it yourself if you learn of new events another way.
 func (r *Relay) Wake() {
+	if r == nil {
+		return
+	}
 	r.wakeMu.Lock()
 	defer r.wakeMu.Unlock()
 	for _, ch := range r.wakes {
@@ -173,10 +179,24 @@ func (r *Relay) Wake() {
 	}
 }
 
+// usable refuses a Relay not made by NewRelay and a nil ctx.
+func (r *Relay) usable(ctx context.Context) error {
+	if r == nil || r.o == nil || r.pub == nil {
+		return &skiplock.ValidationError{Field: "relay", Reason: "not created by Outbox.NewRelay"}
+	}
+	if ctx == nil {
+		return &skiplock.ValidationError{Field: "ctx", Reason: "must not be nil; use context.Background() or a signal context"}
+	}
+	return nil
+}
+
 // Run relays until ctx ends, then finishes the marks of the batches in flight and
 // returns nil. Claim and mark errors (the database is down, say) are logged and
 // retried at the poll interval; they do not stop Run.
 func (r *Relay) Run(ctx context.Context) error {
+	if err := r.usable(ctx); err != nil {
+		return err
+	}
 	wakes := make([]chan struct{}, r.cfg.Concurrency)
 	r.wakeMu.Lock()
 	for i := range wakes {
@@ -195,8 +215,8 @@ func (r *Relay) Run(ctx context.Context) error {
 		lctx, stop := context.WithCancel(ctx)
 		defer stop()
 		l, err := notify.New(notify.Config{
-			ConnConfig: r.pool.Config().ConnConfig.Copy(),
-			Channels:   []string{Channel(r.cfg.Schema)},
+			ConnConfig: r.o.pool.Config().ConnConfig.Copy(),
+			Channels:   []string{Channel(r.o.schema)},
 			OnNotify:   func(string, string) { r.Wake() },
 			OnConnect:  r.Wake, // notifications sent while disconnected are lost: poll now
 			Logger:     r.log,
@@ -239,11 +259,15 @@ func (r *Relay) loop(ctx context.Context, wake chan struct{}) {
 			return
 		}
 		if err != nil {
-			r.log.Warn("outbox relay: batch failed; retrying after the poll interval", "error", err)
-		} else if res.claimed > 0 {
-			continue // drain: more may be due
+			r.log.Warn("outbox relay: batch failed", "error", err)
 		}
-		t := time.NewTimer(r.jittered())
+		if res.claimed > 0 {
+			// Drain: more may be due. A batch whose marks failed left its events
+			// leased, so they are not claimed again until the lease expires; a
+			// claim that failed claimed nothing and waits for the poll interval.
+			continue
+		}
+		t := time.NewTimer(hostclock.Jitter(r.cfg.PollInterval))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -255,16 +279,25 @@ func (r *Relay) loop(ctx context.Context, wake chan struct{}) {
 	}
 }
 
-func (r *Relay) jittered() time.Duration {
-	d := r.cfg.PollInterval
-	return d - d/10 + rand.N(d/5+1)
-}
-
 // RunOnce claims one batch, publishes it and records the outcomes. It returns how
 // many events were marked published and how many failed (scheduled for retry,
 // parked, or given back). A lost lease counts in neither. If ctx ends during the
 // publish, the marks still run on a fresh context bounded by StopTimeout.
+//
+// The outcomes are recorded with one statement. If the database refuses it for a
+// reason that retrying cannot fix (a constraint or a trigger that rejects one row,
+// say), the batch is split until the refused outcome is alone, so every other
+// outcome is recorded; the refused one is tried once more with a fixed, plain error
+// text in place of the publisher's (the original is logged), and if that is refused
+// too it is left unrecorded: the event keeps its lease until it expires and is then
+// claimed again, as after a crash. RunOnce then reports the refused outcomes in err
+// alongside the counts of the recorded ones. If the statement fails for a reason
+// retrying can fix (the database is unreachable), nothing is recorded and the whole
+// batch is claimed again once its lease expires.
 func (r *Relay) RunOnce(ctx context.Context) (published, failed int, err error) {
+	if err := r.usable(ctx); err != nil {
+		return 0, 0, err
+	}
 	res, err := r.runOnce(ctx)
 	return res.published, res.failed, err
 }
@@ -273,11 +306,9 @@ type batchResult struct {
 	claimed, published, failed int
 }
 
-func (r *Relay) now() *time.Time { return nowParam(r.cfg.Clock) }
-
 func (r *Relay) runOnce(ctx context.Context) (batchResult, error) {
 	var res batchResult
-	evs, err := r.store.OutboxClaim(ctx, r.pool, r.now(), store.OutboxClaimParams{
+	evs, err := r.o.store.OutboxClaim(ctx, r.o.pool, r.o.now(), store.OutboxClaimParams{
 		Limit: r.cfg.BatchSize, Lease: r.cfg.LeaseDuration, Ordered: r.cfg.OrderedByAggregate,
 	})
 	if err != nil {
@@ -285,7 +316,7 @@ func (r *Relay) runOnce(ctx context.Context) (batchResult, error) {
 			return res, nil
 		}
 		r.errs.Add(1)
-		return res, fmt.Errorf("claiming outbox events: %w", wrapPgError(err))
+		return res, fmt.Errorf("claiming outbox events: %w", wrapDB(err, "outbox"))
 	}
 	res.claimed = len(evs)
 	if len(evs) == 0 {
@@ -295,7 +326,9 @@ func (r *Relay) runOnce(ctx context.Context) (batchResult, error) {
 
 	outs := make([]store.OutboxOutcome, 0, len(evs))
 	msgs := make([]Message, 0, len(evs))
-	tokens := make([]string, 0, len(evs))
+	// The relay's own record of what it handed out: a Publisher may modify msgs.
+	sent := make([]store.OutboxOutcome, 0, len(evs))
+	attempts := make([]int, 0, len(evs))
 	for _, ev := range evs {
 		token := *ev.RelayToken
 		if ev.Attempts > ev.MaxAttempts {
@@ -310,24 +343,14 @@ func (r *Relay) runOnce(ctx context.Context) (batchResult, error) {
 			Destination: ev.Destination, Payload: ev.Payload, Headers: ev.Headers, CreatedAt: ev.CreatedAt,
 			Attempt: ev.Attempts,
 		})
-		tokens = append(tokens, token)
+		sent = append(sent, store.OutboxOutcome{ID: ev.ID, Token: token})
+		attempts = append(attempts, ev.Attempts)
 	}
 	if len(msgs) > 0 {
 		errs := r.publish(ctx, msgs)
 		stopping := ctx.Err() != nil
-		for i, m := range msgs {
-			o := store.OutboxOutcome{ID: m.ID, Token: tokens[i]}
-			switch e := errs[i]; {
-			case e == nil:
-				o.Action = store.OutboxPublished
-			case stopping:
-				o.Action = store.OutboxRelease // our own cancellation, not the event's fault
-			case IsPermanent(e):
-				o.Action, o.Error = store.OutboxDead, errorText(e)
-			default:
-				o.Action, o.Error, o.Delay = store.OutboxRetry, errorText(e), r.cfg.RetryPolicy.Delay(m.Attempt)
-			}
-			outs = append(outs, o)
+		for i, o := range sent {
+			outs = append(outs, r.outcome(o, attempts[i], errs[i], stopping))
 		}
 	}
 
@@ -343,15 +366,16 @@ func (r *Relay) runOnce(ctx context.Context) (batchResult, error) {
 			return res, fmt.Errorf("marking %d outbox event(s): %w", len(outs), err)
 		}
 	}
-	done, err := r.store.OutboxFinish(mctx, r.pool, r.now(), outs)
-	if err != nil {
-		// The events stay leased; after LeaseDuration another claim retries them
-		// (republishing those that were published: at-least-once).
-		r.errs.Add(1)
-		return res, fmt.Errorf("marking %d outbox event(s): %w", len(outs), err)
-	}
+	m := &marker{r: r, ctx: mctx, done: make(map[string]store.OutboxAction, len(outs)),
+		settled: make(map[string]bool, len(outs)), budget: 8*bits.Len(uint(len(outs))) + 8}
+	ferr := m.finish(outs)
+	unrecorded := 0
 	for _, o := range outs {
-		action, ok := done[o.ID]
+		if !m.settled[o.ID] {
+			unrecorded++ // refused, or never sent because a statement failed
+			continue
+		}
+		action, ok := m.done[o.ID]
 		if !ok {
 			r.lost.Add(1)
 			r.log.Debug("outbox relay: lease lost before mark; outcome dropped", "event_id", o.ID, "outcome", string(o.Action))
@@ -374,7 +398,125 @@ func (r *Relay) runOnce(ctx context.Context) (batchResult, error) {
 		}
 	}
 	r.log.Debug("outbox relay: batch done", "claimed", res.claimed, "published", res.published, "failed", res.failed)
+	switch {
+	case ferr != nil:
+		// The unrecorded events stay leased; after LeaseDuration another claim
+		// retries them (republishing those that were published: at-least-once).
+		r.errs.Add(1)
+		return res, fmt.Errorf("marking %d of %d outbox event(s): %w", unrecorded, len(outs), ferr)
+	case unrecorded > 0:
+		r.errs.Add(1)
+		return res, fmt.Errorf("marking outbox events: the database refused %d of %d outcome(s), left leased until their lease expires: %w",
+			unrecorded, len(outs), errors.Join(m.errs...))
+	}
 	return res, nil
+}
+
+// outcome turns one publish result into what to record. It never panics: an error
+// whose methods panic (Error, Unwrap, As) or a RetryPolicy that panics makes a
+// retry after the poll interval with a description of the panic.
+func (r *Relay) outcome(o store.OutboxOutcome, attempt int, e error, stopping bool) (out store.OutboxOutcome) {
+	defer func() {
+		if p := recover(); p != nil {
+			out = o
+			out.Action, out.Delay = store.OutboxRetry, r.cfg.PollInterval
+			out.Error = safetext.Clean(fmt.Sprintf("outbox relay: classifying the publisher's result panicked: %v", p))
+		}
+	}()
+	switch {
+	case e == nil:
+		o.Action = store.OutboxPublished
+	case stopping:
+		o.Action = store.OutboxRelease // our own cancellation, not the event's fault
+	case isPermanent(e):
+		o.Action, o.Error = store.OutboxDead, safetext.Error(e)
+	default:
+		o.Action, o.Error, o.Delay = store.OutboxRetry, safetext.Error(e), r.cfg.RetryPolicy.Delay(attempt)
+	}
+	return o
+}
+
+// isPermanent reports whether err asks not to be retried: it wraps a
+// *skiplock.PermanentError, the one permanent-error type of jobs and events alike.
+func isPermanent(err error) bool {
+	var p *skiplock.PermanentError
+	return errors.As(err, &p)
+}
+
+// marker records a batch's outcomes, splitting a statement the database refuses for
+// good (see RunOnce). budget bounds the statements one batch may take, so an error
+// that every row hits (a trigger that refuses all updates) costs a few dozen
+// statements, not two per event.
+type marker struct {
+	r       *Relay
+	ctx     context.Context
+	budget  int
+	done    map[string]store.OutboxAction // what the statements changed, by id
+	settled map[string]bool               // ids a successful statement covered (absent from done: lease lost)
+	errs    []error                       // why outcomes were refused
+}
+
+// finish records outs; a non-nil error (retryable, or ctx ended) means the outcomes
+// not yet in m.done were not recorded.
+func (m *marker) finish(outs []store.OutboxOutcome) error {
+	err := m.statement(outs)
+	if err == nil || pgerr.Retryable(err) || m.ctx.Err() != nil {
+		return err
+	}
+	if len(outs) > 1 {
+		half := len(outs) / 2
+		if err := m.finish(outs[:half]); err != nil {
+			return err
+		}
+		return m.finish(outs[half:])
+	}
+	o := outs[0]
+	if o.Error != "" {
+		m.r.log.Warn("outbox relay: the database refused an event's outcome; recording it with a plain error text",
+			"event_id", o.ID, "outcome", string(o.Action), "error", o.Error, "db_error", safetext.Error(err))
+		o.Error = fallbackText(err)
+		if err = m.statement([]store.OutboxOutcome{o}); err == nil || pgerr.Retryable(err) || m.ctx.Err() != nil {
+			return err
+		}
+	}
+	m.r.log.Error("outbox relay: the database refused an event's outcome; it stays leased and will be claimed again",
+		"event_id", o.ID, "outcome", string(o.Action), "db_error", safetext.Error(err))
+	m.refuse(outs, err)
+	return nil
+}
+
+// statement runs one finish statement within the budget and keeps what it recorded.
+func (m *marker) statement(outs []store.OutboxOutcome) error {
+	if m.budget <= 0 {
+		m.refuse(outs, errors.New("too many refused statements in this batch; not split further"))
+		return nil
+	}
+	m.budget--
+	done, err := m.r.o.store.OutboxFinish(m.ctx, m.r.o.pool, m.r.o.now(), outs)
+	if err != nil {
+		return err
+	}
+	for id, a := range done {
+		m.done[id] = a
+	}
+	for _, o := range outs {
+		m.settled[o.ID] = true
+	}
+	return nil
+}
+
+func (m *marker) refuse(outs []store.OutboxOutcome, err error) {
+	if len(outs) == 1 {
+		m.errs = append(m.errs, fmt.Errorf("event %s: %w", outs[0].ID, err))
+	} else {
+		m.errs = append(m.errs, fmt.Errorf("events %s and %d more: %w", outs[0].ID, len(outs)-1, err))
+	}
+}
+
+// fallbackText replaces a publisher's error text the database refused to store.
+func fallbackText(err error) string {
+	return "publish failed; the database refused to store the publisher's error text (SQLSTATE " +
+		pgerr.Code(err) + "), see the relay's log"
 }
 
 // publish calls the Publisher with a deadline of one lease (after it, another relay
@@ -383,36 +525,14 @@ func (r *Relay) runOnce(ctx context.Context) (batchResult, error) {
 func (r *Relay) publish(ctx context.Context, msgs []Message) (errs []error) {
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseDuration)
 	defer cancel()
-	fail := func(err error) []error {
-		out := make([]error, len(msgs))
-		for i := range out {
-			out[i] = err
-		}
-		return out
-	}
 	defer func() {
 		if p := recover(); p != nil {
-			errs = fail(fmt.Errorf("outbox: publisher panicked: %v", p))
+			errs = FailAll(make([]error, len(msgs)), fmt.Errorf("outbox: publisher panicked: %v", p))
 		}
 	}()
 	errs = r.pub.Publish(pctx, msgs)
 	if len(errs) != len(msgs) {
-		return fail(fmt.Errorf("outbox: publisher returned %d results for %d messages", len(errs), len(msgs)))
+		return FailAll(make([]error, len(msgs)), fmt.Errorf("outbox: publisher returned %d results for %d messages", len(errs), len(msgs)))
 	}
 	return errs
-}
-
-// errorText makes an error storable as last_error: valid UTF-8, no NUL, bounded.
-func errorText(err error) string {
-	s := strings.ToValidUTF8(err.Error(), "\uFFFD")
-	s = strings.ReplaceAll(s, "\x00", "")
-	const max = 2000
-	if len(s) > max {
-		s = s[:max]
-		for !utf8.ValidString(s) {
-			s = s[:len(s)-1]
-		}
-		s += "…"
-	}
-	return s
 }

@@ -10,13 +10,13 @@ import (
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/outbox"
-	"github.com/skiplock/skiplock/outbox/memorypub"
+	"github.com/skiplock/skiplock/outbox/outboxtest/memorypub"
 )
 
 func TestRelayPublishesThenMarks(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	ids := e.writeN(e.w, 5, 5)
+	ids := e.writeN(e.ob, 5, 5)
 	pub := memorypub.New()
 	r := e.relay(pub, outbox.RelayConfig{})
 
@@ -59,7 +59,7 @@ func TestRelayRetriesWithBackoffThenParks(t *testing.T) {
 	e := newEnv(t)
 	ev := event("1", 1)
 	ev.MaxAttempts = 3
-	id, err := e.w.Write(e.ctx, e.pool, ev)
+	id, err := e.ob.Write(e.ctx, e.pool, ev)
 	e.must(err)
 	pub := memorypub.New()
 	pub.FailAll(nil)
@@ -94,7 +94,7 @@ func TestRelayRetriesWithBackoffThenParks(t *testing.T) {
 	if s := r.Stats(); s.Retried != 2 || s.Dead != 1 {
 		t.Fatalf("stats %+v", s)
 	}
-	dead, err := e.admin.ListDead(e.ctx, e.pool, nil, 10)
+	dead, err := e.admin.List(e.ctx, e.pool, outbox.StateDead, nil, 10)
 	e.must(err)
 	if len(dead) != 1 || dead[0].ID != id {
 		t.Fatalf("dead list %+v", dead)
@@ -118,29 +118,42 @@ func TestRelayRetriesWithBackoffThenParks(t *testing.T) {
 	}
 }
 
+// A publisher error wrapped with skiplock.Permanent — the one permanent-error
+// wrapper of jobs and events — parks the event after its first attempt, however
+// deeply it is wrapped. (The outbox used to have its own PermanentError, and a
+// skiplock.Permanent error was retried 25 times over about 14 hours.)
 func TestRelayPermanentErrorParksAtOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	ids := e.writeN(e.w, 3, 3)
+	ids := e.writeN(e.ob, 4, 4)
 	pub := memorypub.New()
 	pub.SetFailure(func(m outbox.Message) error {
-		if m.ID == ids[1] {
-			return outbox.Permanent(errors.New("422 unprocessable"))
+		switch m.ID {
+		case ids[1]:
+			return skiplock.Permanent(errors.New("422 unprocessable"))
+		case ids[3]:
+			return fmt.Errorf("adapter: %w", skiplock.Permanent(errors.New("410 gone")))
 		}
 		return nil
 	})
 	r := e.relay(pub, outbox.RelayConfig{})
-	if p, f := e.runOnce(r); p != 2 || f != 1 {
+	if p, f := e.runOnce(r); p != 2 || f != 2 {
 		t.Fatalf("published %d failed %d", p, f)
 	}
 	rec := e.get(ids[1])
-	if rec.DeadAt == nil || rec.Attempts != 1 || rec.LastError != "permanent publish error: 422 unprocessable" {
+	if rec.DeadAt == nil || rec.Attempts != 1 || rec.MaxAttempts != outbox.DefaultMaxAttempts || rec.LastError != "permanent: 422 unprocessable" {
 		t.Fatalf("permanent failure: %+v", rec)
+	}
+	if rec := e.get(ids[3]); rec.DeadAt == nil || rec.Attempts != 1 || rec.LastError != "adapter: permanent: 410 gone" {
+		t.Fatalf("wrapped permanent failure: %+v", rec)
+	}
+	if s := r.Stats(); s.Dead != 2 || s.Retried != 0 {
+		t.Fatalf("stats %+v", s)
 	}
 	n, err := e.admin.RequeueDead(e.ctx, e.pool)
 	e.must(err)
 	pub.Recover()
-	if p, _ := e.runOnce(r); n != 1 || p != 1 {
+	if p, _ := e.runOnce(r); n != 2 || p != 2 {
 		t.Fatalf("requeued %d, published %d", n, p)
 	}
 }
@@ -151,7 +164,7 @@ func TestRelayPermanentErrorParksAtOnce(t *testing.T) {
 func TestRelayCrashBeforeMarkRepublishesSameID(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	ids := e.writeN(e.w, 2, 2)
+	ids := e.writeN(e.ob, 2, 2)
 	pub := memorypub.New()
 	crashing := e.relay(pub, outbox.RelayConfig{LeaseDuration: 30 * time.Second})
 	outbox.SetBeforeMark(crashing, func(context.Context) error { return errors.New("relay killed") })
@@ -207,7 +220,7 @@ func TestRelayLeaseExpiredOnLastAttemptParks(t *testing.T) {
 	e := newEnv(t)
 	ev := event("1", 1)
 	ev.MaxAttempts = 1
-	id, err := e.w.Write(e.ctx, e.pool, ev)
+	id, err := e.ob.Write(e.ctx, e.pool, ev)
 	e.must(err)
 	pub := memorypub.New()
 	crashing := e.relay(pub, outbox.RelayConfig{})
@@ -227,7 +240,7 @@ func TestRelayLeaseExpiredOnLastAttemptParks(t *testing.T) {
 func TestRelayStaleMarkIsFenced(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	ids := e.writeN(e.w, 3, 3)
+	ids := e.writeN(e.ob, 3, 3)
 	pub := memorypub.New()
 	stale := e.relay(pub, outbox.RelayConfig{})
 	fresh := e.relay(pub, outbox.RelayConfig{})
@@ -259,7 +272,7 @@ func TestRelayStaleMarkIsFenced(t *testing.T) {
 func TestRelayBrokerOutage(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	ids := e.writeN(e.w, 250, 10)
+	ids := e.writeN(e.ob, 250, 10)
 	pub := memorypub.New()
 	pub.FailAll(nil)
 	r := e.relay(pub, outbox.RelayConfig{BatchSize: 100, RetryPolicy: skiplock.ExponentialBackoff{Base: time.Second, Max: time.Minute}})
@@ -312,12 +325,11 @@ func TestRelayThreeConcurrentRelays(t *testing.T) {
 	defer cancel()
 	var wg sync.WaitGroup
 	for range 3 {
-		r := e.relay(pub, outbox.RelayConfig{BatchSize: 50, PollInterval: 20 * time.Millisecond, Clock: realClock{}})
+		r := e.dbRelay(pub, outbox.RelayConfig{BatchSize: 50, PollInterval: 20 * time.Millisecond})
 		wg.Go(func() { _ = r.Run(ctx) })
 	}
 	const writers, perWriter = 4, 500
-	dbw, err := outbox.NewWriter(outbox.WriterConfig{Schema: e.schema}) // database clock, as the relays
-	e.must(err)
+	dbw := e.dbob // database clock, as the relays
 	var wwg sync.WaitGroup
 	for w := range writers {
 		wwg.Go(func() {
@@ -350,17 +362,11 @@ func TestRelayThreeConcurrentRelays(t *testing.T) {
 	}
 }
 
-// realClock asks env.relay for a relay on the database's clock (a nil Clock): Run's
-// loops need real time to pass between polls.
-type realClock struct{}
-
-func (realClock) Now() time.Time { panic("realClock is a marker, never read") }
-
 // Stopping Run mid-publish still records what was published, on a fresh context.
 func TestRelayGracefulStopMarksInFlightBatch(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.writeN(e.w, 10, 2)
+	e.writeN(e.ob, 10, 2)
 	pub := memorypub.New()
 	ctx, cancel := context.WithCancel(e.ctx)
 	pub.SetHook(func(context.Context, []outbox.Message) { cancel() }) // SIGTERM arrives during the publish
@@ -383,7 +389,7 @@ func TestRelayGracefulStopMarksInFlightBatch(t *testing.T) {
 func TestRelayStopReleasesUnpublished(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	ids := e.writeN(e.w, 3, 3)
+	ids := e.writeN(e.ob, 3, 3)
 	pub := memorypub.New()
 	ctx, cancel := context.WithCancel(e.ctx)
 	pub.SetFailure(func(outbox.Message) error { cancel(); return context.Canceled })
@@ -400,8 +406,9 @@ func TestRelayStopReleasesUnpublished(t *testing.T) {
 func TestRelayConfigValidation(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	for _, cfg := range []outbox.RelayConfig{{BatchSize: -1}, {BatchSize: 10001}, {LeaseDuration: -1}, {Concurrency: -2}, {Schema: "pg_x"}} {
-		if _, err := outbox.NewRelay(e.pool, memorypub.New(), cfg); !errors.Is(err, skiplock.ErrInvalid) {
+	for _, cfg := range []outbox.RelayConfig{{BatchSize: -1}, {BatchSize: 10001}, {LeaseDuration: -1}, {Concurrency: -2},
+		{RetryPolicy: (*skiplock.ExponentialBackoff)(nil)}} {
+		if _, err := e.ob.NewRelay(memorypub.New(), cfg); !errors.Is(err, skiplock.ErrInvalid) {
 			t.Errorf("%+v: %v", cfg, err)
 		}
 	}

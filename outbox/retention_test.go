@@ -7,17 +7,17 @@ import (
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/outbox"
-	"github.com/skiplock/skiplock/outbox/memorypub"
+	"github.com/skiplock/skiplock/outbox/outboxtest/memorypub"
 )
 
 func TestPrunePublishedAndDead(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	ids := e.writeN(e.w, 2500, 10)
+	ids := e.writeN(e.ob, 2500, 10)
 	pub := memorypub.New()
 	pub.SetFailure(func(m outbox.Message) error {
 		if m.ID == ids[0] {
-			return outbox.Permanent(errors.New("rejected"))
+			return skiplock.Permanent(errors.New("rejected"))
 		}
 		return nil
 	})
@@ -27,7 +27,7 @@ func TestPrunePublishedAndDead(t *testing.T) {
 			break
 		}
 	}
-	e.writeN(e.w, 5, 1) // unpublished: never pruned
+	e.writeN(e.ob, 5, 1) // unpublished: never pruned
 
 	e.clock.Advance(7*24*time.Hour - time.Second)
 	res, err := e.admin.Prune(e.ctx, e.pool, outbox.Retention{})

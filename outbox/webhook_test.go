@@ -69,7 +69,7 @@ func TestWebhookRelayCrashAndInboxDedup(t *testing.T) {
 		evs[i] = event("G", i)
 		evs[i].Destination = ""
 	}
-	_, err = e.w.WriteMany(e.ctx, e.pool, evs)
+	_, err = e.ob.WriteMany(e.ctx, e.pool, evs)
 	e.must(err)
 
 	// The receiver is down first: attempts are counted, nothing is lost.

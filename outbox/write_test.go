@@ -27,7 +27,7 @@ func TestWriteExistsIffCommittedAndNotifies(t *testing.T) {
 
 	tx, err := e.pool.Begin(e.ctx)
 	e.must(err)
-	_, err = e.w.Write(e.ctx, tx, event("1", 1))
+	_, err = e.ob.Write(e.ctx, tx, event("1", 1))
 	e.must(err)
 	e.must(tx.Rollback(e.ctx))
 	if c := e.counts(); c.Pending != 0 {
@@ -38,9 +38,9 @@ func TestWriteExistsIffCommittedAndNotifies(t *testing.T) {
 	e.must(err)
 	ev := event("1", 2)
 	ev.Headers = map[string]string{"x-trace": "abc", "x-tenant": "acme"}
-	id, err := e.w.Write(e.ctx, tx, ev)
+	id, err := e.ob.Write(e.ctx, tx, ev)
 	e.must(err)
-	id2, err := e.w.Write(e.ctx, tx, event("1", 3))
+	id2, err := e.ob.Write(e.ctx, tx, event("1", 3))
 	e.must(err)
 	e.must(tx.Commit(e.ctx))
 
@@ -75,7 +75,7 @@ func TestWriteFromDatabaseSQL(t *testing.T) {
 	_ = stdlib.GetDefaultDriver()
 	tx, err := db.BeginTx(e.ctx, nil)
 	e.must(err)
-	ids, err := e.w.WriteMany(e.ctx, skiplock.FromSQL(tx), []outbox.Event{event("a", 1), event("b", 2)})
+	ids, err := e.ob.WriteMany(e.ctx, skiplock.FromSQL(tx), []outbox.Event{event("a", 1), event("b", 2)})
 	e.must(err)
 	e.must(tx.Commit())
 	if len(ids) != 2 || e.counts().Pending != 2 {
@@ -86,7 +86,7 @@ func TestWriteFromDatabaseSQL(t *testing.T) {
 func TestWriteManyKeepsInputOrder(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	ids := e.writeN(e.w, 500, 7)
+	ids := e.writeN(e.ob, 500, 7)
 	for i := 1; i < len(ids); i++ {
 		if ids[i] <= ids[i-1] {
 			t.Fatalf("id %d (%s) not after id %d (%s)", i, ids[i], i-1, ids[i-1])
@@ -123,13 +123,13 @@ func TestWriteValidation(t *testing.T) {
 	for name, mutate := range cases {
 		ev := event("1", 1)
 		mutate(&ev)
-		_, err := e.w.Write(e.ctx, e.pool, ev)
+		_, err := e.ob.Write(e.ctx, e.pool, ev)
 		var ve *skiplock.ValidationError
 		if !errors.As(err, &ve) || !errors.Is(err, skiplock.ErrInvalid) {
 			t.Errorf("%s: got %v, want a *skiplock.ValidationError", name, err)
 		}
 		// In a batch, one bad event writes nothing at all.
-		_, err = e.w.WriteMany(e.ctx, e.pool, []outbox.Event{event("1", 1), ev})
+		_, err = e.ob.WriteMany(e.ctx, e.pool, []outbox.Event{event("1", 1), ev})
 		if !errors.Is(err, skiplock.ErrInvalid) || !strings.Contains(err.Error(), "event 1") {
 			t.Errorf("%s in a batch: got %v", name, err)
 		}
@@ -137,20 +137,22 @@ func TestWriteValidation(t *testing.T) {
 	// The literal text \u0000 (escaped backslash) is fine.
 	ok := event("1", 1)
 	ok.Payload = []byte(`{"a":"\\u0000"}`)
-	_, err := e.w.Write(e.ctx, e.pool, ok)
+	_, err := e.ob.Write(e.ctx, e.pool, ok)
 	e.must(err)
 	if c := e.counts(); c.Pending != 1 {
 		t.Fatalf("validation failures wrote rows: %+v", c)
 	}
-	if _, err := outbox.NewWriter(outbox.WriterConfig{Schema: `bad"schema`}); !errors.Is(err, skiplock.ErrInvalid) {
-		t.Fatalf("bad schema: %v", err)
+	if _, err := outbox.New(&skiplock.Client{}, outbox.Config{}); !errors.Is(err, skiplock.ErrInvalid) {
+		t.Fatalf("client not made by NewClient: %v", err)
 	}
 }
 
 func TestWriteNotMigrated(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	w, err := outbox.NewWriter(outbox.WriterConfig{Schema: "no_such_schema_here"})
+	c, err := skiplock.NewClient(e.pool, skiplock.Config{Schema: "no_such_schema_here"})
+	e.must(err)
+	w, err := outbox.New(c, outbox.Config{})
 	e.must(err)
 	_, err = w.Write(e.ctx, e.pool, event("1", 1))
 	if !errors.Is(err, skiplock.ErrNotMigrated) {

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"flag"
 	"fmt"
 	"os"
 	"runtime/pprof"
@@ -10,82 +8,101 @@ import (
 
 	"github.com/skiplock/skiplock/internal/bench"
 	"github.com/skiplock/skiplock/internal/pgcluster"
+	"github.com/spf13/cobra"
 )
 
-func init() {
-	register("bench", "run the benchmark workloads (B0, B1, W1…W8) and print the figures", runBench)
-}
-
-func runBench(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	var db dbFlags
-	db.register(fs)
-	workloads := fs.String("workload", "all", "workloads to run: all, or a list such as W1,W5")
-	asJSON := fs.Bool("json", false, "print one JSON object per workload instead of the table")
-	relaxed := fs.Bool("relaxed", false, "throwaway cluster without durability (fsync=off); labelled in every line")
-	scale := fs.Float64("scale", 1, "multiply every workload's size (for a quick look: 0.1)")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of this process (the Go side) to this file")
-	if err := fs.Parse(args); err != nil {
-		return err
+func newBenchCmd(db *dbFlags) *cobra.Command {
+	var (
+		workloads  string
+		asJSON     bool
+		relaxed    bool
+		scale      float64
+		cpuProfile string
+		selected   []bench.Workload
+	)
+	cmd := &cobra.Command{
+		Use:   "bench [--workload W1,W5] [-o json] [--scale 0.1]",
+		Short: "run the benchmark workloads (B0, B1, W1…W8) and print the figures",
+		Long: `Run the benchmark workloads (B0, B1, W1…W8) and print the figures, each job checked
+for exactly-once success. Without --database-url or DATABASE_URL it starts a durable
+throwaway PostgreSQL (fsync=on, synchronous_commit=on). With -o json it prints one
+JSON object per workload as each finishes.`,
+		Args: noArgs,
 	}
-	selected, err := bench.Select(*workloads)
-	if err != nil {
-		return err
+	fs := cmd.Flags()
+	fs.StringVar(&workloads, "workload", "all", "workloads to run: all, or a list such as W1,W5")
+	out := newOutputFlag(cmd)
+	fs.BoolVar(&asJSON, "json", false, "same as -o json")
+	_ = fs.MarkHidden("json") // deprecated; kept so existing scripts keep working
+	fs.BoolVar(&relaxed, "relaxed", false, "throwaway cluster without durability (fsync=off); labelled in every line")
+	fs.Float64Var(&scale, "scale", 1, "multiply every workload's size (for a quick look: 0.1)")
+	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the Go side) to this file")
+	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		if asJSON {
+			fmt.Fprintln(cmd.ErrOrStderr(), "bench: --json is deprecated; use -o json")
+			out.value = "json"
+		}
+		if scale <= 0 {
+			return usagef(cmd, "bench: --scale %g: want a positive factor", scale)
+		}
+		var err error
+		if selected, err = bench.Select(workloads); err != nil {
+			return usagef(cmd, "bench: --workload: %v", err)
+		}
+		return nil
 	}
-	settings := "external database (as configured)"
-	url := db.url
-	if url == "" {
-		fmt.Fprintln(os.Stderr, "bench: starting a throwaway PostgreSQL cluster (durable settings: fsync=on, synchronous_commit=on)…")
-		c, err := pgcluster.Start(ctx, pgcluster.Options{Durable: !*relaxed})
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		ctx := cmd.Context()
+		stderr := cmd.ErrOrStderr()
+		pool, where, cleanup, err := throwawayOrNamed(cmd, db, pgcluster.Options{Durable: !relaxed}, 4)
 		if err != nil {
 			return err
 		}
-		defer c.Stop()
-		url = c.URL
-		settings = "throwaway PostgreSQL, durable: fsync=on synchronous_commit=on"
-		if *relaxed {
-			settings = "RELAXED — fsync=off synchronous_commit=off (not a durability benchmark)"
+		defer cleanup()
+		settings := "external database (as configured)"
+		url := pool.Config().ConnConfig.ConnString()
+		if where == "throwaway" {
+			settings = "throwaway PostgreSQL, durable: fsync=on synchronous_commit=on"
+			if relaxed {
+				settings = "RELAXED — fsync=off synchronous_commit=off (not a durability benchmark)"
+			}
 		}
-	}
-	db.url = url
-	pool, err := db.pool(ctx, 4)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	var version string
-	pool.QueryRow(ctx, "SHOW server_version").Scan(&version)
-	settings += "; PostgreSQL " + version
-	env := &bench.Env{Pool: pool, URL: url, Settings: settings, Progress: os.Stderr, Scale: *scale}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
+		var version string
+		if err := pool.QueryRow(ctx, "SHOW server_version").Scan(&version); err == nil {
+			settings += "; PostgreSQL " + version
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
+		env := &bench.Env{Pool: pool, URL: url, Settings: settings, Progress: stderr, Scale: scale}
+		if cpuProfile != "" {
+			f, err := os.Create(cpuProfile)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return err
+			}
+			defer pprof.StopCPUProfile()
 		}
-		defer pprof.StopCPUProfile()
-	}
-	var results []*bench.Result
-	start := time.Now()
-	for _, w := range selected {
-		fmt.Fprintf(os.Stderr, "bench: %s — %s\n", w.Name, w.Title)
-		r, err := w.Run(ctx, env)
-		if err != nil {
-			return fmt.Errorf("%s: %w", w.Name, err)
+		var results []*bench.Result
+		start := time.Now()
+		for _, w := range selected {
+			fmt.Fprintf(stderr, "bench: %s — %s\n", w.Name, w.Title)
+			r, err := w.Run(ctx, env)
+			if err != nil {
+				return fmt.Errorf("%s: %w", w.Name, err)
+			}
+			r.Title = w.Title
+			results = append(results, r)
+			if out.json() {
+				bench.JSON(cmd.OutOrStdout(), []*bench.Result{r})
+			}
 		}
-		r.Title = w.Title
-		results = append(results, r)
-		if *asJSON {
-			bench.JSON(os.Stdout, []*bench.Result{r})
+		if !out.json() {
+			fmt.Fprintln(cmd.OutOrStdout())
+			bench.Table(cmd.OutOrStdout(), results)
 		}
+		fmt.Fprintf(stderr, "bench: done in %s\n", time.Since(start).Round(time.Second))
+		return nil
 	}
-	if !*asJSON {
-		fmt.Println()
-		bench.Table(os.Stdout, results)
-	}
-	fmt.Fprintf(os.Stderr, "bench: done in %s\n", time.Since(start).Round(time.Second))
-	return nil
+	return cmd
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"strconv"
@@ -10,31 +9,42 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/internal/pgcluster"
+	"github.com/spf13/cobra"
 )
 
-func init() {
-	register("demo", "run a sample app on a throwaway PostgreSQL and show jobs flowing", runDemo)
-}
-
-// demoDatabase returns a pool on $DATABASE_URL, or on a throwaway cluster it starts.
-func demoDatabase(ctx context.Context, url string, durable bool, maxConns int32) (*pgxpool.Pool, func(), error) {
+// throwawayOrNamed returns a pool on the database the flags or $DATABASE_URL name,
+// or on a throwaway cluster it starts when neither does (the PG* variables are not
+// consulted here: demo and bench would otherwise write into whatever server a
+// developer's psql points at). The second result tells which, for messages.
+func throwawayOrNamed(cmd *cobra.Command, db *dbFlags, opts pgcluster.Options, maxConns int32) (*pgxpool.Pool, string, func(), error) {
+	conn := db.connString()
 	stop := func() {}
-	if url == "" {
-		fmt.Fprintln(os.Stderr, "demo: no DATABASE_URL; starting a throwaway PostgreSQL cluster…")
-		c, err := pgcluster.Start(ctx, pgcluster.Options{Durable: durable})
+	where := "the configured database"
+	if conn == "" {
+		fmt.Fprintf(cmd.ErrOrStderr(), "%s: no --database-url or DATABASE_URL; starting a throwaway PostgreSQL cluster…\n", cmd.Name())
+		c, err := pgcluster.Start(cmd.Context(), opts)
 		if err != nil {
-			return nil, nil, err
+			return nil, "", nil, err
 		}
-		fmt.Fprintf(os.Stderr, "demo: PostgreSQL on 127.0.0.1:%d (data in %s, removed on exit)\n", c.Port, c.Dir)
-		url, stop = c.URL, func() { c.Stop() }
+		fmt.Fprintf(cmd.ErrOrStderr(), "%s: PostgreSQL on 127.0.0.1:%d (data in %s, removed on exit)\n", cmd.Name(), c.Port, c.Dir)
+		conn, stop, where = c.URL, func() { c.Stop() }, "throwaway"
 	}
-	db := dbFlags{url: url}
-	pool, err := db.pool(ctx, maxConns)
+	cfg, err := poolConfig(cmd, conn, maxConns)
 	if err != nil {
 		stop()
-		return nil, nil, err
+		return nil, "", nil, err
 	}
-	return pool, func() { pool.Close(); stop() }, nil
+	pool, err := pgxpool.NewWithConfig(cmd.Context(), cfg)
+	if err == nil {
+		if err = pool.Ping(cmd.Context()); err != nil {
+			pool.Close()
+		}
+	}
+	if err != nil {
+		stop()
+		return nil, "", nil, fmt.Errorf("connecting to %s: %w", target(conn, cfg), err)
+	}
+	return pool, where, func() { pool.Close(); stop() }, nil
 }
 
 func durationFromEnv(def time.Duration) time.Duration {
@@ -46,23 +56,33 @@ func durationFromEnv(def time.Duration) time.Duration {
 	return def
 }
 
-func runDemo(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	var db dbFlags
-	db.register(fs)
-	dur := fs.Duration("duration", durationFromEnv(15*time.Second), "how long to run; 0 runs until Ctrl-C (default $DURATION seconds, else 15s)")
-	if err := fs.Parse(args); err != nil {
-		return err
+func newDemoCmd(db *dbFlags) *cobra.Command {
+	var dur time.Duration
+	cmd := &cobra.Command{
+		Use:   "demo [--duration 15s]",
+		Short: "run a sample app on a throwaway PostgreSQL and show jobs flowing",
+		Long: `Run a sample shop: orders written with their email job and outbox event in one
+transaction, workers sending the emails (with deliberate failures), a relay
+publishing signed webhooks, and live figures.
+
+Without --database-url or DATABASE_URL it starts a throwaway PostgreSQL from the
+installed binaries and removes it on exit.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			pool, _, cleanup, err := throwawayOrNamed(cmd, db, pgcluster.Options{}, 20)
+			if err != nil {
+				return err
+			}
+			defer cleanup()
+			ctx := cmd.Context()
+			if dur > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, dur)
+				defer cancel()
+			}
+			return demoApp(ctx, pool, db.schemaName(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
 	}
-	pool, cleanup, err := demoDatabase(ctx, db.url, false, 20)
-	if err != nil {
-		return err
-	}
-	defer cleanup()
-	if *dur > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, *dur)
-		defer cancel()
-	}
-	return demoApp(ctx, pool, db.schema)
+	cmd.Flags().DurationVar(&dur, "duration", durationFromEnv(15*time.Second), "how long to run; 0 runs until Ctrl-C (default $DURATION seconds, else 15s)")
+	return cmd
 }

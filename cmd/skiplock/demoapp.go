@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -29,7 +29,7 @@ type demoStats struct {
 	orders, emailsSent, smtpErrors atomic.Int64
 }
 
-func demoApp(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+func demoApp(ctx context.Context, pool *pgxpool.Pool, schema string, stdout, stderr io.Writer) error {
 	if _, err := skiplock.Migrate(ctx, pool, schema); err != nil {
 		return err
 	}
@@ -71,7 +71,7 @@ func demoApp(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	if err := client.Start(ctx); err != nil {
 		return err
 	}
-	outbox, err := startDemoOutbox(ctx, pool, schema)
+	outbox, err := startDemoOutbox(ctx, client)
 	if err != nil {
 		return err
 	}
@@ -79,7 +79,7 @@ func demoApp(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	shopDone := make(chan error, 1)
 	go func() { shopDone <- demoShop(ctx, pool, client, outbox, orders, &st) }()
 
-	fmt.Printf("demo: a shop writes orders (+ an email job + an outbox event, one transaction each); %d email workers; Ctrl-C to stop\n\n", 50)
+	fmt.Fprintf(stdout, "demo: a shop writes orders (+ an email job + an outbox event, one transaction each); %d email workers; Ctrl-C to stop\n\n", 50)
 	ticker := time.NewTicker(time.Second)
 	defer ticker.Stop()
 	start := time.Now()
@@ -91,7 +91,7 @@ func demoApp(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 		case <-ticker.C:
 			s, err := client.Stats(context.WithoutCancel(ctx))
 			if err != nil {
-				fmt.Fprintln(os.Stderr, "demo: stats:", err)
+				fmt.Fprintln(stderr, "demo: stats:", err)
 				continue
 			}
 			var q skiplock.QueueStats
@@ -101,15 +101,15 @@ func demoApp(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 				}
 			}
 			done := s.Process.Succeeded + s.Process.Failed
-			fmt.Printf("%5.0fs  orders %6d │ jobs: pending %4d running %3d succeeded %6d retried %4d failed %3d │ %5d jobs/s │ oldest due %6s │ %s\n",
+			fmt.Fprintf(stdout, "%5.0fs  orders %6d │ jobs: pending %4d running %3d succeeded %6d retried %4d failed %3d │ %5d jobs/s │ oldest due %6s │ %s\n",
 				time.Since(start).Seconds(), st.orders.Load(), q.Pending, q.Running, q.Succeeded, s.Process.Retried, q.Failed,
 				done-lastDone, q.OldestDueAge.Round(time.Millisecond), outbox.line())
 			lastDone = done
 		}
 	}
-	fmt.Println("\ndemo: stopping — waiting for running jobs to finish…")
+	fmt.Fprintln(stdout, "\ndemo: stopping — waiting for running jobs to finish…")
 	if err := <-shopDone; err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-		fmt.Fprintln(os.Stderr, "demo: shop:", err)
+		fmt.Fprintln(stderr, "demo: shop:", err)
 	}
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -120,9 +120,9 @@ func demoApp(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	c := client.Counters()
 	var pending int64
 	pool.QueryRow(stopCtx, `SELECT count(*) FROM `+schema+`.jobs WHERE status = 'pending'`).Scan(&pending)
-	fmt.Printf("demo: %d orders; %d emails sent, %d transient SMTP errors retried, %d permanently failed, %d waiting for a retry\n",
+	fmt.Fprintf(stdout, "demo: %d orders; %d emails sent, %d transient SMTP errors retried, %d permanently failed, %d waiting for a retry\n",
 		st.orders.Load(), c.Succeeded, c.Retried, c.Failed, pending)
-	fmt.Printf("demo: %s\n", outbox.summary())
+	fmt.Fprintf(stdout, "demo: %s\n", outbox.summary())
 	return nil
 }
 

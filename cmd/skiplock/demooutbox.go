@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/outbox"
 	"github.com/skiplock/skiplock/outbox/webhookpub"
@@ -24,7 +23,7 @@ import (
 // local receiver, which verifies every signature and deduplicates by event id with
 // the inbox helper, in its own transaction.
 type demoOutbox struct {
-	writer   *outbox.Writer
+	outbox   *outbox.Outbox
 	relay    *outbox.Relay
 	hook     *webhookpub.Publisher
 	srv      *httptest.Server
@@ -40,9 +39,14 @@ type demoOutbox struct {
 
 const demoWebhookSecret = "whsec_ZGVtby13ZWJob29rLXNpZ25pbmcta2V5" // base64("demo-webhook-signing-key")
 
-func startDemoOutbox(ctx context.Context, pool *pgxpool.Pool, schema string) (*demoOutbox, error) {
-	o := &demoOutbox{done: make(chan struct{})}
-	inbox := outbox.Inbox{Schema: schema}
+func startDemoOutbox(ctx context.Context, client *skiplock.Client) (*demoOutbox, error) {
+	ob, err := outbox.New(client, outbox.Config{})
+	if err != nil {
+		return nil, err
+	}
+	pool := client.Pool()
+	o := &demoOutbox{outbox: ob, done: make(chan struct{})}
+	inbox := ob.Inbox()
 	o.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if err := webhookpub.Verify([]string{demoWebhookSecret}, r.Header, body, 5*time.Minute); err != nil {
@@ -65,14 +69,10 @@ func startDemoOutbox(ctx context.Context, pool *pgxpool.Pool, schema string) (*d
 		o.received.Add(1)
 		w.WriteHeader(http.StatusNoContent)
 	}))
-	var err error
-	if o.writer, err = outbox.NewWriter(outbox.WriterConfig{Schema: schema}); err != nil {
-		return nil, err
-	}
 	if o.hook, err = webhookpub.New(webhookpub.Config{DefaultURL: o.srv.URL, Secrets: []string{demoWebhookSecret}}); err != nil {
 		return nil, err
 	}
-	if o.relay, err = outbox.NewRelay(pool, o.hook, outbox.RelayConfig{Schema: schema}); err != nil {
+	if o.relay, err = ob.NewRelay(o.hook, outbox.RelayConfig{}); err != nil {
 		return nil, err
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -83,7 +83,7 @@ func startDemoOutbox(ctx context.Context, pool *pgxpool.Pool, schema string) (*d
 
 func (o *demoOutbox) write(ctx context.Context, tx pgx.Tx, orderID int64, customer string) error {
 	payload, _ := json.Marshal(map[string]any{"order_id": orderID, "customer": customer})
-	_, err := o.writer.Write(ctx, tx, outbox.Event{
+	_, err := o.outbox.Write(ctx, tx, outbox.Event{
 		AggregateType: "order", AggregateID: strconv.FormatInt(orderID, 10), EventType: "order.created", Payload: payload,
 	})
 	return err
@@ -113,5 +113,3 @@ func (o *demoOutbox) summary() string {
 	return fmt.Sprintf("outbox: %d events published as signed webhooks, %d verified by the receiver (%d duplicates dropped by the inbox, %d bad signatures)",
 		st.Published, o.received.Load(), o.dups.Load(), o.badSig.Load())
 }
-
-var _ = skiplock.DefaultSchema

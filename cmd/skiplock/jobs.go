@@ -2,220 +2,84 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
-	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/skiplock/skiplock"
+	"github.com/spf13/cobra"
 )
 
-// streams are the standard output and error of the operations commands (jobs,
-// stats, outbox, roles, retention, partitions, metrics); tests put their own in the
-// context with withStreams.
-type streams struct{ out, err io.Writer }
-
-type streamsKey struct{}
-
-func withStreams(ctx context.Context, out, err io.Writer) context.Context {
-	return context.WithValue(ctx, streamsKey{}, streams{out, err})
-}
-
-func outW(ctx context.Context) io.Writer {
-	if s, ok := ctx.Value(streamsKey{}).(streams); ok {
-		return s.out
-	}
-	return os.Stdout
-}
-
-func errW(ctx context.Context) io.Writer {
-	if s, ok := ctx.Value(streamsKey{}).(streams); ok {
-		return s.err
-	}
-	return os.Stderr
-}
-
-func init() {
-	register("jobs", "list, show, retry, cancel or delete jobs", runJobs)
-}
-
-// outputFlag is -o table|json.
-type outputFlag struct{ format string }
-
-func (o *outputFlag) register(fs *flag.FlagSet) {
-	fs.StringVar(&o.format, "o", "table", "output format: table or json")
-}
-
-func (o *outputFlag) check() error {
-	if o.format != "table" && o.format != "json" {
-		return fmt.Errorf("-o %q: use table or json", o.format)
-	}
-	return nil
-}
-
-func (o *outputFlag) json() bool { return o.format == "json" }
-
-func printJSON(ctx context.Context, v any) error {
-	enc := json.NewEncoder(outW(ctx))
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
-}
-
-// parseMixed parses flags that may follow positional arguments (`jobs cancel <id>
-// --reason x`) and returns the positional ones.
-func parseMixed(fs *flag.FlagSet, args []string) ([]string, error) {
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return nil, err
-		}
-		if fs.NArg() == 0 {
-			return pos, nil
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
-	}
-}
-
-func table(ctx context.Context) *tabwriter.Writer {
-	return tabwriter.NewWriter(outW(ctx), 0, 0, 2, ' ', 0)
-}
-
-// opsClient opens a pool and an unstarted client for an operations command.
-func opsClient(ctx context.Context, db *dbFlags, maxConns int32) (*skiplock.Client, func(), error) {
-	pool, err := db.pool(ctx, maxConns)
-	if err != nil {
-		return nil, nil, err
-	}
-	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: db.schema, Logger: db.logger()})
-	if err != nil {
-		pool.Close()
-		return nil, nil, err
-	}
-	return c, func() { c.Close(); pool.Close() }, nil
-}
-
-// jobJSON is a job as the CLI prints it.
-type jobJSON struct {
-	ID               string          `json:"id"`
-	Queue            string          `json:"queue"`
-	Kind             string          `json:"kind"`
-	State            string          `json:"state"`
-	Priority         int             `json:"priority"`
-	Attempt          int             `json:"attempt"`
-	MaxAttempts      int             `json:"max_attempts"`
-	RunAt            time.Time       `json:"run_at"`
-	CreatedAt        time.Time       `json:"created_at"`
-	UpdatedAt        time.Time       `json:"updated_at"`
-	DeduplicationKey string          `json:"deduplication_key,omitempty"`
-	LastError        string          `json:"last_error,omitempty"`
-	Payload          json.RawMessage `json:"payload,omitempty"`
-}
-
-func toJSON(j *skiplock.Job, payload bool) jobJSON {
-	out := jobJSON{ID: j.ID, Queue: j.Queue, Kind: j.Kind, State: string(j.State), Priority: j.Priority, Attempt: j.Attempt,
-		MaxAttempts: j.MaxAttempts, RunAt: j.RunAt, CreatedAt: j.CreatedAt, UpdatedAt: j.UpdatedAt,
-		DeduplicationKey: j.DeduplicationKey, LastError: j.LastError}
-	if payload {
-		out.Payload = json.RawMessage(j.Payload)
+// jobStates are the states a job can be in, the valid values of jobs list --state.
+var jobStates = func() []string {
+	out := make([]string, len(skiplock.JobStates))
+	for i, s := range skiplock.JobStates {
+		out[i] = string(s)
 	}
 	return out
+}()
+
+func newJobsCmd(db *dbFlags) *cobra.Command {
+	return group("jobs", "list, show, retry, cancel or delete jobs",
+		newJobsListCmd(db), newJobsShowCmd(db),
+		newJobsActCmd(db, jobRetry), newJobsActCmd(db, jobCancel), newJobsActCmd(db, jobDelete))
 }
 
-func runJobs(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("jobs", flag.ContinueOnError)
-	fs.SetOutput(errW(ctx))
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage:
-  skiplock jobs list   [--state s[,s]] [--queue q] [--kind k] [--after id] [--limit n] [--all]
-  skiplock jobs show   <id>
-  skiplock jobs retry  <id>... | --state failed|cancelled [--queue q] [--kind k]   (bulk, with progress)
-  skiplock jobs cancel <id>... [--reason text]
-  skiplock jobs delete <id>...
-flags:
-`)
-		fs.PrintDefaults()
+// filterFlags select jobs by state, queue and kind.
+type filterFlags struct {
+	states enumListFlag
+	queue  string
+	kind   string
+}
+
+func (f *filterFlags) register(cmd *cobra.Command, valid []string, usage string) {
+	f.states.valid = valid
+	addEnumList(cmd, &f.states, "state", usage)
+	cmd.Flags().StringVar(&f.queue, "queue", "", "only this queue")
+	cmd.Flags().StringVar(&f.kind, "kind", "", "only this kind")
+}
+
+func (f *filterFlags) params() skiplock.ListParams {
+	p := skiplock.ListParams{Queue: f.queue, Kind: f.kind}
+	for _, s := range f.states.values {
+		p.States = append(p.States, skiplock.JobState(s))
 	}
+	return p
+}
+
+func newJobsListCmd(db *dbFlags) *cobra.Command {
 	var (
-		db     dbFlags
-		out    outputFlag
-		states string
-		queue  string
-		kind   string
-		after  string
-		limit  int
-		all    bool
-		reason string
+		f     filterFlags
+		after string
+		pages pageFlags
 	)
-	db.register(fs)
-	out.register(fs)
-	fs.StringVar(&states, "state", "", "comma-separated states: pending, running, succeeded, failed, cancelled")
-	fs.StringVar(&queue, "queue", "", "only this queue")
-	fs.StringVar(&kind, "kind", "", "only this kind")
-	fs.StringVar(&after, "after", "", "list: continue after this id (the last of the previous page)")
-	fs.IntVar(&limit, "limit", 50, "list: page size (1..10000)")
-	fs.BoolVar(&all, "all", false, "list: every page, not just the first")
-	fs.StringVar(&reason, "reason", "", "cancel: reason recorded as the job's last error")
-	if len(args) == 0 {
-		fs.Usage()
-		return errors.New("jobs: missing subcommand")
+	cmd := &cobra.Command{
+		Use:   "list [--state s[,s]] [--queue q] [--kind k] [--after id] [--limit n] [--all]",
+		Short: "list jobs, oldest first (the first page, or --all)",
+		Args:  noArgs,
 	}
-	sub := args[0]
-	ids, err := parseMixed(fs, args[1:])
-	if err != nil {
-		return err
-	}
-	if err := out.check(); err != nil {
-		return err
-	}
-	filter := skiplock.ListParams{Queue: queue, Kind: kind, AfterID: after, Limit: limit}
-	for _, s := range strings.Split(states, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			filter.States = append(filter.States, skiplock.JobState(s))
-		}
-	}
-	c, done, err := opsClient(ctx, &db, 4)
-	if err != nil {
-		return err
-	}
-	defer done()
-	switch sub {
-	case "list":
-		return jobsList(ctx, c, filter, all, &out)
-	case "show":
-		if len(ids) != 1 {
-			return errors.New("jobs show: give one job id")
-		}
-		j, err := c.JobGet(ctx, ids[0])
+	f.register(cmd, jobStates, "only jobs in these states (comma-separated)")
+	cmd.Flags().StringVar(&after, "after", "", "continue after this id (the last of the previous page)")
+	pages.register(cmd)
+	out := newOutputFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		c, done, err := db.client(cmd, 2)
 		if err != nil {
 			return err
 		}
-		if out.json() {
-			return printJSON(ctx, toJSON(j, true))
-		}
-		tw := table(ctx)
-		for _, kv := range [][2]string{{"id", j.ID}, {"queue", j.Queue}, {"kind", j.Kind}, {"state", string(j.State)},
-			{"attempt", fmt.Sprintf("%d of %d", j.Attempt, j.MaxAttempts)}, {"priority", fmt.Sprint(j.Priority)},
-			{"run_at", j.RunAt.Format(time.RFC3339Nano)}, {"created_at", j.CreatedAt.Format(time.RFC3339Nano)},
-			{"updated_at", j.UpdatedAt.Format(time.RFC3339Nano)}, {"deduplication_key", j.DeduplicationKey},
-			{"last_error", j.LastError}, {"payload", string(j.Payload)}} {
-			fmt.Fprintf(tw, "%s\t%s\n", kv[0], kv[1])
-		}
-		return tw.Flush()
-	case "retry", "cancel", "delete":
-		return jobsAct(ctx, c, sub, ids, filter, reason, &out)
+		defer done()
+		p := f.params()
+		p.AfterID, p.Limit = after, pages.limit
+		return jobsList(cmd, c, p, pages.all, out)
 	}
-	return fmt.Errorf("jobs: unknown subcommand %q (list, show, retry, cancel, delete)", sub)
+	return cmd
 }
 
-func jobsList(ctx context.Context, c *skiplock.Client, p skiplock.ListParams, all bool, out *outputFlag) error {
-	var listed []jobJSON
-	tw := table(ctx)
+func jobsList(cmd *cobra.Command, c *skiplock.Client, p skiplock.ListParams, all bool, out *outputFlag) error {
+	ctx := cmd.Context()
+	listed := []*skiplock.Job{}
+	tw := newTable(cmd.OutOrStdout())
 	if !out.json() {
 		fmt.Fprintln(tw, "ID\tQUEUE\tKIND\tSTATE\tATTEMPT\tRUN_AT\tLAST_ERROR")
 	}
@@ -226,7 +90,8 @@ func jobsList(ctx context.Context, c *skiplock.Client, p skiplock.ListParams, al
 		}
 		for _, j := range page {
 			if out.json() {
-				listed = append(listed, toJSON(j, false))
+				j.Payload = nil // jobs show prints it
+				listed = append(listed, j)
 				continue
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\t%s\n", j.ID, j.Queue, j.Kind, j.State, j.Attempt, j.MaxAttempts,
@@ -234,58 +99,164 @@ func jobsList(ctx context.Context, c *skiplock.Client, p skiplock.ListParams, al
 		}
 		if !all || len(page) < p.Limit {
 			if !all && len(page) == p.Limit {
-				fmt.Fprintf(errW(ctx), "more jobs: --after %s\n", page[len(page)-1].ID)
+				fmt.Fprintf(cmd.ErrOrStderr(), "more jobs: --after %s\n", page[len(page)-1].ID)
 			}
 			break
 		}
 		p.AfterID = page[len(page)-1].ID
 	}
 	if out.json() {
-		if listed == nil {
-			listed = []jobJSON{}
-		}
-		return printJSON(ctx, listed)
+		return printJSON(cmd.OutOrStdout(), listed)
 	}
 	return tw.Flush()
 }
 
-func oneLine(s string, n int) string {
-	s, _, _ = strings.Cut(s, "\n")
-	if len(s) > n {
-		s = s[:n-1] + "…"
+func newJobsShowCmd(db *dbFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "show <id>",
+		Short: "show every field of one job, payload included",
+		Args:  exactArgs(1, "one job id"),
 	}
-	return s
+	out := newOutputFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		c, done, err := db.client(cmd, 2)
+		if err != nil {
+			return err
+		}
+		defer done()
+		j, err := c.JobGet(cmd.Context(), args[0])
+		if errors.Is(err, skiplock.ErrNotFound) {
+			return fmt.Errorf("no job %s", args[0])
+		}
+		if err != nil {
+			return err
+		}
+		if out.json() {
+			return printJSON(cmd.OutOrStdout(), j)
+		}
+		ts := func(t time.Time) string {
+			if t.IsZero() {
+				return ""
+			}
+			return t.Format(time.RFC3339Nano)
+		}
+		tw := newTable(cmd.OutOrStdout())
+		for _, kv := range [][2]string{{"id", j.ID}, {"queue", j.Queue}, {"kind", j.Kind}, {"state", string(j.State)},
+			{"attempt", fmt.Sprintf("%d of %d", j.Attempt, j.MaxAttempts)}, {"priority", fmt.Sprint(j.Priority)},
+			{"run_at", ts(j.RunAt)}, {"created_at", ts(j.CreatedAt)}, {"updated_at", ts(j.UpdatedAt)},
+			{"lease_until", ts(j.LeaseUntil)}, {"lease_token", j.LeaseToken}, {"worker_id", j.WorkerID},
+			{"deduplication_key", j.DeduplicationKey}, {"last_error", j.LastError}, {"payload", string(j.Payload)}} {
+			fmt.Fprintf(tw, "%s\t%s\n", kv[0], kv[1])
+		}
+		return tw.Flush()
+	}
+	return cmd
 }
 
-// jobsAct retries, cancels or deletes the given jobs, or every job matching the
-// filter (which must name a state), printing progress on errW(ctx).
-func jobsAct(ctx context.Context, c *skiplock.Client, action string, ids []string, p skiplock.ListParams, reason string, out *outputFlag) error {
-	act := func(id string) (*skiplock.Job, error) {
-		switch action {
-		case "retry":
+// jobAction is one of the operator's writes to jobs: which states it applies to and
+// how to say so when a job is in another.
+type jobAction struct {
+	name     string // the subcommand
+	short    string
+	from     []string // the states the action applies to
+	fromText string   // the same, for a person
+	run      func(ctx context.Context, c *skiplock.Client, id, reason string) (*skiplock.Job, error)
+}
+
+var (
+	jobRetry = jobAction{name: "retry", short: "make failed or cancelled jobs pending and due now",
+		from: []string{"failed", "cancelled"}, fromText: "failed or cancelled jobs can be retried",
+		run: func(ctx context.Context, c *skiplock.Client, id, _ string) (*skiplock.Job, error) {
 			return c.JobRetry(ctx, id)
-		case "cancel":
+		}}
+	jobCancel = jobAction{name: "cancel", short: "cancel pending or running jobs",
+		from: []string{"pending", "running"}, fromText: "pending or running jobs can be cancelled",
+		run: func(ctx context.Context, c *skiplock.Client, id, reason string) (*skiplock.Job, error) {
 			return c.JobCancel(ctx, id, reason)
-		}
-		return c.JobDelete(ctx, id)
+		}}
+	jobDelete = jobAction{name: "delete", short: "delete jobs that are not running",
+		from: []string{"pending", "succeeded", "failed", "cancelled"}, fromText: "jobs that are not running can be deleted (cancel a running job first)",
+		run: func(ctx context.Context, c *skiplock.Client, id, _ string) (*skiplock.Job, error) {
+			return c.JobDelete(ctx, id)
+		}}
+)
+
+// explain turns the library's refusal of an action (ErrJobState, or ErrNotFound
+// from a library that does not tell the two apart) into one short line: no such job,
+// or the job's current state and which states the action applies to.
+func (a jobAction) explain(ctx context.Context, c *skiplock.Client, id string, err error) error {
+	if !errors.Is(err, skiplock.ErrNotFound) && !errors.Is(err, skiplock.ErrJobState) {
+		return err
 	}
+	j, gerr := c.JobGet(ctx, id)
+	switch {
+	case errors.Is(gerr, skiplock.ErrNotFound):
+		return fmt.Errorf("no job %s", id)
+	case gerr != nil:
+		return err
+	}
+	return fmt.Errorf("job %s is %s: only %s", id, j.State, a.fromText)
+}
+
+func newJobsActCmd(db *dbFlags, a jobAction) *cobra.Command {
+	var (
+		f      filterFlags
+		reason string
+	)
+	cmd := &cobra.Command{
+		Use:   a.name + " <id>... | --state " + strings.Join(a.from, "|") + " [--queue q] [--kind k]",
+		Short: a.short + " (by id, or in bulk by state with progress)",
+		Args: func(cmd *cobra.Command, args []string) error {
+			switch {
+			case len(args) == 0 && len(f.states.values) == 0:
+				return usagef(cmd, "jobs %s: give job ids, or --state %s (with --queue/--kind) for a bulk %s",
+					a.name, strings.Join(a.from, "|"), a.name)
+			case len(args) > 0 && (len(f.states.values) > 0 || f.queue != "" || f.kind != ""):
+				return usagef(cmd, "jobs %s: give job ids or --state/--queue/--kind, not both", a.name)
+			}
+			return nil
+		},
+	}
+	f.register(cmd, a.from, "bulk: every job in these states (comma-separated)")
+	if a.name == "cancel" {
+		cmd.Flags().StringVar(&reason, "reason", "", "reason recorded as the job's last error")
+	}
+	out := newOutputFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, ids []string) error {
+		c, done, err := db.client(cmd, 2)
+		if err != nil {
+			return err
+		}
+		defer done()
+		return jobsAct(cmd, c, a, ids, f.params(), reason, out)
+	}
+	return cmd
+}
+
+// jobsAct applies the action to the given jobs, or to every job matching the filter,
+// printing progress on stderr and one result per job.
+func jobsAct(cmd *cobra.Command, c *skiplock.Client, a jobAction, ids []string, p skiplock.ListParams, reason string, out *outputFlag) error {
+	ctx := cmd.Context()
 	type result struct {
 		ID    string `json:"id"`
 		State string `json:"state,omitempty"`
 		Error string `json:"error,omitempty"`
 	}
-	var results []result
+	results := []result{}
 	var failed int
+	var lastErr error
 	do := func(id string) {
-		j, err := act(id)
+		j, err := a.run(ctx, c, id, reason)
 		r := result{ID: id}
-		if err != nil {
-			r.Error = err.Error()
+		switch {
+		case err != nil:
+			lastErr = a.explain(ctx, c, id, err)
+			r.Error = lastErr.Error()
 			failed++
-		} else if action != "delete" {
-			r.State = string(j.State)
-		} else {
+		case a.name == "delete":
 			r.State = "deleted"
+		default:
+			r.State = string(j.State)
 		}
 		results = append(results, r)
 	}
@@ -294,9 +265,6 @@ func jobsAct(ctx context.Context, c *skiplock.Client, action string, ids []strin
 			do(id)
 		}
 	} else {
-		if len(p.States) == 0 {
-			return fmt.Errorf("jobs %s: give job ids, or --state (with --queue/--kind) for a bulk %s", action, action)
-		}
 		p.Limit, p.AfterID = 1000, ""
 		start, n := time.Now(), 0
 		for {
@@ -308,7 +276,7 @@ func jobsAct(ctx context.Context, c *skiplock.Client, action string, ids []strin
 				do(j.ID)
 				n++
 				if n%1000 == 0 {
-					fmt.Fprintf(errW(ctx), "%s: %d jobs (%d failed), %.0f/s\n", action, n, failed, float64(n)/time.Since(start).Seconds())
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s: %d jobs (%d failed), %.0f/s\n", a.name, n, failed, float64(n)/time.Since(start).Seconds())
 				}
 			}
 			if len(page) < p.Limit {
@@ -316,17 +284,17 @@ func jobsAct(ctx context.Context, c *skiplock.Client, action string, ids []strin
 			}
 			p.AfterID = page[len(page)-1].ID
 		}
-		fmt.Fprintf(errW(ctx), "%s: %d jobs done, %d failed\n", action, n, failed)
+		fmt.Fprintf(cmd.ErrOrStderr(), "%s: %d jobs done, %d failed\n", a.name, n, failed)
+	}
+	if len(ids) == 1 && failed == 1 && !out.json() {
+		return lastErr // one job: the reason is the whole story
 	}
 	if out.json() {
-		if results == nil {
-			results = []result{}
-		}
-		if err := printJSON(ctx, results); err != nil {
+		if err := printJSON(cmd.OutOrStdout(), results); err != nil {
 			return err
 		}
 	} else {
-		tw := table(ctx)
+		tw := newTable(cmd.OutOrStdout())
 		fmt.Fprintln(tw, "ID\tRESULT")
 		for _, r := range results {
 			res := r.State
@@ -339,8 +307,11 @@ func jobsAct(ctx context.Context, c *skiplock.Client, action string, ids []strin
 			return err
 		}
 	}
-	if failed > 0 {
-		return fmt.Errorf("jobs %s: %d of %d failed", action, failed, len(results))
+	switch {
+	case failed == 1 && len(results) == 1:
+		return lastErr
+	case failed > 0:
+		return fmt.Errorf("jobs %s: %d of %d failed (see the results above)", a.name, failed, len(results))
 	}
 	return nil
 }

@@ -1,128 +1,236 @@
 // Command skiplock migrates, runs, inspects and benchmarks skiplock job queues and
-// outbox relays. Run `skiplock help` for the commands.
+// outbox relays. Run `skiplock --help` for the commands.
+//
+// Install with: go install github.com/skiplock/skiplock/cmd/skiplock@latest
+//
+// Exit status: 0 on success (and for --help), 2 for a mistake in the command line
+// (unknown command or flag, a bad flag value, a wrong number of arguments), 1 for
+// any other error.
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
-	"sort"
+	"slices"
 	"strings"
 	"syscall"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/skiplock/skiplock"
+	"github.com/spf13/cobra"
 )
 
-type command struct {
-	summary string
-	run     func(ctx context.Context, args []string) error
-}
-
-var commands = map[string]command{}
-
-func register(name, summary string, run func(ctx context.Context, args []string) error) {
-	commands[name] = command{summary, run}
-}
-
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: skiplock <command> [flags]\n\ncommands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
-	}
-	fmt.Fprintln(w, "\nRun `skiplock <command> -h` for a command's flags.")
-}
-
 func main() {
-	if len(os.Args) < 2 || os.Args[1] == "help" || os.Args[1] == "-h" || os.Args[1] == "--help" {
-		usage(os.Stdout)
-		return
-	}
-	cmd, ok := commands[os.Args[1]]
-	if !ok {
-		fmt.Fprintf(os.Stderr, "skiplock: unknown command %q\n\n", os.Args[1])
-		usage(os.Stderr)
-		os.Exit(2)
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := cmd.run(ctx, os.Args[2:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return
-		}
-		fmt.Fprintln(os.Stderr, "skiplock:", err)
-		os.Exit(1)
-	}
+	root := newRootCmd()
+	root.SetArgs(os.Args[1:])
+	err := root.ExecuteContext(ctx)
+	stop()
+	os.Exit(exitCode(err, os.Stderr))
 }
 
-// dbFlags are the connection flags every database command takes.
-type dbFlags struct {
-	url     string
-	schema  string
-	verbose bool
-}
+// newRootCmd builds the whole command tree. Each command writes to its
+// cmd.OutOrStdout() and cmd.ErrOrStderr(), so tests run it in-process.
+func newRootCmd() *cobra.Command {
+	db := &dbFlags{}
+	root := &cobra.Command{
+		Use:   "skiplock",
+		Short: "PostgreSQL job queue and transactional outbox: migrate, run relays, inspect and repair",
+		Long: `skiplock migrates, runs, inspects and benchmarks skiplock job queues and outbox relays.
 
-func (d *dbFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&d.url, "database-url", os.Getenv("DATABASE_URL"), "PostgreSQL connection string (default $DATABASE_URL)")
-	fs.StringVar(&d.schema, "schema", envOr("SKIPLOCK_SCHEMA", skiplock.DefaultSchema), "schema holding skiplock's tables (default $SKIPLOCK_SCHEMA or skiplock)")
-	fs.BoolVar(&d.verbose, "v", false, "log at debug level")
-}
+Connection: --database-url, else $DATABASE_URL, else the libpq environment variables
+(PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE, PGSSLMODE, PGAPPNAME, …) as psql reads
+them. Connections are named "skiplock <command>" (application_name) unless the
+connection string or PGAPPNAME names them.
 
-func (d *dbFlags) logger() *slog.Logger {
-	level := slog.LevelInfo
-	if d.verbose {
-		level = slog.LevelDebug
+Output: commands that print data take -o table (the default) or -o json.`,
+		SilenceErrors:              true, // exitCode prints them
+		SilenceUsage:               true,
+		SuggestionsMinimumDistance: 2,
+		Args:                       subcommandArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cmd.Help()
+		},
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-}
-
-func (d *dbFlags) pool(ctx context.Context, maxConns int32) (*pgxpool.Pool, error) {
-	if d.url == "" {
-		return nil, errors.New("no database: pass --database-url or set DATABASE_URL")
-	}
-	cfg, err := pgxpool.ParseConfig(d.url)
-	if err != nil {
-		return nil, fmt.Errorf("parsing database URL: %w", err)
-	}
-	if maxConns > 0 {
-		cfg.MaxConns = maxConns
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("connecting: %w", err)
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("connecting to %s: %w", redact(d.url), err)
-	}
-	return pool, nil
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
-// redact hides a password in a connection string for messages.
-func redact(url string) string {
-	if i := strings.Index(url, "://"); i >= 0 {
-		if at := strings.Index(url[i:], "@"); at >= 0 {
-			if colon := strings.Index(url[i+3:i+at], ":"); colon >= 0 {
-				return url[:i+3+colon+1] + "****" + url[i+at:]
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return &usageError{cmd: cmd, err: err}
+	})
+	db.register(root)
+	root.SetHelpCommand(&cobra.Command{
+		Use:   "help [command]",
+		Short: "help about any command",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			target, rest, err := cmd.Root().Find(args)
+			if err != nil || len(rest) > 0 {
+				return usagef(cmd, "help: unknown command %q; valid: %s", strings.Join(args, " "), strings.Join(subcommandNames(cmd.Root()), ", "))
 			}
+			return target.Help()
+		},
+	})
+	root.AddCommand(
+		newMigrateCmd(db),
+		newRelayCmd(db),
+		newJobsCmd(db),
+		newStatsCmd(db),
+		newOutboxCmd(db),
+		newMetricsCmd(db),
+		newRetentionCmd(db),
+		newPartitionsCmd(db),
+		newRolesCmd(db),
+		newDemoCmd(db),
+		newBenchCmd(db),
+		newVersionCmd(),
+	)
+	return root
+}
+
+// usageError is a mistake in the command line; exitCode maps it to status 2.
+type usageError struct {
+	cmd *cobra.Command
+	err error
+}
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// usagef returns a usageError for cmd.
+func usagef(cmd *cobra.Command, format string, args ...any) error {
+	return &usageError{cmd: cmd, err: fmt.Errorf(format, args...)}
+}
+
+// exitCode prints err on stderr, if there is one, and returns the process's exit
+// status: 0 for nil, 2 for a usage error, 1 for anything else. main and the tests
+// both map errors through it.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
+	}
+	// The library's own errors already start with "skiplock: ".
+	msg := "skiplock: " + strings.TrimPrefix(err.Error(), "skiplock: ")
+	var ue *usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintln(stderr, msg)
+		if ue.cmd != nil {
+			fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", ue.cmd.CommandPath())
+		}
+		return 2
+	}
+	fmt.Fprintln(stderr, msg)
+	return 1
+}
+
+// group returns a command that only holds subcommands: run without one, or with
+// an unknown one, it is a usage error naming the valid ones.
+func group(use, short string, subs ...*cobra.Command) *cobra.Command {
+	g := &cobra.Command{
+		Use:                        use + " <command>",
+		Short:                      short,
+		Args:                       subcommandArgs,
+		SuggestionsMinimumDistance: 2,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usagef(cmd, "%s: missing command; valid: %s", pathOf(cmd), strings.Join(subcommandNames(cmd), ", "))
+		},
+	}
+	g.AddCommand(subs...)
+	return g
+}
+
+// subcommandArgs refuses arguments to a command that only holds subcommands: cobra
+// gets here when the first argument named none of them.
+func subcommandArgs(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q for %q; valid: %s", args[0], cmd.CommandPath(), strings.Join(subcommandNames(cmd), ", "))
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += fmt.Sprintf(" (did you mean %s?)", strings.Join(s, " or "))
+	}
+	return &usageError{cmd: cmd, err: errors.New(msg)}
+}
+
+// pathOf is the command's path below the root ("jobs show"), for messages that
+// exitCode prefixes with "skiplock: ".
+func pathOf(cmd *cobra.Command) string {
+	return strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
+}
+
+func subcommandNames(cmd *cobra.Command) []string {
+	var names []string
+	for _, c := range cmd.Commands() {
+		if c.IsAvailableCommand() {
+			names = append(names, c.Name())
 		}
 	}
-	return url
+	return names
+}
+
+// exactArgs wants n positional arguments, named by what (e.g. "a job id").
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return usagef(cmd, "%s: want %s, got %d arguments", pathOf(cmd), what, len(args))
+		}
+		return nil
+	}
+}
+
+// noArgs refuses positional arguments.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usagef(cmd, "%s: unexpected arguments %q", pathOf(cmd), args)
+	}
+	return nil
+}
+
+// enumFlag is a flag whose value is one of a fixed list; any other value is a
+// usage error that names the list.
+type enumFlag struct {
+	value string
+	valid []string
+}
+
+func (e *enumFlag) String() string { return e.value }
+func (e *enumFlag) Type() string   { return strings.Join(e.valid, "|") }
+func (e *enumFlag) Set(v string) error {
+	if !slices.Contains(e.valid, v) {
+		return fmt.Errorf("%q is not one of: %s", v, strings.Join(e.valid, ", "))
+	}
+	e.value = v
+	return nil
+}
+
+// enumListFlag is a comma-separated (and repeatable) list of values from a fixed
+// list.
+type enumListFlag struct {
+	values []string
+	valid  []string
+}
+
+func (e *enumListFlag) String() string { return strings.Join(e.values, ",") }
+func (e *enumListFlag) Type() string   { return strings.Join(e.valid, "|") }
+func (e *enumListFlag) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		s = strings.TrimSpace(s)
+		if !slices.Contains(e.valid, s) {
+			return fmt.Errorf("%q is not one of: %s", s, strings.Join(e.valid, ", "))
+		}
+		if !slices.Contains(e.values, s) {
+			e.values = append(e.values, s)
+		}
+	}
+	return nil
+}
+
+// addEnum registers an enum flag with shell completion of its values.
+func addEnum(cmd *cobra.Command, f *enumFlag, name, short, usage string) {
+	cmd.Flags().VarP(f, name, short, usage)
+	_ = cmd.RegisterFlagCompletionFunc(name, cobra.FixedCompletions(f.valid, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// addEnumList registers an enum list flag with shell completion of its values.
+func addEnumList(cmd *cobra.Command, f *enumListFlag, name, usage string) {
+	cmd.Flags().Var(f, name, usage)
+	_ = cmd.RegisterFlagCompletionFunc(name, cobra.FixedCompletions(f.valid, cobra.ShellCompDirectiveNoFileComp))
 }

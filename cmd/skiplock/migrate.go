@@ -1,75 +1,99 @@
 package main
 
 import (
-	"context"
-	"flag"
 	"fmt"
-	"os"
+	"io"
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/migrate"
+	"github.com/spf13/cobra"
 )
 
-func init() {
-	register("migrate", "apply (up), report (status) or print (sql) the schema migrations", runMigrate)
-}
-
-func runMigrate(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: skiplock migrate up|status|sql [flags]")
-		fs.PrintDefaults()
+func newMigrateCmd(db *dbFlags) *cobra.Command {
+	up := &cobra.Command{
+		Use:   "up",
+		Short: "apply the pending migrations (under an advisory lock, one transaction each)",
+		Args:  noArgs,
 	}
-	var db dbFlags
-	db.register(fs)
-	if len(args) == 0 {
-		fs.Usage()
-		return fmt.Errorf("migrate: missing subcommand (up, status or sql)")
-	}
-	sub := args[0]
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
-	}
-	switch sub {
-	case "sql":
-		ddl, err := skiplock.MigrationSQL(db.schema)
+	upOut := newOutputFlag(up)
+	up.RunE = func(cmd *cobra.Command, _ []string) error {
+		pool, err := db.pool(cmd, 2)
 		if err != nil {
 			return err
 		}
-		_, err = os.Stdout.WriteString(ddl)
-		return err
-	case "up", "status":
-	default:
-		return fmt.Errorf("migrate: unknown subcommand %q (up, status or sql)", sub)
-	}
-	pool, err := db.pool(ctx, 2)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if sub == "up" {
-		applied, err := skiplock.Migrate(ctx, pool, db.schema)
+		defer pool.Close()
+		schema := db.schemaName()
+		applied, err := skiplock.Migrate(cmd.Context(), pool, schema)
 		if err != nil {
 			return err
 		}
+		if upOut.json() {
+			if applied == nil {
+				applied = []int{}
+			}
+			return printJSON(cmd.OutOrStdout(), map[string]any{"schema": schema, "applied": applied})
+		}
+		w := cmd.OutOrStdout()
 		if len(applied) == 0 {
-			fmt.Printf("schema %s is up to date\n", db.schema)
+			fmt.Fprintf(w, "schema %s is up to date\n", schema)
 		}
 		for _, v := range applied {
-			fmt.Printf("applied %04d to schema %s\n", v, db.schema)
+			fmt.Fprintf(w, "applied %04d to schema %s\n", v, schema)
 		}
 		return nil
 	}
-	status, err := migrate.List(ctx, pool, db.schema)
-	if err != nil {
-		return err
+
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "list the migrations and whether each is applied",
+		Args:  noArgs,
 	}
-	for _, s := range status {
-		state := "pending"
-		if s.Applied {
-			state = "applied"
+	statusOut := newOutputFlag(status)
+	status.RunE = func(cmd *cobra.Command, _ []string) error {
+		pool, err := db.pool(cmd, 2)
+		if err != nil {
+			return err
 		}
-		fmt.Printf("%04d_%-24s %s\n", s.Version, s.Name, state)
+		defer pool.Close()
+		list, err := migrate.List(cmd.Context(), pool, db.schemaName())
+		if err != nil {
+			return err
+		}
+		type row struct {
+			Version int    `json:"version"`
+			Name    string `json:"name"`
+			Applied bool   `json:"applied"`
+		}
+		rows := []row{}
+		for _, s := range list {
+			rows = append(rows, row{s.Version, s.Name, s.Applied})
+		}
+		if statusOut.json() {
+			return printJSON(cmd.OutOrStdout(), rows)
+		}
+		tw := newTable(cmd.OutOrStdout())
+		for _, r := range rows {
+			state := "pending"
+			if r.Applied {
+				state = "applied"
+			}
+			fmt.Fprintf(tw, "%04d_%s\t%s\n", r.Version, r.Name, state)
+		}
+		return tw.Flush()
 	}
-	return nil
+
+	sql := &cobra.Command{
+		Use:   "sql",
+		Short: "print the migrations' SQL for the schema (no database needed)",
+		Args:  noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ddl, err := skiplock.MigrationSQL(db.schemaName())
+			if err != nil {
+				return err
+			}
+			_, err = io.WriteString(cmd.OutOrStdout(), ddl)
+			return err
+		},
+	}
+	return group("migrate", "apply (up), report (status) or print (sql) the schema migrations", up, status, sql)
 }

@@ -5,16 +5,25 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/outbox"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// execute runs the command line in-process, as main does, and returns the exit
+// status exitCode gives.
+func execute(ctx context.Context, stdout, stderr io.Writer, args ...string) int {
+	root := newRootCmd()
+	root.SetArgs(append([]string{}, args...))
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	return exitCode(root.ExecuteContext(ctx), stderr)
+}
 
 type cli struct {
 	t      *testing.T
@@ -23,24 +32,19 @@ type cli struct {
 
 func newCLI(t *testing.T) *cli { return &cli{t: t, schema: pgtest.Schema(t)} }
 
-// run runs a command in-process and returns its stdout and stderr.
-func (c *cli) run(ctx context.Context, name string, args ...string) (string, string, error) {
+// run runs a command on the test's schema and returns its stdout, stderr and exit
+// status.
+func (c *cli) run(ctx context.Context, args ...string) (string, string, int) {
 	var out, errb bytes.Buffer
-	ctx = withStreams(ctx, &out, &errb)
-	sub := []string{}
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		sub, args = args[:1], args[1:]
-	}
-	full := append(sub, append([]string{"--database-url", pgtest.URL(c.t), "--schema", c.schema}, args...)...)
-	err := commands[name].run(ctx, full)
-	return out.String(), errb.String(), err
+	code := execute(ctx, &out, &errb, append(args, "--database-url", pgtest.URL(c.t), "--schema", c.schema)...)
+	return out.String(), errb.String(), code
 }
 
-func (c *cli) must(name string, args ...string) string {
+func (c *cli) must(args ...string) string {
 	c.t.Helper()
-	out, errOut, err := c.run(context.Background(), name, args...)
-	if err != nil {
-		c.t.Fatalf("skiplock %s %v: %v\n%s", name, args, err, errOut)
+	out, errOut, code := c.run(context.Background(), args...)
+	if code != 0 {
+		c.t.Fatalf("skiplock %v: exit %d\n%s", args, code, errOut)
 	}
 	return out
 }
@@ -67,12 +71,12 @@ func TestJobsCommands(t *testing.T) {
 		}
 		ids = append(ids, res.ID)
 	}
-	jobs, err := cl.Claim(ctx, "a", 3)
+	jobs, err := cl.Manual().Claim(ctx, "a", 3)
 	if err != nil || len(jobs) != 3 {
 		t.Fatalf("claim: %d %v", len(jobs), err)
 	}
 	for _, j := range jobs {
-		if err := cl.Fail(ctx, j, io.EOF); err != nil {
+		if err := cl.Manual().Fail(ctx, j, io.EOF); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -91,9 +95,9 @@ func TestJobsCommands(t *testing.T) {
 	if out := c.must("jobs", "show", ids[1]); !strings.Contains(out, `{"n": 1}`) {
 		t.Fatalf("jobs show:\n%s", out)
 	}
-	_, errOut, err := c.run(ctx, "jobs", "retry", "--state", "failed", "--queue", "a")
-	if err != nil || !strings.Contains(errOut, "retry: 3 jobs done, 0 failed") {
-		t.Fatalf("bulk retry: %v\n%s", err, errOut)
+	_, errOut, code := c.run(ctx, "jobs", "retry", "--state", "failed", "--queue", "a")
+	if code != 0 || !strings.Contains(errOut, "retry: 3 jobs done, 0 failed") {
+		t.Fatalf("bulk retry: exit %d\n%s", code, errOut)
 	}
 	s, err := cl.Stats(ctx)
 	if err != nil {
@@ -108,11 +112,24 @@ func TestJobsCommands(t *testing.T) {
 	if out := c.must("jobs", "delete", ids[1]); !strings.Contains(out, "deleted") {
 		t.Fatalf("jobs delete: %s", out)
 	}
-	if _, _, err := c.run(ctx, "jobs", "delete", ids[1]); err == nil {
-		t.Fatal("deleting a deleted job should fail")
+	if _, errOut, code := c.run(ctx, "jobs", "delete", ids[1]); code != 1 || !strings.Contains(errOut, "no job "+ids[1]) {
+		t.Fatalf("deleting a deleted job: exit %d\n%s", code, errOut)
 	}
-	if _, _, err := c.run(ctx, "jobs", "retry"); err == nil {
-		t.Fatal("retry with neither ids nor --state should fail")
+	if _, errOut, code := c.run(ctx, "jobs", "retry"); code != 2 || !strings.Contains(errOut, "--state failed|cancelled") {
+		t.Fatalf("retry with neither ids nor --state: exit %d\n%s", code, errOut)
+	}
+	// A job that cannot be retried: the message says its state and what can be.
+	_, errOut, code = c.run(ctx, "jobs", "retry", ids[0])
+	if code != 1 || !strings.Contains(errOut, "job "+ids[0]+" is pending: only failed or cancelled jobs can be retried") {
+		t.Fatalf("retrying a pending job: exit %d\n%s", code, errOut)
+	}
+	missing := "0190a1b2-0000-7000-8000-000000000000"
+	if _, errOut, code := c.run(ctx, "jobs", "retry", missing); code != 1 || !strings.Contains(errOut, "no job "+missing) {
+		t.Fatalf("retrying a missing job: exit %d\n%s", code, errOut)
+	}
+	if _, errOut, code := c.run(ctx, "jobs", "list", "--state", "done"); code != 2 ||
+		!strings.Contains(errOut, "pending, running, succeeded, failed, cancelled") {
+		t.Fatalf("jobs list --state done: exit %d\n%s", code, errOut)
 	}
 }
 
@@ -164,9 +181,9 @@ VALUES ('order', '7', 'paid', '{}', now(), 25, 'broker said no')`); err != nil {
 	if out := c.must("retention", "run", "--succeeded", "1h"); !strings.Contains(out, "deleted 0 succeeded") {
 		t.Fatalf("retention run: %s", out)
 	}
-	_, errOut, err := c.run(ctx, "partitions", "enable", "--premake", "2")
-	if err != nil || !strings.Contains(errOut, "jobs was locked for") {
-		t.Fatalf("partitions enable: %v\n%s", err, errOut)
+	_, errOut, code := c.run(ctx, "partitions", "enable", "--premake", "2")
+	if code != 0 || !strings.Contains(errOut, "jobs was locked for") {
+		t.Fatalf("partitions enable: exit %d\n%s", code, errOut)
 	}
 	var parts []map[string]any
 	if err := json.Unmarshal([]byte(c.must("partitions", "list", "-o", "json")), &parts); err != nil {
@@ -180,38 +197,50 @@ VALUES ('order', '7', 'paid', '{}', now(), 25, 'broker said no')`); err != nil {
 	}
 }
 
-func TestMetricsCommandServes(t *testing.T) {
+func TestOutboxShowAndListStates(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	addrs := make(chan string, 1)
-	ctx = context.WithValue(ctx, listeningKey{}, func(a string) { addrs <- a })
-	done := make(chan error, 1)
-	go func() {
-		_, _, err := c.run(ctx, "metrics", "--addr", "127.0.0.1:0", "--max-oldest-due", "1m")
-		done <- err
-	}()
-	var addr string
-	select {
-	case addr = <-addrs:
-	case err := <-done:
-		t.Fatalf("metrics exited: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("metrics never listened")
+	ctx := context.Background()
+	ob, err := outbox.New(c.client(), outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	for path, want := range map[string]string{"/metrics": "skiplock_stats_up", "/healthz": `"status":"ok"`, "/readyz": `"status":"ok"`} {
-		resp, err := http.Get("http://" + addr + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != 200 || !strings.Contains(string(body), want) {
-			t.Errorf("%s: %d %s", path, resp.StatusCode, body)
+	id, err := ob.Write(ctx, pgtest.Pool(t), outbox.Event{AggregateType: "order", AggregateID: "9", EventType: "order.paid",
+		Destination: "billing", Payload: []byte(`{"total": 12}`), Headers: map[string]string{"traceparent": "00-abc-01", "tenant": "t1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := c.must("outbox", "show", id)
+	for _, want := range []string{"state", "pending", "header tenant", "t1", "header traceparent", "00-abc-01", "destination", "billing",
+		"attempts", "0 of 25", `{"total": 12}`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("outbox show: no %q in\n%s", want, out)
 		}
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("metrics after cancel: %v", err)
+	var ev map[string]any
+	if err := json.Unmarshal([]byte(c.must("outbox", "show", id, "-o", "json")), &ev); err != nil {
+		t.Fatal(err)
+	}
+	headers, _ := ev["headers"].(map[string]any)
+	payload, _ := ev["payload"].(map[string]any)
+	if ev["id"] != id || ev["event_type"] != "order.paid" || headers["tenant"] != "t1" || payload["total"] != 12.0 {
+		t.Fatalf("outbox show -o json: %v", ev)
+	}
+	if _, errOut, code := c.run(ctx, "outbox", "show", "0190a1b2-0000-7000-8000-000000000000"); code != 1 || !strings.Contains(errOut, "no outbox event") {
+		t.Fatalf("outbox show of a missing event: exit %d\n%s", code, errOut)
+	}
+	// The event is pending, not dead: requeue says so.
+	if _, errOut, code := c.run(ctx, "outbox", "requeue", id); code != 1 || !strings.Contains(errOut, "is pending: only dead events can be requeued") {
+		t.Fatalf("requeue of a pending event: exit %d\n%s", code, errOut)
+	}
+	// Dead is the default state listed; the event is not dead.
+	if out := c.must("outbox", "list", "--state", "dead"); strings.Contains(out, id) {
+		t.Fatalf("a pending event listed as dead:\n%s", out)
+	}
+	if out := c.must("outbox", "list", "--state", "pending"); !strings.Contains(out, id) {
+		t.Fatalf("outbox list --state pending does not list the pending event:\n%s", out)
+	}
+	if out := c.must("outbox", "list", "--state", "published"); strings.Contains(out, id) {
+		t.Fatalf("a pending event listed as published:\n%s", out)
 	}
 }

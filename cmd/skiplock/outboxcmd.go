@@ -1,164 +1,223 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/outbox"
+	"github.com/spf13/cobra"
 )
 
-func init() {
-	register("outbox", "list dead outbox events, show one, or requeue them", runOutbox)
+func newOutboxCmd(db *dbFlags) *cobra.Command {
+	return group("outbox", "list outbox events by state, show one, or requeue dead ones",
+		newOutboxListCmd(db), newOutboxShowCmd(db), newOutboxRequeueCmd(db))
 }
 
-type eventJSON struct {
-	ID            string          `json:"id"`
-	AggregateType string          `json:"aggregate_type"`
-	AggregateID   string          `json:"aggregate_id"`
-	EventType     string          `json:"event_type"`
-	Destination   string          `json:"destination,omitempty"`
-	Attempts      int             `json:"attempts"`
-	CreatedAt     time.Time       `json:"created_at"`
-	AvailableAt   time.Time       `json:"available_at"`
-	PublishedAt   *time.Time      `json:"published_at,omitempty"`
-	DeadAt        *time.Time      `json:"dead_at,omitempty"`
-	LastError     string          `json:"last_error,omitempty"`
-	Payload       json.RawMessage `json:"payload,omitempty"`
-}
-
-func eventToJSON(r *outbox.Record, payload bool) eventJSON {
-	e := eventJSON{ID: r.ID, AggregateType: r.AggregateType, AggregateID: r.AggregateID, EventType: r.EventType,
-		Destination: r.Destination, Attempts: r.Attempts, CreatedAt: r.CreatedAt, AvailableAt: r.AvailableAt,
-		PublishedAt: r.PublishedAt, DeadAt: r.DeadAt, LastError: r.LastError}
-	if payload {
-		e.Payload = json.RawMessage(r.Payload)
+// outboxAdmin opens a pool and the outbox administration of the schema; done closes
+// both.
+func outboxAdmin(cmd *cobra.Command, db *dbFlags) (*pgxpool.Pool, outbox.Admin, func(), error) {
+	c, done, err := db.client(cmd, 2)
+	if err != nil {
+		return nil, outbox.Admin{}, nil, err
 	}
-	return e
+	o, err := outbox.New(c, outbox.Config{})
+	if err != nil {
+		done()
+		return nil, outbox.Admin{}, nil, err
+	}
+	return c.Pool(), o.Admin(), done, nil
 }
 
-func runOutbox(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("outbox", flag.ContinueOnError)
-	fs.SetOutput(errW(ctx))
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `usage:
-  skiplock outbox list    [--limit n] [--all]     dead events (parked after their last attempt), oldest first
-  skiplock outbox show    <id>
-  skiplock outbox requeue <id>... | --all-dead    make dead events due now with a fresh attempt budget
-flags:
-`)
-		fs.PrintDefaults()
-	}
+// eventView is an outbox record as the CLI prints it: the record's own JSON, with
+// the payload as the JSON it is rather than base64.
+type eventView struct {
+	*outbox.Record
+	Payload json.RawMessage `json:"payload,omitempty"`
+}
+
+func newOutboxListCmd(db *dbFlags) *cobra.Command {
 	var (
-		db      dbFlags
-		out     outputFlag
-		limit   int
-		all     bool
-		allDead bool
+		state = enumFlag{value: "dead", valid: []string{"dead", "pending", "published"}}
+		pages pageFlags
 	)
-	db.register(fs)
-	out.register(fs)
-	fs.IntVar(&limit, "limit", 50, "list: page size")
-	fs.BoolVar(&all, "all", false, "list: every page")
-	fs.BoolVar(&allDead, "all-dead", false, "requeue: every dead event")
-	if len(args) == 0 {
-		fs.Usage()
-		return errors.New("outbox: missing subcommand")
+	cmd := &cobra.Command{
+		Use:   "list [--state dead|pending|published] [--limit n] [--all]",
+		Short: "list outbox events in one state (default dead: parked after their last attempt), oldest first",
+		Long: `List outbox events in one state, oldest first:
+
+  dead       parked after their last attempt or a permanent error (the default:
+             what an operator acts on, with "outbox requeue")
+  pending    written and not yet published: new, being relayed, or waiting to retry
+  published  confirmed by a publisher and not yet removed by retention`,
+		Args: noArgs,
 	}
-	sub := args[0]
-	ids, err := parseMixed(fs, args[1:])
-	if err != nil {
-		return err
-	}
-	if err := out.check(); err != nil {
-		return err
-	}
-	pool, err := db.pool(ctx, 2)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	admin := outbox.Admin{Schema: db.schema}
-	switch sub {
-	case "list":
+	addEnum(cmd, &state, "state", "", "which events")
+	pages.register(cmd)
+	out := newOutputFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		pool, admin, done, err := outboxAdmin(cmd, db)
+		if err != nil {
+			return err
+		}
+		defer done()
 		var after *outbox.Record
-		listed := []eventJSON{}
-		tw := table(ctx)
-		fmt.Fprintln(tw, "ID\tAGGREGATE\tEVENT\tATTEMPTS\tDEAD_AT\tLAST_ERROR")
+		listed := []eventView{}
+		tw := newTable(cmd.OutOrStdout())
+		fmt.Fprintln(tw, "ID\tAGGREGATE\tEVENT\tDESTINATION\tATTEMPTS\tCREATED_AT\tPUBLISHED_AT\tDEAD_AT\tLAST_ERROR")
 		for {
-			page, err := admin.ListDead(ctx, pool, after, limit)
+			page, err := admin.List(cmd.Context(), pool, outbox.State(state.value), after, pages.limit)
 			if err != nil {
 				return err
 			}
 			for _, r := range page {
-				listed = append(listed, eventToJSON(r, false))
-				dead := ""
-				if r.DeadAt != nil {
-					dead = r.DeadAt.Format(time.RFC3339)
-				}
-				fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%d\t%s\t%s\n", r.ID, r.AggregateType, r.AggregateID, r.EventType, r.Attempts,
-					dead, oneLine(r.LastError, 60))
+				listed = append(listed, eventView{Record: r}) // the payload is for outbox show
+				fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.ID, r.AggregateType, r.AggregateID, r.EventType,
+					r.Destination, r.Attempts, r.CreatedAt.Format(time.RFC3339), tsPtr(r.PublishedAt, time.RFC3339),
+					tsPtr(r.DeadAt, time.RFC3339), oneLine(r.LastError, 60))
 			}
-			if !all || len(page) < limit {
+			if !pages.all || len(page) < pages.limit {
+				if !pages.all && len(page) == pages.limit {
+					fmt.Fprintln(cmd.ErrOrStderr(), "more events: --all")
+				}
 				break
 			}
 			after = page[len(page)-1]
 		}
 		if out.json() {
-			return printJSON(ctx, listed)
+			return printJSON(cmd.OutOrStdout(), listed)
 		}
 		return tw.Flush()
-	case "show":
-		if len(ids) != 1 {
-			return errors.New("outbox show: give one event id")
+	}
+	return cmd
+}
+
+// eventState names an event's state as outbox list --state does.
+func eventState(r *outbox.Record) string {
+	switch {
+	case r.PublishedAt != nil:
+		return "published"
+	case r.DeadAt != nil:
+		return "dead"
+	}
+	return "pending"
+}
+
+func tsPtr(t *time.Time, layout string) string {
+	if t == nil {
+		return ""
+	}
+	return t.Format(layout)
+}
+
+func newOutboxShowCmd(db *dbFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "show <id>",
+		Short: "show every field of one outbox event: headers, payload, relay state",
+		Args:  exactArgs(1, "one event id"),
+	}
+	out := newOutputFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		pool, admin, done, err := outboxAdmin(cmd, db)
+		if err != nil {
+			return err
 		}
-		r, err := admin.Get(ctx, pool, ids[0])
+		defer done()
+		r, err := admin.Get(cmd.Context(), pool, args[0])
+		if errors.Is(err, outbox.ErrNotFound) {
+			return fmt.Errorf("no outbox event %s", args[0])
+		}
 		if err != nil {
 			return err
 		}
 		if out.json() {
-			return printJSON(ctx, eventToJSON(r, true))
+			return printJSON(cmd.OutOrStdout(), eventView{Record: r, Payload: json.RawMessage(r.Payload)})
 		}
-		b, _ := json.MarshalIndent(eventToJSON(r, true), "", "  ")
-		_, err = fmt.Fprintln(outW(ctx), string(b))
-		return err
-	case "requeue":
+		tw := newTable(cmd.OutOrStdout())
+		rows := [][2]string{{"id", r.ID}, {"state", eventState(r)}, {"aggregate_type", r.AggregateType}, {"aggregate_id", r.AggregateID},
+			{"event_type", r.EventType}, {"destination", r.Destination}, {"attempts", fmt.Sprintf("%d of %d", r.Attempts, r.MaxAttempts)},
+			{"created_at", r.CreatedAt.Format(time.RFC3339Nano)}, {"available_at", r.AvailableAt.Format(time.RFC3339Nano)},
+			{"relay_until", tsPtr(r.RelayUntil, time.RFC3339Nano)}, {"published_at", tsPtr(r.PublishedAt, time.RFC3339Nano)},
+			{"dead_at", tsPtr(r.DeadAt, time.RFC3339Nano)}, {"last_error", r.LastError}}
+		names := make([]string, 0, len(r.Headers))
+		for k := range r.Headers {
+			names = append(names, k)
+		}
+		slices.Sort(names)
+		if len(names) == 0 {
+			rows = append(rows, [2]string{"headers", ""})
+		}
+		for _, k := range names {
+			rows = append(rows, [2]string{"header " + k, r.Headers[k]})
+		}
+		rows = append(rows, [2]string{"payload", string(r.Payload)})
+		for _, kv := range rows {
+			fmt.Fprintf(tw, "%s\t%s\n", kv[0], strings.ReplaceAll(kv[1], "\n", " "))
+		}
+		return tw.Flush()
+	}
+	return cmd
+}
+
+func newOutboxRequeueCmd(db *dbFlags) *cobra.Command {
+	var allDead bool
+	cmd := &cobra.Command{
+		Use:   "requeue <id>... | --all-dead",
+		Short: "make dead events due now with a fresh attempt budget",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if (len(args) == 0) == !allDead {
+				return usagef(cmd, "outbox requeue: give event ids or --all-dead (one of the two)")
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&allDead, "all-dead", false, "every dead event")
+	out := newOutputFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, ids []string) error {
+		pool, admin, done, err := outboxAdmin(cmd, db)
+		if err != nil {
+			return err
+		}
+		defer done()
 		if allDead {
-			n, err := admin.RequeueDead(ctx, pool)
+			n, err := admin.RequeueDead(cmd.Context(), pool)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(errW(ctx), "requeued %d dead events\n", n)
 			if out.json() {
-				return printJSON(ctx, map[string]int{"requeued": n})
+				return printJSON(cmd.OutOrStdout(), map[string]any{"requeued": n, "failed": []string{}})
 			}
-			_, err = fmt.Fprintf(outW(ctx), "requeued %d\n", n)
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "requeued %d\n", n)
 			return err
 		}
-		if len(ids) == 0 {
-			return errors.New("outbox requeue: give event ids or --all-dead")
-		}
-		var failed []string
+		failed := []string{}
 		for _, id := range ids {
-			if err := admin.Requeue(ctx, pool, id); err != nil {
-				fmt.Fprintf(errW(ctx), "%s: %v\n", id, err)
+			if err := admin.Requeue(cmd.Context(), pool, id); err != nil {
+				if errors.Is(err, outbox.ErrNotFound) {
+					err = fmt.Errorf("no outbox event %s", id)
+					if r, gerr := admin.Get(cmd.Context(), pool, id); gerr == nil {
+						err = fmt.Errorf("outbox event %s is %s: only dead events can be requeued", id, eventState(r))
+					}
+				}
+				fmt.Fprintln(cmd.ErrOrStderr(), err)
 				failed = append(failed, id)
 			}
 		}
 		if out.json() {
-			if err := printJSON(ctx, map[string]any{"requeued": len(ids) - len(failed), "failed": failed}); err != nil {
+			if err := printJSON(cmd.OutOrStdout(), map[string]any{"requeued": len(ids) - len(failed), "failed": failed}); err != nil {
 				return err
 			}
 		} else {
-			fmt.Fprintf(outW(ctx), "requeued %d\n", len(ids)-len(failed))
+			fmt.Fprintf(cmd.OutOrStdout(), "requeued %d\n", len(ids)-len(failed))
 		}
 		if len(failed) > 0 {
 			return fmt.Errorf("outbox requeue: %d of %d failed", len(failed), len(ids))
 		}
 		return nil
 	}
-	return fmt.Errorf("outbox: unknown subcommand %q (list, show, requeue)", sub)
+	return cmd
 }

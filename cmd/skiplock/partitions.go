@@ -1,161 +1,136 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"time"
 
 	"github.com/skiplock/skiplock"
+	"github.com/spf13/cobra"
 )
 
-func init() {
-	register("retention", "run retention now: delete old finished jobs, maintain partitions", runRetention)
-	register("partitions", "convert jobs to the partitioned layout (enable) or list its partitions", runPartitions)
-}
-
-func runRetention(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("retention", flag.ContinueOnError)
-	fs.SetOutput(errW(ctx))
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: skiplock retention run [--succeeded 168h] [--failed 168h] [--cancelled 168h] [--outbox-published 0] [--batch 1000]")
-		fs.PrintDefaults()
+func newRetentionCmd(db *dbFlags) *cobra.Command {
+	var r skiplock.RetentionConfig
+	run := &cobra.Command{
+		Use:   "run [--succeeded 168h] [--failed 168h] [--cancelled 168h] [--outbox-published 0] [--batch 1000]",
+		Short: "delete old finished jobs (and published outbox events) now, and maintain partitions",
+		Args:  noArgs,
 	}
-	var (
-		db  dbFlags
-		out outputFlag
-		r   skiplock.RetentionConfig
-	)
-	db.register(fs)
-	out.register(fs)
+	fs := run.Flags()
 	fs.DurationVar(&r.Succeeded, "succeeded", skiplock.DefaultRetention, "keep succeeded jobs this long (negative: forever)")
 	fs.DurationVar(&r.Failed, "failed", skiplock.DefaultRetention, "keep failed jobs this long (negative: forever)")
 	fs.DurationVar(&r.Cancelled, "cancelled", skiplock.DefaultRetention, "keep cancelled jobs this long (negative: forever)")
 	fs.DurationVar(&r.OutboxPublished, "outbox-published", 0, "also delete outbox events published longer ago (0: no)")
 	fs.IntVar(&r.BatchSize, "batch", 1000, "rows per DELETE")
-	if len(args) == 0 || args[0] != "run" {
-		fs.Usage()
-		return errors.New("retention: the subcommand is run")
-	}
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
-	}
-	if err := out.check(); err != nil {
-		return err
-	}
-	pool, err := db.pool(ctx, 4)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	r.MaxBatches = 100 // report progress every 100 batches
-	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: db.schema, Logger: db.logger(), Retention: r})
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	var total skiplock.RetentionResult
-	start := time.Now()
-	for {
-		res, err := c.RunRetention(ctx)
+	out := newOutputFlag(run)
+	run.RunE = func(cmd *cobra.Command, _ []string) error {
+		ctx := cmd.Context()
+		pool, err := db.pool(cmd, 4)
 		if err != nil {
 			return err
 		}
-		total.Succeeded += res.Succeeded
-		total.Failed += res.Failed
-		total.Cancelled += res.Cancelled
-		total.OutboxPublished += res.OutboxPublished
-		total.Partitioned = res.Partitioned
-		total.PartitionsCreated = append(total.PartitionsCreated, res.PartitionsCreated...)
-		total.PartitionsDropped = append(total.PartitionsDropped, res.PartitionsDropped...)
-		total.PartitionsKept = res.PartitionsKept
-		if !res.Incomplete {
-			break
-		}
-		n := total.Deleted() + total.OutboxPublished
-		fmt.Fprintf(errW(ctx), "retention: %d rows deleted, %.0f rows/s\n", n, float64(n)/time.Since(start).Seconds())
-	}
-	total.Duration = time.Since(start)
-	if out.json() {
-		return printJSON(ctx, total)
-	}
-	fmt.Fprintf(outW(ctx), "deleted %d succeeded, %d failed, %d cancelled jobs and %d outbox events in %s\n", total.Succeeded,
-		total.Failed, total.Cancelled, total.OutboxPublished, total.Duration.Round(time.Millisecond))
-	if total.Partitioned {
-		fmt.Fprintf(outW(ctx), "partitions: created %v, dropped %v\n", total.PartitionsCreated, total.PartitionsDropped)
-		for _, k := range total.PartitionsKept {
-			fmt.Fprintf(outW(ctx), "kept %s: %s\n", k.Name, k.Reason)
-		}
-	}
-	return nil
-}
-
-func runPartitions(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("partitions", flag.ContinueOnError)
-	fs.SetOutput(errW(ctx))
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: skiplock partitions enable [--period day|week] [--premake 3] [--lock-timeout 5s]\n       skiplock partitions list")
-		fs.PrintDefaults()
-	}
-	var (
-		db          dbFlags
-		out         outputFlag
-		period      string
-		premake     int
-		lockTimeout time.Duration
-	)
-	db.register(fs)
-	out.register(fs)
-	fs.StringVar(&period, "period", "day", "enable: partition period, day or week")
-	fs.IntVar(&premake, "premake", 3, "enable: periods created ahead")
-	fs.DurationVar(&lockTimeout, "lock-timeout", 5*time.Second, "enable: longest wait for the lock on jobs")
-	if len(args) == 0 {
-		fs.Usage()
-		return errors.New("partitions: missing subcommand (enable or list)")
-	}
-	sub := args[0]
-	if err := fs.Parse(args[1:]); err != nil {
-		return err
-	}
-	if err := out.check(); err != nil {
-		return err
-	}
-	pool, err := db.pool(ctx, 2)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	switch sub {
-	case "enable":
-		rep, err := skiplock.PartitionJobs(ctx, pool, db.schema, skiplock.PartitionOptions{
-			Period: skiplock.PartitionPeriod(period), Premake: premake, LockTimeout: lockTimeout, Progress: errW(ctx)})
-		if err != nil {
-			return err
-		}
-		if out.json() {
-			return printJSON(ctx, rep)
-		}
-		_, err = fmt.Fprintf(outW(ctx), "jobs is partitioned: legacy partition until %s, created %v, %d deduplication keys copied, lock held %s\n",
-			rep.LegacyUntil.Format(time.RFC3339), rep.Created, rep.DedupKeys, rep.LockHeld.Round(time.Millisecond))
-		return err
-	case "list":
-		c, err := skiplock.NewClient(pool, skiplock.Config{Schema: db.schema})
+		defer pool.Close()
+		r.MaxBatches = 100 // report progress every 100 batches
+		c, err := skiplock.NewClient(pool, skiplock.Config{Schema: db.schemaName(), Logger: db.logger(cmd), Retention: r})
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		parts, err := c.Partitions(ctx)
+		var total skiplock.RetentionResult
+		start := time.Now()
+		for {
+			res, err := c.RunRetention(ctx)
+			if err != nil {
+				return err
+			}
+			total.Succeeded += res.Succeeded
+			total.Failed += res.Failed
+			total.Cancelled += res.Cancelled
+			total.OutboxPublished += res.OutboxPublished
+			total.Partitioned = res.Partitioned
+			total.PartitionsCreated = append(total.PartitionsCreated, res.PartitionsCreated...)
+			total.PartitionsDropped = append(total.PartitionsDropped, res.PartitionsDropped...)
+			total.PartitionsKept = res.PartitionsKept
+			if !res.Incomplete {
+				break
+			}
+			n := total.Deleted() + total.OutboxPublished
+			fmt.Fprintf(cmd.ErrOrStderr(), "retention: %d rows deleted, %.0f rows/s\n", n, float64(n)/time.Since(start).Seconds())
+		}
+		total.Duration = time.Since(start)
+		w := cmd.OutOrStdout()
+		if out.json() {
+			return printJSON(w, total)
+		}
+		fmt.Fprintf(w, "deleted %d succeeded, %d failed, %d cancelled jobs and %d outbox events in %s\n", total.Succeeded,
+			total.Failed, total.Cancelled, total.OutboxPublished, total.Duration.Round(time.Millisecond))
+		if total.Partitioned {
+			fmt.Fprintf(w, "partitions: created %v, dropped %v\n", total.PartitionsCreated, total.PartitionsDropped)
+			for _, k := range total.PartitionsKept {
+				fmt.Fprintf(w, "kept %s: %s\n", k.Name, k.Reason)
+			}
+		}
+		return nil
+	}
+	return group("retention", "run retention now: delete old finished jobs, maintain partitions", run)
+}
+
+func newPartitionsCmd(db *dbFlags) *cobra.Command {
+	var (
+		period      = enumFlag{value: "day", valid: []string{"day", "week"}}
+		premake     int
+		lockTimeout time.Duration
+	)
+	enable := &cobra.Command{
+		Use:   "enable [--period day|week] [--premake 3] [--lock-timeout 5s]",
+		Short: "convert jobs to the partitioned layout (takes the lock on jobs briefly)",
+		Args:  noArgs,
+	}
+	addEnum(enable, &period, "period", "", "partition period")
+	enable.Flags().IntVar(&premake, "premake", 3, "periods created ahead")
+	enable.Flags().DurationVar(&lockTimeout, "lock-timeout", 5*time.Second, "longest wait for the lock on jobs")
+	enableOut := newOutputFlag(enable)
+	enable.RunE = func(cmd *cobra.Command, _ []string) error {
+		pool, err := db.pool(cmd, 2)
 		if err != nil {
 			return err
 		}
-		if out.json() {
+		defer pool.Close()
+		rep, err := skiplock.PartitionJobs(cmd.Context(), pool, db.schemaName(), skiplock.PartitionOptions{
+			Period: skiplock.PartitionPeriod(period.value), Premake: premake, LockTimeout: lockTimeout, Progress: cmd.ErrOrStderr()})
+		if err != nil {
+			return err
+		}
+		if enableOut.json() {
+			return printJSON(cmd.OutOrStdout(), rep)
+		}
+		_, err = fmt.Fprintf(cmd.OutOrStdout(), "jobs is partitioned: legacy partition until %s, created %v, %d deduplication keys copied, lock held %s\n",
+			rep.LegacyUntil.Format(time.RFC3339), rep.Created, rep.DedupKeys, rep.LockHeld.Round(time.Millisecond))
+		return err
+	}
+
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "list the partitions of jobs with their ranges, estimated rows and size",
+		Args:  noArgs,
+	}
+	listOut := newOutputFlag(list)
+	list.RunE = func(cmd *cobra.Command, _ []string) error {
+		c, done, err := db.client(cmd, 2)
+		if err != nil {
+			return err
+		}
+		defer done()
+		parts, err := c.Partitions(cmd.Context())
+		if err != nil {
+			return err
+		}
+		if listOut.json() {
 			if parts == nil {
 				parts = []skiplock.PartitionInfo{}
 			}
-			return printJSON(ctx, parts)
+			return printJSON(cmd.OutOrStdout(), parts)
 		}
-		tw := table(ctx)
+		tw := newTable(cmd.OutOrStdout())
 		fmt.Fprintln(tw, "PARTITION\tFROM\tTO\tROWS(EST)\tSIZE")
 		f := func(t time.Time) string {
 			if t.IsZero() {
@@ -168,5 +143,5 @@ func runPartitions(ctx context.Context, args []string) error {
 		}
 		return tw.Flush()
 	}
-	return fmt.Errorf("partitions: unknown subcommand %q (enable, list)", sub)
+	return group("partitions", "convert jobs to the partitioned layout (enable) or list its partitions", enable, list)
 }

@@ -3,30 +3,22 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/redact"
 	"github.com/skiplock/skiplock/outbox"
 	"github.com/skiplock/skiplock/outbox/amqppub"
 	"github.com/skiplock/skiplock/outbox/kafkapub"
 	"github.com/skiplock/skiplock/outbox/natspub"
 	"github.com/skiplock/skiplock/outbox/webhookpub"
+	"github.com/spf13/cobra"
 )
-
-func init() {
-	register("relay", "publish outbox events to a broker or webhook (--to amqp://, kafka://, nats://, https://)", runRelay)
-}
-
-// multiFlag collects a repeatable string flag.
-type multiFlag []string
-
-func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
-func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 type relayFlags struct {
 	to          string
@@ -34,8 +26,8 @@ type relayFlags struct {
 	routingKey  string
 	topic       string
 	subject     string
-	secrets     multiFlag
-	endpoints   multiFlag
+	secrets     []string
+	endpoints   []string
 	ordered     bool
 	batch       int
 	concurrency int
@@ -45,76 +37,115 @@ type relayFlags struct {
 	every       time.Duration
 }
 
-func runRelay(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("relay", flag.ContinueOnError)
-	var db dbFlags
-	db.register(fs)
+// relaySchemes are the --to URL schemes newPublisher knows.
+var relaySchemes = []string{"amqp", "amqps", "kafka", "nats", "http", "https"}
+
+func newRelayCmd(db *dbFlags) *cobra.Command {
 	var f relayFlags
-	fs.StringVar(&f.to, "to", os.Getenv("SKIPLOCK_RELAY_TO"), "where to publish (default $SKIPLOCK_RELAY_TO):\n"+
-		"  amqp[s]://user:pass@host:5672/vhost   RabbitMQ; Destination is the routing key\n"+
-		"  kafka://host:9092[,host2:9092]/topic   Kafka; Destination is the topic (default: the path)\n"+
-		"  nats://host:4222                       NATS JetStream; Destination is the subject\n"+
-		"  http[s]://host/path                    signed webhooks; events without Destination go here")
+	cmd := &cobra.Command{
+		Use:   "relay --to <url> [flags]",
+		Short: "publish outbox events to a broker or webhook (--to amqp://, kafka://, nats://, https://)",
+		Long: `Run outbox relays until SIGINT or SIGTERM, then finish the batches in flight.
+
+--to names where events go:
+  amqp[s]://user:pass@host:5672/vhost   RabbitMQ; Destination is the routing key
+  kafka://host:9092[,host2:9092]/topic   Kafka; Destination is the topic (default: the path)
+  nats://host:4222                       NATS JetStream; Destination is the subject
+  http[s]://host/path                    signed webhooks; events without Destination go here`,
+		Args: noArgs,
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			// Environment defaults are read here, not shown in --help: they may hold
+			// credentials.
+			if f.to == "" {
+				f.to = os.Getenv("SKIPLOCK_RELAY_TO")
+			}
+			if len(f.secrets) == 0 {
+				if s := os.Getenv("SKIPLOCK_WEBHOOK_SECRET"); s != "" {
+					f.secrets = []string{s}
+				}
+			}
+			if f.to == "" {
+				return usagef(cmd, "relay: no target: pass --to (or set SKIPLOCK_RELAY_TO) with a scheme of: %s", strings.Join(relaySchemes, ", "))
+			}
+			scheme, _, ok := strings.Cut(f.to, "://")
+			if !ok || !slices.Contains(relaySchemes, strings.ToLower(scheme)) {
+				return usagef(cmd, "relay: --to %q: the scheme must be one of: %s", redact.URL(f.to), strings.Join(relaySchemes, ", "))
+			}
+			if s := strings.ToLower(scheme); (s == "http" || s == "https") && len(f.secrets) == 0 {
+				return usagef(cmd, "relay: webhooks are signed: pass --webhook-secret (or set SKIPLOCK_WEBHOOK_SECRET)")
+			}
+			for _, e := range f.endpoints {
+				if name, u, ok := strings.Cut(e, "="); !ok || name == "" || u == "" {
+					return usagef(cmd, "relay: --webhook-endpoint %q: want name=URL", redact.URL(e))
+				}
+			}
+			if f.batch < 1 || f.concurrency < 1 {
+				return usagef(cmd, "relay: --batch and --concurrency must be at least 1")
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.to, "to", "", "`url` to publish to (default $SKIPLOCK_RELAY_TO); see above")
 	fs.StringVar(&f.exchange, "exchange", "", "amqp: exchange to publish to (default: the default exchange)")
 	fs.StringVar(&f.routingKey, "routing-key", "", "amqp: routing key for events without a Destination")
 	fs.StringVar(&f.topic, "topic", "", "kafka: topic for events without a Destination (overrides the URL path)")
 	fs.StringVar(&f.subject, "subject", "", "nats: subject for events without a Destination")
-	fs.Var(&f.secrets, "webhook-secret", "webhook: signing secret, raw or whsec_<base64>; repeat while rotating (default $SKIPLOCK_WEBHOOK_SECRET)")
-	fs.Var(&f.endpoints, "webhook-endpoint", "webhook: name=URL, where events whose Destination is name go; repeatable")
-	fs.BoolVar(&f.ordered, "ordered", false, "publish each aggregate's events one at a time, in order (write them with WriterConfig.Ordered)")
+	fs.StringArrayVar(&f.secrets, "webhook-secret", nil, "webhook: signing `secret`, raw or whsec_<base64>; repeat while rotating (default $SKIPLOCK_WEBHOOK_SECRET)")
+	fs.StringArrayVar(&f.endpoints, "webhook-endpoint", nil, "webhook: `name=URL`: where events whose Destination is name go; repeatable")
+	fs.BoolVar(&f.ordered, "ordered", false, "publish each aggregate's events one at a time, in order (write them with outbox.Config.Ordered)")
 	fs.IntVar(&f.batch, "batch", 100, "events per claim and per publish call")
 	fs.IntVar(&f.concurrency, "concurrency", 1, "relay loops run at once")
 	fs.DurationVar(&f.lease, "lease", 30*time.Second, "how long a claim owns its events; bounds each publish")
 	fs.DurationVar(&f.poll, "poll", time.Second, "safety-net poll interval (jittered ±10%)")
 	fs.BoolVar(&f.pollOnly, "poll-only", false, "do not LISTEN (behind PgBouncer in transaction pooling mode)")
 	fs.DurationVar(&f.every, "stats-every", 10*time.Second, "how often to log what was published (0: never)")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: skiplock relay --to <url> [flags]\n\nRuns outbox relays until SIGINT or SIGTERM, then finishes the batches in flight.\n\nflags:")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("relay: unexpected arguments %q", fs.Args())
-	}
-	if len(f.secrets) == 0 {
-		if s := os.Getenv("SKIPLOCK_WEBHOOK_SECRET"); s != "" {
-			f.secrets = multiFlag{s}
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		ctx := cmd.Context()
+		log := db.logger(cmd)
+		pub, target, err := newPublisher(&f, log)
+		if err != nil {
+			return fmt.Errorf("relay: %w", err)
 		}
-	}
-	log := db.logger()
-	pub, target, err := newPublisher(&f, log)
-	if err != nil {
-		return fmt.Errorf("relay: %w", err)
-	}
-	defer pub.Close()
+		defer pub.Close()
 
-	pool, err := db.pool(ctx, int32(f.concurrency+2))
-	if err != nil {
+		pool, err := db.pool(cmd, int32(f.concurrency+2))
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		schema := db.schemaName()
+		c, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema, Logger: log})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		ob, err := outbox.New(c, outbox.Config{})
+		if err != nil {
+			return err
+		}
+		r, err := ob.NewRelay(pub, outbox.RelayConfig{
+			BatchSize: f.batch, Concurrency: f.concurrency, LeaseDuration: f.lease,
+			PollInterval: f.poll, PollOnly: f.pollOnly, OrderedByAggregate: f.ordered, Logger: log,
+		})
+		if err != nil {
+			return fmt.Errorf("relay: %w", err)
+		}
+		log.Info("relay started", "schema", schema, "to", target, "ordered", f.ordered, "batch", f.batch, "concurrency", f.concurrency)
+
+		statsDone := make(chan struct{})
+		go func() {
+			defer close(statsDone)
+			logStats(ctx, r, f.every, log)
+		}()
+		err = r.Run(ctx)
+		<-statsDone
+		s := r.Stats()
+		log.Info("relay stopped", "published", s.Published, "retried", s.Retried, "dead", s.Dead, "released", s.Released,
+			"lease_lost", s.LeaseLost)
 		return err
 	}
-	defer pool.Close()
-	r, err := outbox.NewRelay(pool, pub, outbox.RelayConfig{
-		Schema: db.schema, BatchSize: f.batch, Concurrency: f.concurrency, LeaseDuration: f.lease,
-		PollInterval: f.poll, PollOnly: f.pollOnly, OrderedByAggregate: f.ordered, Logger: log,
-	})
-	if err != nil {
-		return fmt.Errorf("relay: %w", err)
-	}
-	log.Info("relay started", "schema", db.schema, "to", target, "ordered", f.ordered, "batch", f.batch, "concurrency", f.concurrency)
-
-	statsDone := make(chan struct{})
-	go func() {
-		defer close(statsDone)
-		logStats(ctx, r, f.every, log)
-	}()
-	err = r.Run(ctx)
-	<-statsDone
-	s := r.Stats()
-	log.Info("relay stopped", "published", s.Published, "retried", s.Retried, "dead", s.Dead, "released", s.Released,
-		"lease_lost", s.LeaseLost)
-	return err
+	return cmd
 }
 
 // logStats logs the relay's progress every interval while anything changed.
@@ -153,12 +184,12 @@ func newPublisher(f *relayFlags, log *slog.Logger) (outbox.Publisher, string, er
 	}
 	scheme, rest, ok := strings.Cut(f.to, "://")
 	if !ok {
-		return nil, "", fmt.Errorf("--to %q has no scheme; want amqp://, kafka://, nats:// or http(s)://", redact(f.to))
+		return nil, "", fmt.Errorf("--to %q has no scheme; want amqp://, kafka://, nats:// or http(s)://", redact.URL(f.to))
 	}
 	switch strings.ToLower(scheme) {
 	case "amqp", "amqps":
 		p, err := amqppub.New(amqppub.Config{URL: f.to, Exchange: f.exchange, DefaultRoutingKey: f.routingKey, Logger: log})
-		return p, redact(f.to), err
+		return p, redact.URL(f.to), err
 	case "kafka":
 		brokers, topic, _ := strings.Cut(rest, "/")
 		if f.topic != "" {
@@ -171,16 +202,16 @@ func newPublisher(f *relayFlags, log *slog.Logger) (outbox.Publisher, string, er
 			}
 		}
 		p, err := kafkapub.New(kafkapub.Config{SeedBrokers: seeds, DefaultTopic: topic, Logger: log})
-		return p, "kafka://" + strings.Join(seeds, ",") + "/" + topic, err
+		return p, redact.URL("kafka://" + strings.Join(seeds, ",") + "/" + topic), err
 	case "nats":
 		p, err := natspub.New(natspub.Config{URL: f.to, DefaultSubject: f.subject, Logger: log})
-		return p, redact(f.to), err
+		return p, redact.URL(f.to), err
 	case "http", "https":
 		endpoints := map[string]string{}
 		for _, e := range f.endpoints {
 			name, u, ok := strings.Cut(e, "=")
 			if !ok || name == "" || u == "" {
-				return nil, "", fmt.Errorf("--webhook-endpoint %q: want name=URL", e)
+				return nil, "", fmt.Errorf("--webhook-endpoint %q: want name=URL", redact.URL(e))
 			}
 			endpoints[name] = u
 		}
@@ -188,11 +219,7 @@ func newPublisher(f *relayFlags, log *slog.Logger) (outbox.Publisher, string, er
 			return nil, "", errors.New("webhooks are signed: pass --webhook-secret (or set SKIPLOCK_WEBHOOK_SECRET)")
 		}
 		p, err := webhookpub.New(webhookpub.Config{DefaultURL: f.to, Endpoints: endpoints, Secrets: f.secrets, Logger: log})
-		target := f.to
-		if u, perr := url.Parse(f.to); perr == nil {
-			target = u.Redacted()
-		}
-		return p, target, err
+		return p, redact.URL(f.to), err
 	}
 	return nil, "", fmt.Errorf("--to scheme %q is not supported; want amqp, amqps, kafka, nats, http or https", scheme)
 }

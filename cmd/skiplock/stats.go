@@ -1,17 +1,13 @@
 package main
 
 import (
-	"context"
-	"flag"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/skiplock/skiplock"
+	"github.com/spf13/cobra"
 )
-
-func init() {
-	register("stats", "print per-queue counts, the oldest due job's age and the outbox lag (--watch to repeat)", runStats)
-}
 
 // queueJSON is one queue's figures as the CLI prints them.
 type queueJSON struct {
@@ -26,7 +22,9 @@ type queueJSON struct {
 	OldestDueAgeSeconds float64 `json:"oldest_due_age_seconds"`
 }
 
-// statsJSON is Stats as the CLI prints it (durations in seconds).
+// statsJSON is Stats as the CLI prints it: durations in seconds (encoding/json
+// would give a time.Duration in nanoseconds), and without the counters of this
+// process, which are all zero in a CLI.
 type statsJSON struct {
 	Queues            []queueJSON `json:"queues"`
 	FinishedEstimated bool        `json:"finished_estimated"`
@@ -59,64 +57,62 @@ func statsToJSON(s *skiplock.Stats, took time.Duration) statsJSON {
 	return j
 }
 
-func runStats(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
-	fs.SetOutput(errW(ctx))
+func newStatsCmd(db *dbFlags) *cobra.Command {
 	var (
-		db    dbFlags
-		out   outputFlag
 		watch time.Duration
 		exact bool
 	)
-	db.register(fs)
-	out.register(fs)
-	fs.DurationVar(&watch, "watch", 0, "repeat every interval (e.g. 2s) until interrupted")
-	fs.BoolVar(&exact, "exact", false, "count finished jobs exactly (reads the whole table)")
-	if err := fs.Parse(args); err != nil {
-		return err
+	cmd := &cobra.Command{
+		Use:   "stats [--watch 2s] [--exact]",
+		Short: "print per-queue counts, the oldest due job's age and the outbox lag",
+		Args:  noArgs,
 	}
-	if err := out.check(); err != nil {
-		return err
-	}
-	c, done, err := opsClient(ctx, &db, 2)
-	if err != nil {
-		return err
-	}
-	defer done()
-	opts := skiplock.StatsOptions{}
-	if exact {
-		opts.SamplePages = 1 << 62
-	}
-	for {
-		start := time.Now()
-		s, err := c.StatsWith(ctx, opts)
+	cmd.Flags().DurationVar(&watch, "watch", 0, "repeat every interval (e.g. 2s) until interrupted")
+	cmd.Flags().BoolVar(&exact, "exact", false, "count finished jobs exactly (reads the whole table)")
+	out := newOutputFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		ctx := cmd.Context()
+		c, done, err := db.client(cmd, 2)
 		if err != nil {
 			return err
 		}
-		took := time.Since(start)
-		if out.json() {
-			if err := printJSON(ctx, statsToJSON(s, took)); err != nil {
+		defer done()
+		opts := skiplock.StatsOptions{}
+		if exact {
+			opts.SamplePages = 1 << 62
+		}
+		for {
+			start := time.Now()
+			s, err := c.StatsWith(ctx, opts)
+			if err != nil {
 				return err
 			}
-		} else {
-			if watch > 0 {
-				fmt.Fprint(outW(ctx), "\033[H\033[2J")
+			took := time.Since(start)
+			if out.json() {
+				if err := printJSON(cmd.OutOrStdout(), statsToJSON(s, took)); err != nil {
+					return err
+				}
+			} else {
+				if watch > 0 {
+					fmt.Fprint(cmd.OutOrStdout(), "\033[H\033[2J")
+				}
+				printStats(cmd.OutOrStdout(), s, took)
 			}
-			printStats(ctx, s, took)
-		}
-		if watch <= 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(watch):
+			if watch <= 0 {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(watch):
+			}
 		}
 	}
+	return cmd
 }
 
-func printStats(ctx context.Context, s *skiplock.Stats, took time.Duration) {
-	tw := table(ctx)
+func printStats(w io.Writer, s *skiplock.Stats, took time.Duration) {
+	tw := newTable(w)
 	est := ""
 	if s.FinishedEstimated {
 		est = "~"
@@ -128,12 +124,12 @@ func printStats(ctx context.Context, s *skiplock.Stats, took time.Duration) {
 	}
 	tw.Flush()
 	r := s.Recent
-	fmt.Fprintf(outW(ctx), "\nlast %s: %d succeeded, %d failed, %d cancelled (%.1f jobs/s)\n", r.Window, r.Succeeded, r.Failed,
+	fmt.Fprintf(w, "\nlast %s: %d succeeded, %d failed, %d cancelled (%.1f jobs/s)\n", r.Window, r.Succeeded, r.Failed,
 		r.Cancelled, float64(r.Succeeded+r.Failed+r.Cancelled)/max(r.Window.Seconds(), 1))
-	fmt.Fprintf(outW(ctx), "outbox: %d unpublished, lag %s, %d dead\n", s.Outbox.Unpublished,
+	fmt.Fprintf(w, "outbox: %d unpublished, lag %s, %d dead\n", s.Outbox.Unpublished,
 		s.Outbox.OldestUnpublishedAge.Round(time.Millisecond), s.Outbox.Dead)
 	if s.FinishedEstimated {
-		fmt.Fprintln(outW(ctx), "~ estimated from a sample of the table (--exact to count)")
+		fmt.Fprintln(w, "~ estimated from a sample of the table (--exact to count)")
 	}
-	fmt.Fprintf(outW(ctx), "(read in %s)\n", took.Round(100*time.Microsecond))
+	fmt.Fprintf(w, "(read in %s)\n", took.Round(100*time.Microsecond))
 }

@@ -9,9 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/skiplock/skiplock/internal/outboxbench"
 	"github.com/skiplock/skiplock/outbox"
-	"github.com/skiplock/skiplock/outbox/memorypub"
+	"github.com/skiplock/skiplock/outbox/outboxtest/memorypub"
 	"github.com/skiplock/skiplock/outbox/webhookpub"
 )
 
@@ -24,7 +23,7 @@ func runW8(ctx context.Context, e *Env) (*Result, error) {
 		return nil, err
 	}
 	mem := memorypub.New()
-	d, err := outboxbench.RelayThroughput(ctx, e.Pool, schema, mem, n)
+	d, err := RelayThroughput(ctx, e.Pool, schema, mem, n, RelayOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("W8 memory: %w", err)
 	}
@@ -55,7 +54,7 @@ func runW8(ctx context.Context, e *Env) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	dh, err := outboxbench.RelayThroughput(ctx, e.Pool, schemaHook, hook, webhookN)
+	dh, err := RelayThroughput(ctx, e.Pool, schemaHook, hook, webhookN, RelayOptions{})
 	if err != nil {
 		var lastErr string
 		e.Pool.QueryRow(ctx, `SELECT coalesce(max(last_error), '') FROM "`+schemaHook+`".outbox`).Scan(&lastErr)

@@ -155,26 +155,54 @@ func appliedVersions(ctx context.Context, conn *pgx.Conn, q string) (map[int]boo
 	return m, nil
 }
 
-// List reports every embedded migration and whether schema has it.
-func List(ctx context.Context, pool *pgxpool.Pool, schema string) ([]Status, error) {
+// Applied returns the migration versions schema records as applied, and whether
+// schema has skiplock's bookkeeping table at all.
+func Applied(ctx context.Context, pool *pgxpool.Pool, schema string) (map[int]bool, bool, error) {
 	if err := ident.Validate("schema", schema); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	q := ident.Quote(schema)
 	var exists bool
 	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", q+".schema_migrations").Scan(&exists); err != nil {
-		return nil, fmt.Errorf("migrate: checking %s: %w", q, err)
+		return nil, false, fmt.Errorf("migrate: checking %s: %w", q, err)
 	}
-	applied := map[int]bool{}
-	if exists {
-		conn, err := pool.Acquire(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("migrate: acquiring connection: %w", err)
+	if !exists {
+		return map[int]bool{}, false, nil
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("migrate: acquiring connection: %w", err)
+	}
+	defer conn.Release()
+	applied, err := appliedVersions(ctx, conn.Conn(), q)
+	return applied, true, err
+}
+
+// Drift compares what schema has applied with what this build embeds: Missing are
+// known migrations not applied yet, Unknown are applied versions this build does not
+// know (the schema was migrated by a newer skiplock).
+func Drift(applied map[int]bool) (missing, unknown []int) {
+	known := map[int]bool{}
+	for _, m := range All() {
+		known[m.Version] = true
+		if !applied[m.Version] {
+			missing = append(missing, m.Version)
 		}
-		defer conn.Release()
-		if applied, err = appliedVersions(ctx, conn.Conn(), q); err != nil {
-			return nil, err
+	}
+	for v := range applied {
+		if !known[v] {
+			unknown = append(unknown, v)
 		}
+	}
+	sort.Ints(unknown)
+	return missing, unknown
+}
+
+// List reports every embedded migration and whether schema has it.
+func List(ctx context.Context, pool *pgxpool.Pool, schema string) ([]Status, error) {
+	applied, _, err := Applied(ctx, pool, schema)
+	if err != nil {
+		return nil, err
 	}
 	var out []Status
 	for _, m := range All() {

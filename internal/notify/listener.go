@@ -13,11 +13,11 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 // Config configures a Listener.
@@ -98,8 +98,6 @@ func (l *Listener) Run(ctx context.Context) error {
 	return nil
 }
 
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
-
 // session runs one connection until it fails or ctx ends.
 func (l *Listener) session(ctx context.Context, onUp func()) error {
 	conn, err := pgx.ConnectConfig(ctx, l.cfg.ConnConfig)
@@ -114,7 +112,7 @@ func (l *Listener) session(ctx context.Context, onUp func()) error {
 		cancel()
 	}()
 	for _, ch := range l.cfg.Channels {
-		if _, err := conn.Exec(ctx, "LISTEN "+quoteIdent(ch)); err != nil {
+		if err := store.Listen(ctx, conn, ch); err != nil {
 			return fmt.Errorf("LISTEN %s: %w", ch, err)
 		}
 	}

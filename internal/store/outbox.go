@@ -1,9 +1,8 @@
 package store
 
 // The outbox's statements: write (with optional per-aggregate advisory locks), the
-// relay's claim and fenced finish, operator requeue, retention, and the consumer inbox.
-// They join the store's statement map at init, so s.SQL("outbox_claim") works like
-// any other named statement.
+// relay's claim and fenced finish, operator requeue, retention and counts. The
+// consumer inbox is in inbox.go.
 
 import (
 	"context"
@@ -13,15 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 )
-
-func init() {
-	for name, text := range outboxQueries {
-		if _, dup := queries[name]; dup {
-			panic("store: duplicate statement " + name)
-		}
-		queries[name] = text
-	}
-}
 
 // outboxColumns lists what the claim and Get return, in scanOutboxEvent's order.
 const outboxColumns = `id, aggregate_type, aggregate_id, event_type, destination, payload, headers,
@@ -66,16 +56,21 @@ const orderedPredicate = `
       WHERE e.aggregate_type = o.aggregate_type AND e.aggregate_id = o.aggregate_id
         AND e.published_at IS NULL AND e.id < o.id)`
 
-var outboxQueries = map[string]string{
-	// Insert a batch in one statement. In ordered mode ($10) it first takes a
-	// transaction-scoped advisory lock per distinct aggregate, in key order (so two
-	// batches cannot deadlock on each other), and only then reads clock_timestamp()
-	// for the ids: t is computed from lk's single aggregate row, so every lock is held
-	// before any id exists. A writer of the same aggregate that committed earlier
-	// therefore always has a smaller id, and one that has not committed yet makes this
-	// statement wait. $11 is the NOTIFY channel ('' sends none); one per statement,
-	// delivered at commit, dropped on rollback.
-	"outbox_insert": `
+type outboxStatements struct {
+	insert, claim, claimOrdered, finish, get, listDead, listPending, listPublished, requeue, prunePublished, pruneDead, counts stmt
+}
+
+func newOutboxStatements(b *builder) outboxStatements {
+	return outboxStatements{
+		// Insert a batch in one statement. In ordered mode ($10) it first takes a
+		// transaction-scoped advisory lock per distinct aggregate, in key order (so two
+		// batches cannot deadlock on each other), and only then reads clock_timestamp()
+		// for the ids: t is computed from lk's single aggregate row, so every lock is held
+		// before any id exists. A writer of the same aggregate that committed earlier
+		// therefore always has a smaller id, and one that has not committed yet makes this
+		// statement wait. $11 is the NOTIFY channel ('' sends none); one per statement,
+		// delivered at commit, dropped on rollback.
+		insert: b.add("outbox_insert", `
 WITH lk AS MATERIALIZED (
   SELECT count(l.locked) AS n FROM (
     SELECT pg_advisory_xact_lock(k.key) AS locked FROM (
@@ -105,22 +100,22 @@ ins AS (
   ORDER BY ord
   RETURNING id
 )
-SELECT input.id FROM input ORDER BY input.ord`,
+SELECT input.id FROM input ORDER BY input.ord`),
 
-	"outbox_claim":         fmt.Sprintf(claimOutbox, "") + outboxPrefixed("o"),
-	"outbox_claim_ordered": fmt.Sprintf(claimOutbox, orderedPredicate) + outboxPrefixed("o"),
+		claim:        b.add("outbox_claim", fmt.Sprintf(claimOutbox, "")+outboxPrefixed("o")),
+		claimOrdered: b.add("outbox_claim_ordered", fmt.Sprintf(claimOutbox, orderedPredicate)+outboxPrefixed("o")),
 
-	// Finish applies a batch's outcomes in one statement, each fenced by its relay
-	// token: a relay whose lease was taken over changes nothing. The CHECK
-	// outbox_token_only_unfinished makes a token match imply "unpublished and not
-	// dead"; saying so in the WHERE let the planner loop over the unpublished-events
-	// index once per outcome on a table without statistics (2.4k → 27k events/s).
-	//   published: published_at set, lease cleared.
-	//   retry:     due again after the delay, or dead once attempts are exhausted.
-	//   dead:      parked at once (permanent error, or the lease expired on the last attempt).
-	//   release:   the relay gives the event back unpublished (shutdown mid-publish):
-	//              due now, and the claim's attempt is returned.
-	"outbox_finish": `
+		// Finish applies a batch's outcomes in one statement, each fenced by its relay
+		// token: a relay whose lease was taken over changes nothing. The CHECK
+		// outbox_token_only_unfinished makes a token match imply "unpublished and not
+		// dead"; saying so in the WHERE let the planner loop over the unpublished-events
+		// index once per outcome on a table without statistics (2.4k → 27k events/s).
+		//   published: published_at set, lease cleared.
+		//   retry:     due again after the delay, or dead once attempts are exhausted.
+		//   dead:      parked at once (permanent error, or the lease expired on the last attempt).
+		//   release:   the relay gives the event back unpublished (shutdown mid-publish):
+		//              due now, and the claim's attempt is returned.
+		finish: b.add("outbox_finish", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
 UPDATE {{s}}.outbox AS o
 SET published_at = CASE WHEN f.action = 'published' THEN t.now END,
@@ -136,31 +131,49 @@ SET published_at = CASE WHEN f.action = 'published' THEN t.now END,
     relay_token = NULL
 FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[]) AS f(id, token, action, delay_us, error), t
 WHERE o.id = f.id AND o.relay_token = f.token
-RETURNING o.id, CASE WHEN o.dead_at IS NOT NULL THEN 'dead' ELSE f.action END`,
+RETURNING o.id, CASE WHEN o.dead_at IS NOT NULL THEN 'dead' ELSE f.action END`),
 
-	"outbox_get": `SELECT ` + outboxColumns + ` FROM {{s}}.outbox WHERE id = $1`,
+		get: b.add("outbox_get", `SELECT `+outboxColumns+` FROM {{s}}.outbox WHERE id = $1`),
 
-	// Dead events, oldest parking first, keyset-paged by (dead_at, id).
-	"outbox_list_dead": `
-SELECT ` + outboxColumns + ` FROM {{s}}.outbox
+		// Dead events, oldest parking first, keyset-paged by (dead_at, id).
+		listDead: b.add("outbox_list_dead", `
+SELECT `+outboxColumns+` FROM {{s}}.outbox
 WHERE dead_at IS NOT NULL AND published_at IS NULL
   AND ($1::timestamptz IS NULL OR (dead_at, id) > ($1::timestamptz, $2::uuid))
 ORDER BY dead_at, id
-LIMIT $3`,
+LIMIT $3`),
 
-	// Requeue gives dead events a fresh attempt budget and makes them due now.
-	// $2 NULL requeues every dead event.
-	"outbox_requeue": `
+		// Pending (not yet published, not dead) events, oldest first, keyset-paged by
+		// (created_at, id): a range of outbox_unpublished_idx.
+		listPending: b.add("outbox_list_pending", `
+SELECT `+outboxColumns+` FROM {{s}}.outbox
+WHERE published_at IS NULL AND dead_at IS NULL
+  AND ($1::timestamptz IS NULL OR (created_at, id) > ($1::timestamptz, $2::uuid))
+ORDER BY created_at, id
+LIMIT $3`),
+
+		// Published events, oldest publication first, keyset-paged by
+		// (published_at, id): a range of outbox_published_idx.
+		listPublished: b.add("outbox_list_published", `
+SELECT `+outboxColumns+` FROM {{s}}.outbox
+WHERE published_at IS NOT NULL
+  AND ($1::timestamptz IS NULL OR (published_at, id) > ($1::timestamptz, $2::uuid))
+ORDER BY published_at, id
+LIMIT $3`),
+
+		// Requeue gives dead events a fresh attempt budget and makes them due now.
+		// $2 NULL requeues every dead event.
+		requeue: b.add("outbox_requeue", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
 UPDATE {{s}}.outbox AS o
 SET dead_at = NULL, attempts = 0, available_at = t.now, relay_until = NULL, relay_token = NULL
 FROM t
 WHERE o.dead_at IS NOT NULL AND o.published_at IS NULL AND ($2::uuid IS NULL OR o.id = $2)
-RETURNING o.id`,
+RETURNING o.id`),
 
-	// Retention deletes one batch; callers loop. SKIP LOCKED keeps two pruners (or a
-	// pruner and an operator) from waiting on each other.
-	"outbox_prune_published": `
+		// Retention deletes one batch; callers loop. SKIP LOCKED keeps two pruners (or a
+		// pruner and an operator) from waiting on each other.
+		prunePublished: b.add("outbox_prune_published", `
 DELETE FROM {{s}}.outbox
 WHERE id IN (
   SELECT id FROM {{s}}.outbox
@@ -168,9 +181,9 @@ WHERE id IN (
     AND published_at < coalesce($1::timestamptz, now()) - $2::bigint * interval '1 microsecond'
   ORDER BY published_at
   LIMIT $3
-  FOR UPDATE SKIP LOCKED)`,
+  FOR UPDATE SKIP LOCKED)`),
 
-	"outbox_prune_dead": `
+		pruneDead: b.add("outbox_prune_dead", `
 DELETE FROM {{s}}.outbox
 WHERE id IN (
   SELECT id FROM {{s}}.outbox
@@ -178,28 +191,15 @@ WHERE id IN (
     AND dead_at < coalesce($1::timestamptz, now()) - $2::bigint * interval '1 microsecond'
   ORDER BY dead_at
   LIMIT $3
-  FOR UPDATE SKIP LOCKED)`,
+  FOR UPDATE SKIP LOCKED)`),
 
-	// Counts for stats and benchmarks.
-	"outbox_counts": `
+		// Counts for stats and benchmarks.
+		counts: b.add("outbox_counts", `
 SELECT count(*) FILTER (WHERE published_at IS NULL AND dead_at IS NULL),
        count(*) FILTER (WHERE published_at IS NOT NULL),
        count(*) FILTER (WHERE dead_at IS NOT NULL AND published_at IS NULL)
-FROM {{s}}.outbox`,
-
-	"inbox_claim": `
-INSERT INTO {{s}}.inbox (consumer, event_id, processed_at)
-VALUES ($2, $3, coalesce($1::timestamptz, now()))
-ON CONFLICT (consumer, event_id) DO NOTHING`,
-
-	"inbox_prune": `
-DELETE FROM {{s}}.inbox
-WHERE (consumer, event_id) IN (
-  SELECT consumer, event_id FROM {{s}}.inbox
-  WHERE processed_at < coalesce($1::timestamptz, now()) - $2::bigint * interval '1 microsecond'
-  ORDER BY processed_at
-  LIMIT $3
-  FOR UPDATE SKIP LOCKED)`,
+FROM {{s}}.outbox`),
+	}
 }
 
 // OutboxEvent is a row of the outbox table.
@@ -267,7 +267,7 @@ func (s *Store) OutboxInsert(ctx context.Context, db DBTX, now *time.Time, evs [
 		payloads[i], headers[i], maxes[i] = string(e.Payload), string(e.Headers), int32(e.MaxAttempts)
 	}
 	ns := "skiplock.outbox." + s.Schema + "."
-	rows, err := db.Query(ctx, s.sql["outbox_insert"], Now(now), ns, types, ids, etypes, dests, payloads, headers, maxes,
+	rows, err := db.Query(ctx, s.outbox.insert.sql, Now(now), ns, types, ids, etypes, dests, payloads, headers, maxes,
 		o.Ordered, o.Channel)
 	if err != nil {
 		return nil, err
@@ -300,28 +300,25 @@ type OutboxClaimParams struct {
 // OutboxClaim leases up to p.Limit due events under a fresh relay token each, counting
 // the attempt. Events come back in claim order (created_at, id).
 func (s *Store) OutboxClaim(ctx context.Context, db DBTX, now *time.Time, p OutboxClaimParams) ([]*OutboxEvent, error) {
-	name := "outbox_claim"
+	st := s.outbox.claim
 	if p.Ordered {
-		name = "outbox_claim_ordered"
+		st = s.outbox.claimOrdered
 	}
-	evs, err := collectOutboxEvents(db.Query(ctx, s.sql[name], Now(now), p.Limit, micros(p.Lease)))
+	evs, err := collectOutboxEvents(db.Query(ctx, st.sql, Now(now), p.Limit, micros(p.Lease)))
 	if err != nil {
 		return nil, err
 	}
-	// UPDATE … RETURNING does not keep the CTE's order; insertion sort, batches are
-	// small and nearly sorted.
-	less := func(a, b *OutboxEvent) bool {
-		if !a.CreatedAt.Equal(b.CreatedAt) {
-			return a.CreatedAt.Before(b.CreatedAt)
-		}
-		return a.ID < b.ID
-	}
-	for i := 1; i < len(evs); i++ {
-		for k := i; k > 0 && less(evs[k], evs[k-1]); k-- {
-			evs[k], evs[k-1] = evs[k-1], evs[k]
-		}
-	}
+	// UPDATE … RETURNING does not keep the CTE's order.
+	sortBatch(evs, outboxClaimOrder)
 	return evs, nil
+}
+
+// outboxClaimOrder compares as the claim's ORDER BY created_at, id.
+func outboxClaimOrder(a, b *OutboxEvent) int {
+	if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+		return c
+	}
+	return strings.Compare(a.ID, b.ID)
 }
 
 // OutboxAction is what the relay reports for a claimed event.
@@ -358,7 +355,7 @@ func (s *Store) OutboxFinish(ctx context.Context, db DBTX, now *time.Time, outs 
 			errs[i] = &e
 		}
 	}
-	rows, err := db.Query(ctx, s.sql["outbox_finish"], Now(now), ids, tokens, actions, delays, errs)
+	rows, err := db.Query(ctx, s.outbox.finish.sql, Now(now), ids, tokens, actions, delays, errs)
 	if err != nil {
 		return nil, err
 	}
@@ -376,23 +373,35 @@ func (s *Store) OutboxFinish(ctx context.Context, db DBTX, now *time.Time, outs 
 
 // OutboxGet returns one event, or pgx.ErrNoRows.
 func (s *Store) OutboxGet(ctx context.Context, db DBTX, id string) (*OutboxEvent, error) {
-	return scanOutboxEvent(db.QueryRow(ctx, s.sql["outbox_get"], id))
+	return scanOutboxEvent(db.QueryRow(ctx, s.outbox.get.sql, id))
 }
 
-// OutboxListDead returns up to limit dead events parked after the (deadAt, id) cursor
-// (nil for the first page), oldest first.
-func (s *Store) OutboxListDead(ctx context.Context, db DBTX, afterDeadAt *time.Time, afterID string, limit int) ([]*OutboxEvent, error) {
+// OutboxList returns up to limit events in state ("pending", "dead" or "published") after the cursor (afterAt, afterID) — created_at, dead_at or
+// published_at respectively, and the id; nil afterAt for the first page — oldest
+// first.
+func (s *Store) OutboxList(ctx context.Context, db DBTX, state string, afterAt *time.Time, afterID string, limit int) ([]*OutboxEvent, error) {
+	var q string
+	switch state {
+	case "pending":
+		q = s.outbox.listPending.sql
+	case "dead":
+		q = s.outbox.listDead.sql
+	case "published":
+		q = s.outbox.listPublished.sql
+	default:
+		return nil, fmt.Errorf("store: unknown outbox state %q", state)
+	}
 	var after *string
-	if afterDeadAt != nil {
+	if afterAt != nil {
 		after = &afterID
 	}
-	return collectOutboxEvents(db.Query(ctx, s.sql["outbox_list_dead"], Now(afterDeadAt), after, limit))
+	return collectOutboxEvents(db.Query(ctx, q, Now(afterAt), after, limit))
 }
 
 // OutboxRequeue makes dead events due now with a fresh attempt budget: the one with
 // id, or every dead event when id is empty. It returns the ids it requeued.
 func (s *Store) OutboxRequeue(ctx context.Context, db DBTX, now *time.Time, id string) ([]string, error) {
-	rows, err := db.Query(ctx, s.sql["outbox_requeue"], Now(now), nullable(id))
+	rows, err := db.Query(ctx, s.outbox.requeue.sql, Now(now), nullable(id))
 	if err != nil {
 		return nil, err
 	}
@@ -401,13 +410,13 @@ func (s *Store) OutboxRequeue(ctx context.Context, db DBTX, now *time.Time, id s
 
 // OutboxPrunePublished deletes up to limit events published more than olderThan ago.
 func (s *Store) OutboxPrunePublished(ctx context.Context, db DBTX, now *time.Time, olderThan time.Duration, limit int) (int64, error) {
-	tag, err := db.Exec(ctx, s.sql["outbox_prune_published"], Now(now), micros(olderThan), limit)
+	tag, err := db.Exec(ctx, s.outbox.prunePublished.sql, Now(now), micros(olderThan), limit)
 	return tag.RowsAffected(), err
 }
 
 // OutboxPruneDead deletes up to limit events parked more than olderThan ago.
 func (s *Store) OutboxPruneDead(ctx context.Context, db DBTX, now *time.Time, olderThan time.Duration, limit int) (int64, error) {
-	tag, err := db.Exec(ctx, s.sql["outbox_prune_dead"], Now(now), micros(olderThan), limit)
+	tag, err := db.Exec(ctx, s.outbox.pruneDead.sql, Now(now), micros(olderThan), limit)
 	return tag.RowsAffected(), err
 }
 
@@ -422,23 +431,6 @@ type OutboxCounts struct {
 // benchmarks and occasional stats).
 func (s *Store) OutboxCount(ctx context.Context, db DBTX) (OutboxCounts, error) {
 	var c OutboxCounts
-	err := db.QueryRow(ctx, s.sql["outbox_counts"]).Scan(&c.Pending, &c.Published, &c.Dead)
+	err := db.QueryRow(ctx, s.outbox.counts.sql).Scan(&c.Pending, &c.Published, &c.Dead)
 	return c, err
-}
-
-// InboxClaim records that consumer processed eventID and reports whether this is the
-// first time (false: a duplicate, already recorded by a committed or concurrent
-// transaction).
-func (s *Store) InboxClaim(ctx context.Context, db DBTX, now *time.Time, consumer, eventID string) (bool, error) {
-	tag, err := db.Exec(ctx, s.sql["inbox_claim"], Now(now), consumer, eventID)
-	if err != nil {
-		return false, err
-	}
-	return tag.RowsAffected() == 1, nil
-}
-
-// InboxPrune deletes up to limit inbox rows recorded more than olderThan ago.
-func (s *Store) InboxPrune(ctx context.Context, db DBTX, now *time.Time, olderThan time.Duration, limit int) (int64, error) {
-	tag, err := db.Exec(ctx, s.sql["inbox_prune"], Now(now), micros(olderThan), limit)
-	return tag.RowsAffected(), err
 }

@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -10,19 +9,11 @@ import (
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
 
-// conflictTarget is the ON CONFLICT clause the insert statements had before the
-// partitioned layout: a partitioned table cannot have the unique index it names.
-const conflictTarget = "ON CONFLICT (kind, deduplication_key) WHERE deduplication_key IS NOT NULL DO NOTHING"
-
-// portableStore returns a Store whose insert statements carry no conflict target (a
-// no-op once store.go has made that change), so they run on both layouts.
-func portableStore(t *testing.T, schema string) *Store {
+func newStore(t *testing.T, schema string) *Store {
+	t.Helper()
 	s, err := New(schema)
 	if err != nil {
 		t.Fatal(err)
-	}
-	for _, name := range []string{"insert", "insert_many"} {
-		s.sql[name] = strings.Replace(s.sql[name], conflictTarget, "ON CONFLICT DO NOTHING", 1)
 	}
 	return s
 }
@@ -43,8 +34,8 @@ func partition(t *testing.T, s *Store) {
 	}
 }
 
-// TestInsertDeduplicationOnBothLayouts shows that the insert statements without a
-// conflict target keep the deduplication contract on the plain layout (the unique
+// TestInsertDeduplicationOnBothLayouts shows that the insert statements, which name
+// no conflict target, keep the deduplication contract on the plain layout (the unique
 // index) and on the partitioned one (job_dedup and its triggers): a second job with a
 // held key inserts nothing and reports the holder, also within one batch, and the key
 // is free again once its job is deleted.
@@ -55,7 +46,7 @@ func TestInsertDeduplicationOnBothLayouts(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			pool := pgtest.Pool(t)
-			s := portableStore(t, pgtest.Schema(t))
+			s := newStore(t, pgtest.Schema(t))
 			if partitioned {
 				partition(t, s)
 			}
@@ -102,7 +93,7 @@ func TestPartitionedDedupConcurrentInsert(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := pgtest.Pool(t)
-	s := portableStore(t, pgtest.Schema(t))
+	s := newStore(t, pgtest.Schema(t))
 	partition(t, s)
 	key := "race"
 	p := InsertParams{Queue: "q", Kind: "k", Payload: []byte(`{}`), MaxAttempts: 3, DedupKey: &key}

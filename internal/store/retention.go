@@ -10,25 +10,18 @@ import (
 	"time"
 )
 
-func init() { register(retentionQueries) }
-
-// register adds statements to the store's map at init, refusing duplicates.
-func register(m map[string]string) {
-	for name, text := range m {
-		if _, dup := queries[name]; dup {
-			panic("store: duplicate statement " + name)
-		}
-		queries[name] = text
-	}
+type retentionStatements struct {
+	deleteFinished stmt
 }
 
-var retentionQueries = map[string]string{
-	// One batch of one finished state, oldest first, through jobs_retention_idx
-	// (status, updated_at). The literal IN list repeats the index's predicate so the
-	// planner can use the partial index also under a generic plan, where $2 is
-	// unknown. SKIP LOCKED: a batch never waits for an operator's retry or for
-	// another pruner; the outer status test re-checks the row it locked.
-	"retention_delete": `
+func newRetentionStatements(b *builder) retentionStatements {
+	return retentionStatements{
+		// One batch of one finished state, oldest first, through jobs_retention_idx
+		// (status, updated_at). The literal IN list repeats the index's predicate so the
+		// planner can use the partial index also under a generic plan, where $2 is
+		// unknown. SKIP LOCKED: a batch never waits for an operator's retry or for
+		// another pruner; the outer status test re-checks the row it locked.
+		deleteFinished: b.add("retention_delete", `
 WITH doomed AS (
   SELECT id FROM {{s}}.jobs
   WHERE status IN ('succeeded', 'failed', 'cancelled')
@@ -40,7 +33,8 @@ WITH doomed AS (
 )
 DELETE FROM {{s}}.jobs AS j
 USING doomed
-WHERE j.id = doomed.id AND j.status = $2::{{s}}.job_status`,
+WHERE j.id = doomed.id AND j.status = $2::{{s}}.job_status`),
+	}
 }
 
 // FinishedStatuses are the states retention deletes.
@@ -55,7 +49,7 @@ func (s *Store) DeleteFinished(ctx context.Context, db DBTX, now *time.Time, sta
 	default:
 		return 0, fmt.Errorf("store: retention of %q jobs: not a finished state", status)
 	}
-	tag, err := db.Exec(ctx, s.sql["retention_delete"], Now(now), status, micros(olderThan), limit)
+	tag, err := db.Exec(ctx, s.retention.deleteFinished.sql, Now(now), status, micros(olderThan), limit)
 	if err != nil {
 		return 0, err
 	}

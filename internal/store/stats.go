@@ -16,15 +16,19 @@ import (
 	"time"
 )
 
-func init() { register(statsQueries) }
+type statsStatements struct {
+	live, pages, finishedSample, finishedExact, recent, outbox stmt
+}
 
-var statsQueries = map[string]string{
-	"stats_live": `
+func newStatsStatements(b *builder) statsStatements {
+	return statsStatements{
+		live: b.add("stats_live", `
 WITH t AS MATERIALIZED (SELECT coalesce($1::timestamptz, now()) AS now),
 p AS (
   SELECT queue, count(*) AS pending,
          count(*) FILTER (WHERE run_at <= (SELECT now FROM t)) AS due,
-         min(run_at) FILTER (WHERE run_at <= (SELECT now FROM t)) AS oldest_due
+         min(run_at) FILTER (WHERE run_at <= (SELECT now FROM t)) AS oldest_due,
+         count(*) FILTER (WHERE attempts > 0) AS retrying
   FROM {{s}}.jobs
   WHERE status = 'pending'
   GROUP BY queue
@@ -39,45 +43,45 @@ r AS (
 SELECT coalesce(p.queue, r.queue),
        coalesce(p.pending, 0), coalesce(p.due, 0),
        coalesce(extract(epoch FROM (SELECT now FROM t) - p.oldest_due), 0)::float8,
-       coalesce(r.running, 0), coalesce(r.expired, 0)
+       coalesce(r.running, 0), coalesce(r.expired, 0), coalesce(p.retrying, 0)
 FROM p FULL JOIN r ON p.queue = r.queue
-ORDER BY 1`,
+ORDER BY 1`),
 
-	// The heap's size in pages, over every partition in the partitioned layout.
-	"stats_pages": `
+		// The heap's size in pages, over every partition in the partitioned layout.
+		pages: b.add("stats_pages", `
 SELECT greatest((SELECT sum(pg_relation_size(relid)) FROM pg_partition_tree($1::regclass)),
-                pg_relation_size($1::regclass))::bigint / current_setting('block_size')::bigint`,
+                pg_relation_size($1::regclass))::bigint / current_setting('block_size')::bigint`),
 
-	// Finished jobs per queue and state in a $1 percent sample of the pages.
-	"stats_finished_sample": `
+		// Finished jobs per queue and state in a $1 percent sample of the pages.
+		finishedSample: b.add("stats_finished_sample", `
 SELECT queue, status::text, count(*)
 FROM {{s}}.jobs TABLESAMPLE SYSTEM ($1)
 WHERE status IN ('succeeded', 'failed', 'cancelled')
-GROUP BY 1, 2`,
+GROUP BY 1, 2`),
 
-	"stats_finished_exact": `
+		finishedExact: b.add("stats_finished_exact", `
 SELECT queue, status::text, count(*)
 FROM {{s}}.jobs
 WHERE status IN ('succeeded', 'failed', 'cancelled')
-GROUP BY 1, 2`,
+GROUP BY 1, 2`),
 
-	// Jobs that finished within the last $2 microseconds, per state: one range of
-	// jobs_retention_idx (status, updated_at) each.
-	"stats_recent": `
-SELECT (SELECT count(*) FROM {{s}}.jobs WHERE status IN ('succeeded', 'failed', 'cancelled')
-          AND status = 'succeeded' AND updated_at >= t.since),
-       (SELECT count(*) FROM {{s}}.jobs WHERE status IN ('succeeded', 'failed', 'cancelled')
-          AND status = 'failed' AND updated_at >= t.since),
-       (SELECT count(*) FROM {{s}}.jobs WHERE status IN ('succeeded', 'failed', 'cancelled')
-          AND status = 'cancelled' AND updated_at >= t.since)
-FROM (SELECT coalesce($1::timestamptz, now()) - $2::bigint * interval '1 microsecond' AS since) AS t`,
+		// Jobs that finished within the last $2 microseconds, per queue and state: one
+		// range of jobs_retention_idx (status, updated_at) per state, so its cost grows
+		// with the window's throughput, never with the table.
+		recent: b.add("stats_recent", `
+SELECT queue, status::text, count(*)
+FROM {{s}}.jobs
+WHERE status IN ('succeeded', 'failed', 'cancelled')
+  AND updated_at >= coalesce($1::timestamptz, now()) - $2::bigint * interval '1 microsecond'
+GROUP BY 1, 2`),
 
-	"stats_outbox": `
+		outbox: b.add("stats_outbox", `
 WITH t AS MATERIALIZED (SELECT coalesce($1::timestamptz, now()) AS now)
 SELECT (SELECT count(*) FROM {{s}}.outbox WHERE published_at IS NULL AND dead_at IS NULL),
        coalesce(extract(epoch FROM (SELECT now FROM t) -
          (SELECT min(created_at) FROM {{s}}.outbox WHERE published_at IS NULL AND dead_at IS NULL)), 0)::float8,
-       (SELECT count(*) FROM {{s}}.outbox WHERE dead_at IS NOT NULL AND published_at IS NULL)`,
+       (SELECT count(*) FROM {{s}}.outbox WHERE dead_at IS NOT NULL AND published_at IS NULL)`),
+	}
 }
 
 // QueueStats are one queue's figures.
@@ -86,6 +90,7 @@ type QueueStats struct {
 	Pending, Due, Running int64
 	ExpiredLeases         int64
 	OldestDueAge          time.Duration // 0 when nothing is due
+	Retrying              int64         // pending after at least one attempt
 	Succeeded, Failed     int64
 	Cancelled             int64
 }
@@ -93,7 +98,7 @@ type QueueStats struct {
 // LiveStats returns per-queue pending, due, running and expired-lease counts and the
 // oldest due job's age; queues with no live job are absent.
 func (s *Store) LiveStats(ctx context.Context, db DBTX, now *time.Time) ([]QueueStats, error) {
-	rows, err := db.Query(ctx, s.sql["stats_live"], Now(now))
+	rows, err := db.Query(ctx, s.stats.live.sql, Now(now))
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +107,7 @@ func (s *Store) LiveStats(ctx context.Context, db DBTX, now *time.Time) ([]Queue
 	for rows.Next() {
 		var q QueueStats
 		var age float64
-		if err := rows.Scan(&q.Queue, &q.Pending, &q.Due, &age, &q.Running, &q.ExpiredLeases); err != nil {
+		if err := rows.Scan(&q.Queue, &q.Pending, &q.Due, &age, &q.Running, &q.ExpiredLeases, &q.Retrying); err != nil {
 			return nil, err
 		}
 		q.OldestDueAge = secondsDuration(age)
@@ -121,7 +126,7 @@ func secondsDuration(s float64) time.Duration {
 // JobsPages returns the size of the jobs heap in pages (all partitions).
 func (s *Store) JobsPages(ctx context.Context, db DBTX) (int64, error) {
 	var n int64
-	err := db.QueryRow(ctx, s.sql["stats_pages"], s.Table("jobs")).Scan(&n)
+	err := db.QueryRow(ctx, s.stats.pages.sql, s.Table("jobs")).Scan(&n)
 	return n, err
 }
 
@@ -135,10 +140,22 @@ type FinishedCount struct {
 // reads that share of the table's pages (chosen at random) and scales the counts up;
 // with 100 it counts exactly.
 func (s *Store) FinishedCounts(ctx context.Context, db DBTX, percent float64) ([]FinishedCount, error) {
-	q, args := s.sql["stats_finished_exact"], []any{}
+	q, args := s.stats.finishedExact.sql, []any{}
 	if percent < 100 {
-		q, args = s.sql["stats_finished_sample"], []any{percent}
+		q, args = s.stats.finishedSample.sql, []any{percent}
 	}
+	out, err := s.finishedCounts(ctx, db, q, args...)
+	if err != nil || percent >= 100 {
+		return out, err
+	}
+	for i := range out {
+		out[i].Count = int64(float64(out[i].Count)*100/percent + 0.5)
+	}
+	return out, nil
+}
+
+// finishedCounts runs a statement returning (queue, status, count) rows.
+func (s *Store) finishedCounts(ctx context.Context, db DBTX, q string, args ...any) ([]FinishedCount, error) {
 	rows, err := db.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err
@@ -150,9 +167,6 @@ func (s *Store) FinishedCounts(ctx context.Context, db DBTX, percent float64) ([
 		if err := rows.Scan(&f.Queue, &f.Status, &f.Count); err != nil {
 			return nil, err
 		}
-		if percent < 100 {
-			f.Count = int64(float64(f.Count)*100/percent + 0.5)
-		}
 		out = append(out, f)
 	}
 	return out, rows.Err()
@@ -161,12 +175,31 @@ func (s *Store) FinishedCounts(ctx context.Context, db DBTX, percent float64) ([
 // RecentFinished counts, per finished state, the jobs that finished within window.
 type RecentFinished struct{ Succeeded, Failed, Cancelled int64 }
 
-// RecentlyFinished returns how many jobs reached each finished state within window
-// before now.
-func (s *Store) RecentlyFinished(ctx context.Context, db DBTX, now *time.Time, window time.Duration) (RecentFinished, error) {
-	var r RecentFinished
-	err := db.QueryRow(ctx, s.sql["stats_recent"], Now(now), micros(window)).Scan(&r.Succeeded, &r.Failed, &r.Cancelled)
-	return r, err
+// RecentlyFinished returns how many jobs of each queue reached each finished state
+// within window, and the totals over all queues.
+func (s *Store) RecentlyFinished(ctx context.Context, db DBTX, now *time.Time, window time.Duration) (map[string]RecentFinished, RecentFinished, error) {
+	var total RecentFinished
+	counts, err := s.finishedCounts(ctx, db, s.stats.recent.sql, Now(now), micros(window))
+	if err != nil {
+		return nil, total, err
+	}
+	byQueue := map[string]RecentFinished{}
+	for _, f := range counts {
+		q := byQueue[f.Queue]
+		switch f.Status {
+		case StatusSucceeded:
+			q.Succeeded += f.Count
+			total.Succeeded += f.Count
+		case StatusFailed:
+			q.Failed += f.Count
+			total.Failed += f.Count
+		case StatusCancelled:
+			q.Cancelled += f.Count
+			total.Cancelled += f.Count
+		}
+		byQueue[f.Queue] = q
+	}
+	return byQueue, total, nil
 }
 
 // OutboxStats are the outbox's health figures.
@@ -181,7 +214,7 @@ type OutboxStats struct {
 func (s *Store) OutboxHealth(ctx context.Context, db DBTX, now *time.Time) (OutboxStats, error) {
 	var o OutboxStats
 	var age float64
-	err := db.QueryRow(ctx, s.sql["stats_outbox"], Now(now)).Scan(&o.Unpublished, &age, &o.Dead)
+	err := db.QueryRow(ctx, s.stats.outbox.sql, Now(now)).Scan(&o.Unpublished, &age, &o.Dead)
 	o.OldestUnpublished = secondsDuration(age)
 	return o, err
 }

@@ -95,7 +95,7 @@ func Register(meter metric.Meter, c *skiplock.Client, opts Options) (*Bridge, er
 			o.ObserveFloat64(dead, float64(s.Outbox.Dead))
 		}
 		p := c.Counters()
-		for name, v := range map[string]int64{"enqueued": p.Enqueued, "succeeded": p.Succeeded, "failed": p.Failed,
+		for name, v := range map[string]int64{"inserted": p.Inserted, "succeeded": p.Succeeded, "failed": p.Failed,
 			"retried": p.Retried, "snoozed": p.Snoozed, "cancelled": p.Cancelled, "lease_lost": p.LeaseLost, "reclaimed": p.Reclaimed} {
 			o.ObserveInt64(outcomes, v, metric.WithAttributes(attribute.String("outcome", name)))
 		}

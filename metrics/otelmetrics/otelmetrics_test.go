@@ -53,7 +53,7 @@ func TestBridgeReportsOldestDueAge(t *testing.T) {
 				}
 			case metricdata.Sum[int64]:
 				for _, p := range d.DataPoints {
-					if o, _ := p.Attributes.Value("outcome"); o.AsString() == "enqueued" {
+					if o, _ := p.Attributes.Value("outcome"); o.AsString() == "inserted" {
 						found[m.Name] = float64(p.Value)
 					}
 				}

@@ -27,7 +27,8 @@
 //
 // The connection is opened on the first Publish, not by New, and reopened by the
 // next Publish after it is lost, so a broker outage surfaces as retryable errors and
-// heals by itself.
+// heals by itself. Config.URL's user name and password never appear in errors or
+// logs.
 package amqppub
 
 import (
@@ -40,6 +41,9 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/hostclock"
+	"github.com/skiplock/skiplock/internal/redact"
 	"github.com/skiplock/skiplock/outbox"
 )
 
@@ -92,16 +96,18 @@ type Publisher struct {
 var _ outbox.Publisher = (*Publisher)(nil)
 
 // New validates cfg and returns a Publisher. It does not connect: the first
-// Publish does.
+// Publish does. An unusable cfg returns a *skiplock.ValidationError
+// (errors.Is(err, skiplock.ErrInvalid)).
 func New(cfg Config) (*Publisher, error) {
 	if cfg.URL == "" {
-		return nil, errors.New("amqppub: Config.URL is empty; set it to the broker's URI, e.g. amqp://guest:guest@localhost:5672/")
+		return nil, &skiplock.ValidationError{Field: "amqppub.Config.URL", Reason: "empty; set it to the broker's URI, e.g. amqp://guest:guest@localhost:5672/"}
 	}
 	if _, err := amqp.ParseURI(cfg.URL); err != nil {
-		return nil, fmt.Errorf("amqppub: Config.URL is not a valid AMQP URI (want amqp://user:pass@host:port/vhost): %w", err)
+		return nil, &skiplock.ValidationError{Field: "amqppub.Config.URL", Reason: fmt.Sprintf(
+			"%q is not a valid AMQP URI (want amqp://user:pass@host:port/vhost): %v", redact.URL(cfg.URL), redact.Error(err, cfg.URL))}
 	}
 	if cfg.Timeout < 0 {
-		return nil, errors.New("amqppub: Config.Timeout is negative; use 0 for the default")
+		return nil, &skiplock.ValidationError{Field: "amqppub.Config.Timeout", Reason: "negative; use 0 for the default"}
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 30 * time.Second
@@ -147,7 +153,7 @@ func (p *Publisher) connect() error {
 		}
 		conn, err := amqp.DialConfig(p.cfg.URL, cfg)
 		if err != nil {
-			return fmt.Errorf("amqppub: connecting: %w", err)
+			return fmt.Errorf("amqppub: connecting to %s: %w", redact.URL(p.cfg.URL), redact.Error(err, p.cfg.URL))
 		}
 		p.conn = conn
 		p.dials++
@@ -184,11 +190,16 @@ func (p *Publisher) dropLocked() {
 }
 
 // Publish publishes msgs, waits for the broker's confirms and returns one error per
-// message, in order. A nacked or returned message gets a retryable error.
+// message, in order. A nacked or returned message gets a retryable error. A nil
+// context or a Publisher not made by New fails every message with an error wrapping
+// skiplock.ErrInvalid.
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	errs := make([]error, len(msgs))
 	if len(msgs) == 0 {
 		return errs
+	}
+	if p == nil || p.log == nil || ctx == nil {
+		return outbox.FailAll(errs, &skiplock.ValidationError{Field: "amqppub.Publisher", Reason: "nil context, or a Publisher not made by amqppub.New"})
 	}
 	fill := func(err error) []error {
 		for i := range errs {
@@ -219,7 +230,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 	confirms := make([]*amqp.DeferredConfirmation, len(msgs))
 	byID := make(map[string][]int, len(msgs))
 	returned := make(map[int]amqp.Return)
-	now := wallNow()
+	now := hostclock.Now()
 	for i := range msgs {
 		m := &msgs[i]
 		key := m.Destination
@@ -227,7 +238,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 			key = p.cfg.DefaultRoutingKey
 		}
 		if key == "" && p.cfg.Exchange == "" {
-			errs[i] = outbox.Permanent(errors.New("amqppub: message has no destination and Config.DefaultRoutingKey is not set"))
+			errs[i] = skiplock.Permanent(errors.New("amqppub: message has no destination and Config.DefaultRoutingKey is not set"))
 			continue
 		}
 		pub := amqp.Publishing{
@@ -354,8 +365,12 @@ func headers(m *outbox.Message) amqp.Table {
 }
 
 // Close closes the channel and the connection. Publish after Close fails with
-// outbox.ErrClosed. Close waits for a Publish in progress and is idempotent.
+// outbox.ErrClosed. Close waits for a Publish in progress and is idempotent. Close
+// of a Publisher not made by New returns a *skiplock.ValidationError.
 func (p *Publisher) Close() error {
+	if p == nil || p.log == nil {
+		return &skiplock.ValidationError{Field: "amqppub.Publisher", Reason: "not made by amqppub.New"}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {

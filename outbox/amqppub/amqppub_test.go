@@ -15,6 +15,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/outbox"
 	"github.com/skiplock/skiplock/outbox/outboxtest"
 )
@@ -221,7 +222,7 @@ func TestUnroutableIsRetryableError(t *testing.T) {
 	if errs[1] == nil {
 		t.Fatal("unroutable mandatory message reported as published")
 	}
-	if outbox.IsPermanent(errs[1]) || !strings.Contains(errs[1].Error(), "NO_ROUTE") {
+	if errors.As(errs[1], new(*skiplock.PermanentError)) || !strings.Contains(errs[1].Error(), "NO_ROUTE") {
 		t.Fatalf("got %v, want a retryable error naming NO_ROUTE", errs[1])
 	}
 	// The channel is still usable.
@@ -269,7 +270,7 @@ func TestNoDestination(t *testing.T) {
 	t.Parallel()
 	p := newPub(t, Config{})
 	err := p.Publish(ctxFor(t), []outbox.Message{outboxtest.NewMessage("", 1)})[0]
-	if !outbox.IsPermanent(err) || !strings.Contains(err.Error(), "DefaultRoutingKey") {
+	if !errors.As(err, new(*skiplock.PermanentError)) || !strings.Contains(err.Error(), "DefaultRoutingKey") {
 		t.Fatalf("got %v, want a permanent error naming DefaultRoutingKey", err)
 	}
 }
@@ -431,7 +432,7 @@ func TestPublishRightAfterCut(t *testing.T) {
 	ok := outboxtest.WaitFor(30*time.Second, func() bool {
 		attempts++
 		err := p.Publish(ctxFor(t), []outbox.Message{outboxtest.NewMessage(q, 2)})[0]
-		if err != nil && outbox.IsPermanent(err) {
+		if err != nil && errors.As(err, new(*skiplock.PermanentError)) {
 			t.Fatalf("connection loss gave a permanent error: %v", err)
 		}
 		return err == nil
@@ -452,7 +453,7 @@ func TestBrokerDown(t *testing.T) {
 	p := newPub(t, Config{URL: "amqp://guest:guest@" + addr + "/", Timeout: 2 * time.Second})
 	errs := p.Publish(ctxFor(t), []outbox.Message{outboxtest.NewMessage("q", 1), outboxtest.NewMessage("q", 2)})
 	for i, err := range errs {
-		if err == nil || outbox.IsPermanent(err) || !strings.Contains(err.Error(), "connecting") {
+		if err == nil || errors.As(err, new(*skiplock.PermanentError)) || !strings.Contains(err.Error(), "connecting") {
 			t.Errorf("message %d: got %v, want a retryable connecting error", i, err)
 		}
 	}
@@ -464,11 +465,11 @@ func TestNewValidation(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{}, "Config.URL is empty"},
+		{Config{}, "Config.URL: empty"},
 		{Config{URL: "http://localhost"}, "not a valid AMQP URI"},
 		{Config{URL: defaultTestURL, Timeout: -1}, "negative"},
 	} {
-		if _, err := New(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := New(c.cfg); !errors.Is(err, skiplock.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: got %v, want an error mentioning %q", c.cfg, err, c.want)
 		}
 	}

@@ -2,9 +2,11 @@ package amqppub_test
 
 import (
 	"context"
+	"errors"
 	"log"
 	"time"
 
+	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/outbox"
 	"github.com/skiplock/skiplock/outbox/amqppub"
 )
@@ -32,7 +34,7 @@ func Example() {
 	}})
 	for _, err := range errs {
 		if err != nil {
-			log.Printf("not published (permanent=%v): %v", outbox.IsPermanent(err), err)
+			log.Printf("not published (permanent=%v): %v", errors.As(err, new(*skiplock.PermanentError)), err)
 		}
 	}
 }

@@ -55,6 +55,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/outbox"
 )
 
@@ -103,18 +104,25 @@ type Publisher struct {
 var _ outbox.Publisher = (*Publisher)(nil)
 
 // New validates cfg and creates the client. The client connects lazily, so New
-// succeeds while the brokers are down; Publish then reports retryable errors.
+// succeeds while the brokers are down; Publish then reports retryable errors. An
+// unusable cfg returns a *skiplock.ValidationError (errors.Is(err,
+// skiplock.ErrInvalid)).
 func New(cfg Config) (*Publisher, error) {
 	if len(cfg.SeedBrokers) == 0 {
-		return nil, errors.New("kafkapub: Config.SeedBrokers is empty; set it to at least one broker host:port")
+		return nil, &skiplock.ValidationError{Field: "kafkapub.Config.SeedBrokers", Reason: "empty; set it to at least one broker host:port"}
 	}
 	for _, b := range cfg.SeedBrokers {
 		if b == "" {
-			return nil, errors.New("kafkapub: Config.SeedBrokers has an empty entry; remove it")
+			return nil, &skiplock.ValidationError{Field: "kafkapub.Config.SeedBrokers", Reason: "an entry is empty; remove it"}
 		}
 	}
 	if cfg.Timeout < 0 {
-		return nil, errors.New("kafkapub: Config.Timeout is negative; use 0 for the default")
+		return nil, &skiplock.ValidationError{Field: "kafkapub.Config.Timeout", Reason: "negative; use 0 for the default"}
+	}
+	for i, o := range cfg.Options {
+		if o == nil {
+			return nil, &skiplock.ValidationError{Field: "kafkapub.Config.Options", Reason: fmt.Sprintf("entry %d is nil; remove it", i)}
+		}
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 30 * time.Second
@@ -129,7 +137,7 @@ func New(cfg Config) (*Publisher, error) {
 	opts = append(opts, cfg.Options...)
 	client, err := kgo.NewClient(opts...)
 	if err != nil {
-		return nil, fmt.Errorf("kafkapub: creating client (check Config.Options): %w", err)
+		return nil, &skiplock.ValidationError{Field: "kafkapub.Config.Options", Reason: fmt.Sprintf("creating the client: %v", err)}
 	}
 	p := &Publisher{cfg: cfg, client: client, log: cfg.Logger}
 	if p.log == nil {
@@ -138,16 +146,25 @@ func New(cfg Config) (*Publisher, error) {
 	return p, nil
 }
 
-// Client returns the underlying franz-go client, for admin requests or metrics.
-// Do not close it; call Close.
-func (p *Publisher) Client() *kgo.Client { return p.client }
+// Client returns the underlying franz-go client, for admin requests or metrics
+// (nil for a Publisher not made by New). Do not close it; call Close.
+func (p *Publisher) Client() *kgo.Client {
+	if p == nil {
+		return nil
+	}
+	return p.client
+}
 
 // Publish produces msgs and waits until each is acknowledged or fails, then returns
-// one error per message, in order.
+// one error per message, in order. A nil context or a Publisher not made by New
+// fails every message with an error wrapping skiplock.ErrInvalid.
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	errs := make([]error, len(msgs))
 	if len(msgs) == 0 {
 		return errs
+	}
+	if p == nil || p.client == nil || ctx == nil {
+		return outbox.FailAll(errs, &skiplock.ValidationError{Field: "kafkapub.Publisher", Reason: "nil context, or a Publisher not made by kafkapub.New"})
 	}
 	if p.closed.Load() {
 		return outbox.FailAll(errs, fmt.Errorf("kafkapub: %w", outbox.ErrClosed))
@@ -172,7 +189,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 			topic = p.cfg.DefaultTopic
 		}
 		if topic == "" {
-			results[i] = outbox.Permanent(errors.New("kafkapub: message has no destination and Config.DefaultTopic is not set"))
+			results[i] = skiplock.Permanent(errors.New("kafkapub: message has no destination and Config.DefaultTopic is not set"))
 			continue
 		}
 		pending[i] = true
@@ -242,7 +259,7 @@ func classify(id string, err error) error {
 	switch {
 	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge),
 		errors.Is(err, kerr.InvalidRecord), errors.Is(err, kerr.InvalidTopicException):
-		return outbox.Permanent(wrapped)
+		return skiplock.Permanent(wrapped)
 	case errors.Is(err, kgo.ErrClientClosed):
 		return fmt.Errorf("%w (%w)", wrapped, outbox.ErrClosed)
 	}
@@ -251,8 +268,12 @@ func classify(id string, err error) error {
 
 // Close closes the client. Records still waiting to be acknowledged fail, so
 // Publish calls in progress return errors for them. Publish after Close fails with
-// outbox.ErrClosed. Close is idempotent.
+// outbox.ErrClosed. Close is idempotent. Close of a Publisher not made by New
+// returns a *skiplock.ValidationError.
 func (p *Publisher) Close() error {
+	if p == nil || p.client == nil {
+		return &skiplock.ValidationError{Field: "kafkapub.Publisher", Reason: "not made by kafkapub.New"}
+	}
 	if p.closed.Swap(true) {
 		return nil
 	}

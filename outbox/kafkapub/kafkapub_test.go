@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/outbox"
 	"github.com/skiplock/skiplock/outbox/outboxtest"
 )
@@ -249,7 +250,7 @@ func TestDefaultTopicAndNoDestination(t *testing.T) {
 	}
 	without := newPub(t, c, Config{})
 	err := without.Publish(ctxFor(t), []outbox.Message{outboxtest.NewMessage("", 2)})[0]
-	if !outbox.IsPermanent(err) || !strings.Contains(err.Error(), "DefaultTopic") {
+	if !errors.As(err, new(*skiplock.PermanentError)) || !strings.Contains(err.Error(), "DefaultTopic") {
 		t.Fatalf("got %v, want a permanent error naming DefaultTopic", err)
 	}
 }
@@ -263,7 +264,7 @@ func TestTooLargeIsPermanent(t *testing.T) {
 	big.Payload = []byte(`"` + strings.Repeat("x", 4096) + `"`)
 	small := outboxtest.NewMessage(topic, 2)
 	errs := p.Publish(ctxFor(t), []outbox.Message{big, small})
-	if !outbox.IsPermanent(errs[0]) || !errors.Is(errs[0], kerr.MessageTooLarge) {
+	if !errors.As(errs[0], new(*skiplock.PermanentError)) || !errors.Is(errs[0], kerr.MessageTooLarge) {
 		t.Errorf("too large: got %v, want a permanent MessageTooLarge", errs[0])
 	}
 	if errs[1] != nil {
@@ -276,7 +277,7 @@ func TestUnknownTopicIsRetryable(t *testing.T) {
 	c := newCluster(t)
 	p := newPub(t, c, Config{Timeout: 10 * time.Second, Options: []kgo.Opt{kgo.UnknownTopicRetries(1)}})
 	err := p.Publish(ctxFor(t), []outbox.Message{outboxtest.NewMessage("no-such-topic", 1)})[0]
-	if err == nil || outbox.IsPermanent(err) {
+	if err == nil || errors.As(err, new(*skiplock.PermanentError)) {
 		t.Fatalf("got %v, want a retryable error", err)
 	}
 }
@@ -297,7 +298,7 @@ func TestBrokerUnreachable(t *testing.T) {
 	start := time.Now()
 	errs := p.Publish(context.Background(), []outbox.Message{outboxtest.NewMessage("t", 1), outboxtest.NewMessage("t", 2)})
 	for i, err := range errs {
-		if err == nil || outbox.IsPermanent(err) {
+		if err == nil || errors.As(err, new(*skiplock.PermanentError)) {
 			t.Errorf("message %d: got %v, want a retryable error", i, err)
 		}
 	}
@@ -312,8 +313,8 @@ func TestNewValidation(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{Config{}, "SeedBrokers is empty"},
-		{Config{SeedBrokers: []string{""}}, "empty entry"},
+		{Config{}, "SeedBrokers: empty"},
+		{Config{SeedBrokers: []string{""}}, "entry is empty"},
 		{Config{SeedBrokers: []string{"localhost:9092"}, Timeout: -1}, "negative"},
 		{Config{SeedBrokers: []string{"localhost:9092"}, Options: []kgo.Opt{kgo.RequiredAcks(kgo.LeaderAck())}}, "Config.Options"},
 	} {
@@ -321,7 +322,7 @@ func TestNewValidation(t *testing.T) {
 		if err == nil {
 			_ = p.Close()
 		}
-		if err == nil || !strings.Contains(err.Error(), c.want) {
+		if !errors.Is(err, skiplock.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: got %v, want an error mentioning %q", c.cfg, err, c.want)
 		}
 	}

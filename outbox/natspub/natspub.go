@@ -35,7 +35,8 @@
 // message (limits with DiscardNew) makes Publish return a retryable error.
 //
 // The NATS client reconnects by itself; while it is disconnected, Publish waits for
-// acknowledgements until its timeout and then reports retryable errors.
+// acknowledgements until its timeout and then reports retryable errors. Credentials
+// in Config.URL (a user and password, or a token) never appear in errors.
 package natspub
 
 import (
@@ -50,6 +51,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/hostclock"
+	"github.com/skiplock/skiplock/internal/redact"
 	"github.com/skiplock/skiplock/outbox"
 )
 
@@ -106,13 +110,20 @@ type Publisher struct {
 var _ outbox.Publisher = (*Publisher)(nil)
 
 // New validates cfg and connects (unless Conn is given). With the default options a
-// server that is down at start does not make New fail: the client keeps trying.
+// server that is down at start does not make New fail: the client keeps trying. An
+// unusable cfg returns a *skiplock.ValidationError (errors.Is(err,
+// skiplock.ErrInvalid)).
 func New(cfg Config) (*Publisher, error) {
 	if cfg.Conn == nil && cfg.URL == "" {
-		return nil, errors.New("natspub: set Config.URL (e.g. nats://127.0.0.1:4222) or Config.Conn")
+		return nil, &skiplock.ValidationError{Field: "natspub.Config.URL", Reason: "set Config.URL (e.g. nats://127.0.0.1:4222) or Config.Conn"}
 	}
 	if cfg.Timeout < 0 || cfg.MaxPending < 0 {
-		return nil, errors.New("natspub: Config.Timeout and Config.MaxPending must not be negative; use 0 for the default")
+		return nil, &skiplock.ValidationError{Field: "natspub.Config.Timeout", Reason: "Config.Timeout and Config.MaxPending must not be negative; use 0 for the default"}
+	}
+	for i, o := range cfg.Options {
+		if o == nil {
+			return nil, &skiplock.ValidationError{Field: "natspub.Config.Options", Reason: fmt.Sprintf("entry %d is nil; remove it", i)}
+		}
 	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 30 * time.Second
@@ -132,7 +143,7 @@ func New(cfg Config) (*Publisher, error) {
 		}, cfg.Options...)
 		nc, err := nats.Connect(cfg.URL, opts...)
 		if err != nil {
-			return nil, fmt.Errorf("natspub: connecting to %s: %w", cfg.URL, err)
+			return nil, fmt.Errorf("natspub: connecting to %s: %w", redact.URL(cfg.URL), redact.Error(err, cfg.URL))
 		}
 		p.nc, p.ownConn = nc, true
 	}
@@ -152,11 +163,15 @@ func New(cfg Config) (*Publisher, error) {
 
 // Publish publishes msgs asynchronously, waits for every acknowledgement and returns
 // one error per message, in order. A duplicate acknowledgement (the stream already
-// held the event) counts as published.
+// held the event) counts as published. A nil context or a Publisher not made by New
+// fails every message with an error wrapping skiplock.ErrInvalid.
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	errs := make([]error, len(msgs))
 	if len(msgs) == 0 {
 		return errs
+	}
+	if p == nil || p.js == nil || ctx == nil {
+		return outbox.FailAll(errs, &skiplock.ValidationError{Field: "natspub.Publisher", Reason: "nil context, or a Publisher not made by natspub.New"})
 	}
 	if p.closed.Load() {
 		return outbox.FailAll(errs, fmt.Errorf("natspub: %w", outbox.ErrClosed))
@@ -175,10 +190,10 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 			subject = p.cfg.DefaultSubject
 		}
 		if subject == "" {
-			errs[i] = outbox.Permanent(errors.New("natspub: message has no destination and Config.DefaultSubject is not set"))
+			errs[i] = skiplock.Permanent(errors.New("natspub: message has no destination and Config.DefaultSubject is not set"))
 			continue
 		}
-		stall := time.Until(deadline(ctx))
+		stall := deadline(ctx).Sub(hostclock.Now())
 		if stall <= 0 {
 			stall = time.Millisecond
 		}
@@ -237,9 +252,9 @@ func classify(id string, err error) error {
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, nats.ErrBadSubject):
-		return outbox.Permanent(wrapped)
+		return skiplock.Permanent(wrapped)
 	case errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamMessageExceedsMaximum:
-		return outbox.Permanent(wrapped)
+		return skiplock.Permanent(wrapped)
 	case errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrNoResponders):
 		return fmt.Errorf("%w (is there a stream whose subjects include this message's subject?)", wrapped)
 	case errors.Is(err, nats.ErrConnectionClosed):
@@ -249,8 +264,12 @@ func classify(id string, err error) error {
 }
 
 // Close closes the connection if New opened it (a Conn from Config stays open).
-// Publish after Close fails with outbox.ErrClosed. Close is idempotent.
+// Publish after Close fails with outbox.ErrClosed. Close is idempotent. Close of a
+// Publisher not made by New returns a *skiplock.ValidationError.
 func (p *Publisher) Close() error {
+	if p == nil || p.js == nil {
+		return &skiplock.ValidationError{Field: "natspub.Publisher", Reason: "not made by natspub.New"}
+	}
 	if p.closed.Swap(true) {
 		return nil
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/outbox"
 	"github.com/skiplock/skiplock/outbox/outboxtest"
 )
@@ -239,7 +240,7 @@ func TestNoStreamIsRetryable(t *testing.T) {
 	e := newEnv(t, nil)
 	p := e.pub(t, Config{Timeout: 10 * time.Second})
 	err := p.Publish(ctxFor(t), []outbox.Message{outboxtest.NewMessage("nobody.listens", 1)})[0]
-	if err == nil || outbox.IsPermanent(err) || !strings.Contains(err.Error(), "stream") {
+	if err == nil || errors.As(err, new(*skiplock.PermanentError)) || !strings.Contains(err.Error(), "stream") {
 		t.Fatalf("got %v, want a retryable error about the stream", err)
 	}
 }
@@ -252,7 +253,7 @@ func TestTooLargeIsPermanent(t *testing.T) {
 	big := outboxtest.NewMessage(subject, 1)
 	big.Payload = []byte(`"` + strings.Repeat("x", 4096) + `"`)
 	errs := p.Publish(ctxFor(t), []outbox.Message{big, outboxtest.NewMessage(subject, 2)})
-	if !outbox.IsPermanent(errs[0]) || !errors.Is(errs[0], nats.ErrMaxPayload) {
+	if !errors.As(errs[0], new(*skiplock.PermanentError)) || !errors.Is(errs[0], nats.ErrMaxPayload) {
 		t.Errorf("too large: got %v, want a permanent ErrMaxPayload", errs[0])
 	}
 	if errs[1] != nil {
@@ -271,7 +272,7 @@ func TestDefaultSubjectAndNoDestination(t *testing.T) {
 		t.Fatalf("default subject: got %d messages", len(ms))
 	}
 	err := e.pub(t, Config{}).Publish(ctxFor(t), []outbox.Message{outboxtest.NewMessage("", 2)})[0]
-	if !outbox.IsPermanent(err) || !strings.Contains(err.Error(), "DefaultSubject") {
+	if !errors.As(err, new(*skiplock.PermanentError)) || !strings.Contains(err.Error(), "DefaultSubject") {
 		t.Fatalf("got %v, want a permanent error naming DefaultSubject", err)
 	}
 }
@@ -335,7 +336,7 @@ func TestNewValidation(t *testing.T) {
 		{Config{URL: "nats://127.0.0.1:4222", Timeout: -1}, "negative"},
 		{Config{URL: "nats://127.0.0.1:4222", MaxPending: -1}, "negative"},
 	} {
-		if _, err := New(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := New(c.cfg); !errors.Is(err, skiplock.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: got %v, want an error mentioning %q", c.cfg, err, c.want)
 		}
 	}

@@ -1,4 +1,5 @@
 // Package outboxtest is a conformance suite for outbox.Publisher implementations.
+// Its subpackage memorypub is an in-memory Publisher for tests of code that relays.
 //
 // An adapter's tests describe how to build a Publisher and how to read back what its
 // server received in a Harness, then call RunConformance. The suite checks the
@@ -20,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skiplock/skiplock/internal/hostclock"
 	"github.com/skiplock/skiplock/outbox"
 )
 
@@ -119,7 +121,7 @@ var idSeq atomic.Uint64
 // check ids see a realistic one.
 func NewID() string {
 	n := idSeq.Add(1)
-	now := uint64(wallNow().UnixNano())
+	now := uint64(hostclock.Now().UnixNano())
 	return fmt.Sprintf("%08x-%04x-4%03x-8%03x-%012x",
 		uint32(now>>32), uint16(now>>16), uint16(now)&0xfff, uint16(n>>48)&0xfff, n&0xffffffffffff)
 }
@@ -136,7 +138,7 @@ func NewMessage(dest string, i int) outbox.Message {
 		Destination:   dest,
 		Payload:       fmt.Appendf(nil, `{"id":%q,"n":%d,"note":"caf\u00e9 \"quoted\""}`, id, i),
 		Headers:       map[string]string{"x-trace-id": "trace-" + id, "x-tenant": "acme"},
-		CreatedAt:     wallNow().UTC().Truncate(time.Second),
+		CreatedAt:     hostclock.Now().UTC().Truncate(time.Second),
 		Attempt:       1,
 	}
 }
@@ -185,7 +187,7 @@ func (s *suite) receiveIDs(t *testing.T, dest string, want []outbox.Message) map
 	for _, m := range want {
 		need[m.ID] = true
 	}
-	got := s.h.Receive(t, dest, wallNow().Add(s.h.Timeout), func(rs []Received) bool {
+	got := s.h.Receive(t, dest, hostclock.Now().Add(s.h.Timeout), func(rs []Received) bool {
 		seen := 0
 		counted := make(map[string]bool, len(rs))
 		for _, r := range rs {
@@ -414,8 +416,12 @@ func callWithin(t *testing.T, d time.Duration, fn func() []error) []error {
 }
 
 // WaitFor polls cond until it returns true or d has passed, and reports whether it
-// became true. Harnesses use it to poll a server without sleeping blindly.
+// became true. Harnesses use it to poll a server without sleeping blindly. A nil
+// cond is never true.
 func WaitFor(d time.Duration, cond func() bool) bool {
+	if cond == nil {
+		return false
+	}
 	if cond() {
 		return true
 	}

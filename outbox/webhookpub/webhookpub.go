@@ -20,8 +20,12 @@
 // Outcomes: a 2xx response means published. A 3xx is a permanent error (redirects
 // are never followed: a signed request must not be replayed to a place the sender
 // did not choose). 408 and 429 are retried, as are 5xx responses and network
-// errors; any other 4xx is permanent (outbox.Permanent), so the relay parks the
-// event at once.
+// errors; any other 4xx is permanent (skiplock.Permanent), so the relay parks the
+// event at once. A user header whose name is not a valid HTTP field name is a
+// permanent error too.
+//
+// URLs may carry credentials (https://user:password@host/); errors and logs show
+// them with the user information masked.
 //
 // With Config.DenyPrivateNetworks, connections to loopback, private, link-local and
 // other non-public addresses are refused. The check runs on the address actually
@@ -50,6 +54,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/hostclock"
+	"github.com/skiplock/skiplock/internal/redact"
 	"github.com/skiplock/skiplock/outbox"
 )
 
@@ -122,36 +129,37 @@ type Publisher struct {
 
 var _ outbox.Publisher = (*Publisher)(nil)
 
-// New validates cfg and returns a Publisher. It makes no network calls.
+// New validates cfg and returns a Publisher. It makes no network calls. An unusable
+// cfg returns a *skiplock.ValidationError (errors.Is(err, skiplock.ErrInvalid)).
 func New(cfg Config) (*Publisher, error) {
 	if len(cfg.Secrets) == 0 {
-		return nil, errors.New("webhookpub: Config.Secrets is empty; set at least one signing secret (raw bytes or \"whsec_<base64>\")")
+		return nil, &skiplock.ValidationError{Field: "webhookpub.Config.Secrets", Reason: "empty; set at least one signing secret (raw bytes or \"whsec_<base64>\")"}
 	}
 	secrets, err := ParseSecrets(cfg.Secrets)
 	if err != nil {
 		return nil, err
 	}
 	if len(cfg.Endpoints) == 0 && cfg.DefaultURL == "" {
-		return nil, errors.New("webhookpub: no URL configured; set Config.DefaultURL or Config.Endpoints")
+		return nil, &skiplock.ValidationError{Field: "webhookpub.Config.DefaultURL", Reason: "no URL configured; set Config.DefaultURL or Config.Endpoints"}
 	}
 	p := &Publisher{cfg: cfg, secrets: secrets, endpoints: make(map[string]*url.URL, len(cfg.Endpoints))}
 	for name, raw := range cfg.Endpoints {
 		if name == "" {
-			return nil, errors.New("webhookpub: Config.Endpoints has an empty name; use Config.DefaultURL for messages without a destination")
+			return nil, &skiplock.ValidationError{Field: "webhookpub.Config.Endpoints", Reason: "an entry has an empty name; use Config.DefaultURL for messages without a destination"}
 		}
 		u, err := parseURL(raw)
 		if err != nil {
-			return nil, fmt.Errorf("webhookpub: Config.Endpoints[%q]: %w", name, err)
+			return nil, &skiplock.ValidationError{Field: fmt.Sprintf("webhookpub.Config.Endpoints[%q]", name), Reason: err.Error()}
 		}
 		p.endpoints[name] = u
 	}
 	if cfg.DefaultURL != "" {
 		if p.defURL, err = parseURL(cfg.DefaultURL); err != nil {
-			return nil, fmt.Errorf("webhookpub: Config.DefaultURL: %w", err)
+			return nil, &skiplock.ValidationError{Field: "webhookpub.Config.DefaultURL", Reason: err.Error()}
 		}
 	}
 	if cfg.Timeout < 0 || cfg.MaxConcurrency < 0 {
-		return nil, errors.New("webhookpub: Config.Timeout and Config.MaxConcurrency must not be negative; use 0 for the default")
+		return nil, &skiplock.ValidationError{Field: "webhookpub.Config.Timeout", Reason: "Config.Timeout and Config.MaxConcurrency must not be negative; use 0 for the default"}
 	}
 	if p.cfg.Timeout == 0 {
 		p.cfg.Timeout = 10 * time.Second
@@ -192,34 +200,44 @@ func New(cfg Config) (*Publisher, error) {
 	return p, nil
 }
 
+// parseURL checks an endpoint URL. Its errors show the URL with credentials masked.
 func parseURL(raw string) (*url.URL, error) {
+	shown := strconv.Quote(redact.URL(raw))
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, fmt.Errorf("invalid URL %q: %w", raw, err)
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err // the url.Error's own text repeats the raw URL
+		}
+		return nil, fmt.Errorf("invalid URL %s: %v", shown, err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("URL %q must use http or https", raw)
+		return nil, fmt.Errorf("URL %s must use http or https", shown)
 	}
 	if u.Host == "" {
-		return nil, fmt.Errorf("URL %q has no host", raw)
+		return nil, fmt.Errorf("URL %s has no host", shown)
 	}
 	return u, nil
 }
 
 // ParseSecrets decodes signing secrets as Config.Secrets describes them: "whsec_"
-// followed by base64 key bytes, or raw key bytes otherwise.
+// followed by base64 key bytes, or raw key bytes otherwise. No secrets, an empty one
+// or bad base64 return a *skiplock.ValidationError.
 func ParseSecrets(secrets []string) ([][]byte, error) {
+	if len(secrets) == 0 {
+		return nil, &skiplock.ValidationError{Field: "webhookpub.Config.Secrets", Reason: "no signing secret given"}
+	}
 	out := make([][]byte, 0, len(secrets))
 	for i, s := range secrets {
 		key := []byte(s)
 		if rest, ok := strings.CutPrefix(s, SecretPrefix); ok {
 			var err error
 			if key, err = base64.StdEncoding.DecodeString(rest); err != nil {
-				return nil, fmt.Errorf("webhookpub: secret %d starts with %q but is not valid base64 after it: %w", i, SecretPrefix, err)
+				return nil, &skiplock.ValidationError{Field: "webhookpub.Config.Secrets", Reason: fmt.Sprintf("secret %d starts with %q but is not valid base64 after it: %v", i, SecretPrefix, err)}
 			}
 		}
 		if len(key) == 0 {
-			return nil, fmt.Errorf("webhookpub: secret %d is empty; use a random key of at least 24 bytes", i)
+			return nil, &skiplock.ValidationError{Field: "webhookpub.Config.Secrets", Reason: fmt.Sprintf("secret %d is empty; use a random key of at least 24 bytes", i)}
 		}
 		out = append(out, key)
 	}
@@ -227,9 +245,13 @@ func ParseSecrets(secrets []string) ([][]byte, error) {
 }
 
 // Publish POSTs each message, at most Config.MaxConcurrency at a time, and returns
-// one error per message, in order.
+// one error per message, in order. A nil context or a Publisher not made by New
+// fails every message with an error wrapping skiplock.ErrInvalid.
 func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error {
 	errs := make([]error, len(msgs))
+	if p == nil || p.client == nil || ctx == nil {
+		return outbox.FailAll(errs, &skiplock.ValidationError{Field: "webhookpub.Publisher", Reason: "nil context, or a Publisher not made by webhookpub.New"})
+	}
 	if p.closed.Load() {
 		return outbox.FailAll(errs, fmt.Errorf("webhookpub: %w", outbox.ErrClosed))
 	}
@@ -261,13 +283,13 @@ func (p *Publisher) Publish(ctx context.Context, msgs []outbox.Message) []error 
 func (p *Publisher) target(dest string) (*url.URL, error) {
 	if dest == "" {
 		if p.defURL == nil {
-			return nil, outbox.Permanent(errors.New("webhookpub: message has no destination and Config.DefaultURL is not set"))
+			return nil, skiplock.Permanent(errors.New("webhookpub: message has no destination and Config.DefaultURL is not set"))
 		}
 		return p.defURL, nil
 	}
 	u, ok := p.endpoints[dest]
 	if !ok {
-		return nil, outbox.Permanent(fmt.Errorf("webhookpub: no endpoint named %q; add it to Config.Endpoints", dest))
+		return nil, skiplock.Permanent(fmt.Errorf("webhookpub: no endpoint named %q; add it to Config.Endpoints", dest))
 	}
 	return u, nil
 }
@@ -277,16 +299,21 @@ func (p *Publisher) send(ctx context.Context, m *outbox.Message) error {
 	if err != nil {
 		return err
 	}
+	shown := redact.URL(u.String())
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String(), bytes.NewReader(m.Payload))
 	if err != nil {
-		return outbox.Permanent(fmt.Errorf("webhookpub: building request for %s: %w", m.ID, err))
+		return skiplock.Permanent(fmt.Errorf("webhookpub: building request for %s to %s: %w", m.ID, shown, redact.Error(err, u.String())))
 	}
 	for k, v := range m.Headers {
+		if !validFieldName(k) || !validFieldValue(v) {
+			// The transport would refuse the request every time.
+			return skiplock.Permanent(fmt.Errorf("webhookpub: header %q of %s is not a valid HTTP header name or value", k, m.ID))
+		}
 		req.Header.Set(k, v)
 	}
-	ts := wallNow().Unix()
+	ts := hostclock.Now().Unix()
 	req.Header.Set("content-type", "application/json")
 	req.Header.Set("user-agent", p.cfg.UserAgent)
 	req.Header.Set(HeaderID, m.ID)
@@ -295,10 +322,11 @@ func (p *Publisher) send(ctx context.Context, m *outbox.Message) error {
 
 	resp, err := p.client.Do(req)
 	if err != nil {
+		err = fmt.Errorf("webhookpub: posting %s to %s: %w", m.ID, shown, redact.Error(err, u.String()))
 		if errors.Is(err, ErrPrivateAddress) {
-			return outbox.Permanent(fmt.Errorf("webhookpub: posting %s to %s: %w", m.ID, u.Redacted(), err))
+			return skiplock.Permanent(err)
 		}
-		return fmt.Errorf("webhookpub: posting %s to %s: %w", m.ID, u.Redacted(), err)
+		return err
 	}
 	// Read a little of the body for the error message and let the connection be
 	// reused; never read an unbounded body.
@@ -318,6 +346,9 @@ type StatusError struct {
 
 // Error describes the response: status, and the start of the body if any.
 func (e *StatusError) Error() string {
+	if e == nil {
+		return "webhookpub: <nil StatusError>"
+	}
 	if e.Body == "" {
 		return fmt.Sprintf("HTTP %d %s", e.StatusCode, http.StatusText(e.StatusCode))
 	}
@@ -328,20 +359,24 @@ func statusError(code int, id string, u *url.URL, body []byte) error {
 	if code >= 200 && code < 300 {
 		return nil
 	}
-	err := fmt.Errorf("webhookpub: posting %s to %s: %w", id, u.Redacted(), &StatusError{StatusCode: code, Body: string(body)})
+	err := fmt.Errorf("webhookpub: posting %s to %s: %w", id, redact.URL(u.String()), &StatusError{StatusCode: code, Body: string(body)})
 	switch {
 	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests, code >= 500:
 		return err
 	case code >= 300 && code < 400:
-		return outbox.Permanent(fmt.Errorf("%w (redirects are not followed; configure the final URL)", err))
+		return skiplock.Permanent(fmt.Errorf("%w (redirects are not followed; configure the final URL)", err))
 	default:
-		return outbox.Permanent(err)
+		return skiplock.Permanent(err)
 	}
 }
 
 // Close releases idle connections. Publish after Close fails with outbox.ErrClosed;
-// requests already in flight finish normally. Close is idempotent.
+// requests already in flight finish normally. Close is idempotent. Close of a
+// Publisher not made by New returns a *skiplock.ValidationError.
 func (p *Publisher) Close() error {
+	if p == nil || p.transport == nil {
+		return &skiplock.ValidationError{Field: "webhookpub.Publisher", Reason: "not made by webhookpub.New"}
+	}
 	p.closed.Store(true)
 	p.transport.CloseIdleConnections()
 	return nil
@@ -387,12 +422,12 @@ const DefaultTolerance = 5 * time.Minute
 // (either way; 0 means DefaultTolerance) and that at least one v1 signature in the
 // webhook-signature header matches one of secrets (given as in Config.Secrets).
 // body must be the raw request body, unparsed. It returns nil when the request is
-// authentic.
+// authentic; no secrets (or an unusable one) return a *skiplock.ValidationError.
 //
 // A receiver should also remember webhook-id values it has processed for longer
 // than the tolerance and ignore repeats: the sender delivers at least once.
 func Verify(secrets []string, header http.Header, body []byte, tolerance time.Duration) error {
-	return verifyAt(secrets, header, body, tolerance, wallNow())
+	return verifyAt(secrets, header, body, tolerance, hostclock.Now())
 }
 
 func verifyAt(secrets []string, header http.Header, body []byte, tolerance time.Duration, now time.Time) error {
@@ -430,6 +465,34 @@ func verifyAt(secrets []string, header http.Header, body []byte, tolerance time.
 		}
 	}
 	return ErrNoMatchSignature
+}
+
+// validFieldName reports whether k is an HTTP field name (RFC 9110 token).
+func validFieldName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validFieldValue reports whether v can be sent as an HTTP field value: no control
+// characters other than tab (outbox.Write already refuses them).
+func validFieldValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // denyPrivate is a net.Dialer Control hook: it runs after name resolution, on the

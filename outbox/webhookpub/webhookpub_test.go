@@ -2,6 +2,9 @@ package webhookpub
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/outbox"
 	"github.com/skiplock/skiplock/outbox/outboxtest"
 )
@@ -181,8 +185,8 @@ func TestStatusCodes(t *testing.T) {
 		if err == nil {
 			continue
 		}
-		if outbox.IsPermanent(err) != c.permanent {
-			t.Errorf("%d: permanent=%v, want %v (%v)", c.code, outbox.IsPermanent(err), c.permanent, err)
+		if errors.As(err, new(*skiplock.PermanentError)) != c.permanent {
+			t.Errorf("%d: permanent=%v, want %v (%v)", c.code, errors.As(err, new(*skiplock.PermanentError)), c.permanent, err)
 		}
 		var se *StatusError
 		if !errors.As(err, &se) || se.StatusCode != c.code || se.Body != "reason" {
@@ -206,7 +210,7 @@ func TestRedirectNotFollowed(t *testing.T) {
 	t.Cleanup(srv.Close)
 	p := newPub(t, Config{DefaultURL: srv.URL + "/hook"})
 	errs := p.Publish(ctxFor(t), []outbox.Message{outboxtest.NewMessage("", 1)})
-	if errs[0] == nil || !outbox.IsPermanent(errs[0]) {
+	if errs[0] == nil || !errors.As(errs[0], new(*skiplock.PermanentError)) {
 		t.Fatalf("got %v, want a permanent error", errs[0])
 	}
 	if n := followed.Load(); n != 0 {
@@ -233,7 +237,7 @@ func TestRoutingByDestination(t *testing.T) {
 			t.Fatalf("message %d: %v", i, errs[i])
 		}
 	}
-	if errs[3] == nil || !outbox.IsPermanent(errs[3]) || !strings.Contains(errs[3].Error(), "Config.Endpoints") {
+	if errs[3] == nil || !errors.As(errs[3], new(*skiplock.PermanentError)) || !strings.Contains(errs[3].Error(), "Config.Endpoints") {
 		t.Fatalf("unknown destination: got %v, want a permanent error naming Config.Endpoints", errs[3])
 	}
 	for path, m := range map[string]outbox.Message{"billing": msgs[0], "crm": msgs[1], "default": msgs[2]} {
@@ -320,6 +324,108 @@ func TestSignKnownVector(t *testing.T) {
 	}
 }
 
+// The Standard Webhooks project's published test vectors. Source: the reference
+// libraries' tests in github.com/standard-webhooks/standard-webhooks
+// (libraries/go/webhook_test.go, TestWebhookSign and TestWebhook; the same vector
+// is used by the other languages' tests), for the scheme in
+// spec/standard-webhooks.md ("Signature scheme": HMAC-SHA256 over
+// "{msg_id}.{timestamp}.{payload}", base64, "v1," prefix, space-separated list).
+const (
+	swSecret    = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	swMsgID     = "msg_p5jXN8AQM9LWM0D4loKWxJek"
+	swTimestamp = 1614265330
+	swPayload   = `{"test": 2432232314}`
+	swSignature = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+	swWrongSig  = "v1,Ceo5qEr07ixe2NLpvHk3FH9bwy/WavXrAFQ/9tdO6mc="
+)
+
+func TestStandardWebhooksVectors(t *testing.T) {
+	t.Parallel()
+	keys, err := ParseSecrets([]string{swSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := Sign(keys, swMsgID, swTimestamp, []byte(swPayload)); got != swSignature {
+		t.Fatalf("Sign: got %q, want the published %q", got, swSignature)
+	}
+
+	at := time.Unix(swTimestamp, 0)
+	header := func(sig string, ts int64) http.Header {
+		h := http.Header{}
+		h.Set(HeaderID, swMsgID)
+		h.Set(HeaderTimestamp, strconv.FormatInt(ts, 10))
+		h.Set(HeaderSignature, sig)
+		return h
+	}
+	cases := []struct {
+		name string
+		h    http.Header
+		now  time.Time
+		want error
+	}{
+		{"published signature", header(swSignature, swTimestamp), at, nil},
+		{"published wrong signature", header(swWrongSig, swTimestamp), at, ErrNoMatchSignature},
+		{"valid among wrong and other versions", header(strings.Join([]string{swWrongSig, "v2," + swSignature[3:], swSignature, swWrongSig}, " "), swTimestamp), at, nil},
+		{"other version only", header("v2,"+swSignature[3:], swTimestamp), at, ErrNoMatchSignature},
+		{"timestamp a tolerance old", header(swSignature, swTimestamp), at.Add(DefaultTolerance + time.Second), ErrTimestampSkew},
+		{"timestamp a tolerance ahead", header(swSignature, swTimestamp), at.Add(-DefaultTolerance - time.Second), ErrTimestampSkew},
+		{"missing id", func() http.Header { h := header(swSignature, swTimestamp); h.Del(HeaderID); return h }(), at, ErrMissingHeaders},
+		{"missing timestamp", func() http.Header { h := header(swSignature, swTimestamp); h.Del(HeaderTimestamp); return h }(), at, ErrMissingHeaders},
+		{"missing signature", func() http.Header { h := header(swSignature, swTimestamp); h.Del(HeaderSignature); return h }(), at, ErrMissingHeaders},
+	}
+	for _, c := range cases {
+		err := verifyAt([]string{swSecret}, c.h, []byte(swPayload), 0, c.now)
+		if !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
+			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
+		}
+	}
+	// A tampered body fails with the published signature.
+	if err := verifyAt([]string{swSecret}, header(swSignature, swTimestamp), []byte(`{"test": 2432232315}`), 0, at); !errors.Is(err, ErrNoMatchSignature) {
+		t.Errorf("tampered body: %v", err)
+	}
+
+	// What the Publisher sends verifies against the same rule: sign a request with
+	// the vector's secret and check it with an independent HMAC computation.
+	type request struct {
+		h    http.Header
+		body []byte
+	}
+	received := make(chan request, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		received <- request{r.Header.Clone(), mustRead(r)}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer srv.Close()
+	p := newPub(t, Config{Secrets: []string{swSecret}, DefaultURL: srv.URL})
+	if errs := p.Publish(ctxFor(t), []outbox.Message{{ID: swMsgID, Payload: []byte(swPayload)}}); errs[0] != nil {
+		t.Fatal(errs[0])
+	}
+	req := <-received
+	got, body := req.h, req.body
+	mac := hmac.New(sha256.New, mustB64(t, strings.TrimPrefix(swSecret, SecretPrefix)))
+	mac.Write([]byte(got.Get(HeaderID) + "." + got.Get(HeaderTimestamp) + "." + string(body)))
+	if want := "v1," + base64.StdEncoding.EncodeToString(mac.Sum(nil)); got.Get(HeaderSignature) != want {
+		t.Fatalf("sent signature %q, independent computation %q", got.Get(HeaderSignature), want)
+	}
+	if err := Verify([]string{swSecret}, got, body, 0); err != nil {
+		t.Fatalf("Verify of a sent request: %v", err)
+	}
+}
+
+func mustRead(r *http.Request) []byte {
+	b, _ := io.ReadAll(r.Body)
+	return b
+}
+
+func mustB64(t *testing.T, s string) []byte {
+	t.Helper()
+	b, err := base64.StdEncoding.DecodeString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func TestVerify(t *testing.T) {
 	t.Parallel()
 	keys, _ := ParseSecrets([]string{testSecret})
@@ -371,7 +477,7 @@ func TestRequestTimeout(t *testing.T) {
 	p := newPub(t, Config{DefaultURL: srv.URL, Timeout: 200 * time.Millisecond})
 	start := time.Now()
 	errs := p.Publish(ctxFor(t), []outbox.Message{outboxtest.NewMessage("", 1)})
-	if errs[0] == nil || outbox.IsPermanent(errs[0]) || !errors.Is(errs[0], context.DeadlineExceeded) {
+	if errs[0] == nil || errors.As(errs[0], new(*skiplock.PermanentError)) || !errors.Is(errs[0], context.DeadlineExceeded) {
 		t.Fatalf("got %v, want a retryable deadline error", errs[0])
 	}
 	if d := time.Since(start); d > 5*time.Second {
@@ -433,7 +539,7 @@ func TestDenyPrivateNetworks(t *testing.T) {
 	})
 	errs := p.Publish(ctxFor(t), []outbox.Message{outboxtest.NewMessage("ip", 1), outboxtest.NewMessage("name", 2)})
 	for i, err := range errs {
-		if !errors.Is(err, ErrPrivateAddress) || !outbox.IsPermanent(err) {
+		if !errors.Is(err, ErrPrivateAddress) || !errors.As(err, new(*skiplock.PermanentError)) {
 			t.Errorf("message %d: got %v, want a permanent ErrPrivateAddress", i, err)
 		}
 	}
@@ -489,7 +595,7 @@ func TestNewValidation(t *testing.T) {
 		{"negative", Config{Secrets: []string{"k"}, DefaultURL: "https://example.com", MaxConcurrency: -1}, "negative"},
 	} {
 		_, err := New(c.cfg)
-		if err == nil || !strings.Contains(err.Error(), c.want) {
+		if !errors.Is(err, skiplock.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want an error mentioning %q", c.name, err, c.want)
 		}
 	}
@@ -521,4 +627,26 @@ func BenchmarkPublish(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// A header name HTTP cannot carry would fail every attempt: it is a permanent error
+// (parked at once), not 25 retries. Non-ASCII UTF-8 values are sent as they are.
+func TestUnsendableHeaderIsPermanent(t *testing.T) {
+	t.Parallel()
+	r := newReceiver(t, testSecret)
+	p := newPub(t, Config{Secrets: []string{testSecret}, DefaultURL: r.url("h")})
+	msgs := []outbox.Message{
+		{ID: "0190c0de-0000-7000-8000-000000000001", Payload: []byte(`{}`), Headers: map[string]string{"bad name": "v"}},
+		{ID: "0190c0de-0000-7000-8000-000000000002", Payload: []byte(`{}`), Headers: map[string]string{"x-colon:": "v"}},
+		{ID: "0190c0de-0000-7000-8000-000000000003", Payload: []byte(`{}`), Headers: map[string]string{"x-city": "Zürich"}},
+	}
+	errs := p.Publish(ctxFor(t), msgs)
+	for i := range 2 {
+		if !errors.As(errs[i], new(*skiplock.PermanentError)) || !strings.Contains(errs[i].Error(), "header") {
+			t.Errorf("message %d: got %v, want a permanent header error", i, errs[i])
+		}
+	}
+	if errs[2] != nil {
+		t.Fatalf("UTF-8 header value: %v", errs[2])
+	}
 }

@@ -1,0 +1,136 @@
+package skiplock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/safetext"
+	"github.com/skiplock/skiplock/internal/store"
+)
+
+// This file holds the operator's verbs on jobs by id: get, list, retry, cancel, delete.
+
+// JobGet returns one job. ErrNotFound if no job has that id.
+func (c *Client) JobGet(ctx context.Context, id string) (*Job, error) {
+	if err := checkAdmin(ctx, id); err != nil {
+		return nil, err
+	}
+	return c.adminRow(ctx, id, "getting", "")(c.store.Get(ctx, c.pool, id))
+}
+
+// ListParams filter and page JobList. Zero values match everything.
+type ListParams struct {
+	States []JobState
+	Queue  string
+	Kind   string
+	// AfterID continues a listing after the last id of the previous page.
+	AfterID string
+	// Limit is the page size. Default 100, at most 10,000.
+	Limit int
+}
+
+// JobList lists jobs oldest first, filtered by state, queue and kind, paged by id.
+func (c *Client) JobList(ctx context.Context, p ListParams) ([]*Job, error) {
+	if p.Limit == 0 {
+		p.Limit = 100
+	}
+	if p.Limit < 0 || p.Limit > 10000 {
+		return nil, invalid("limit", "must be 1..10000")
+	}
+	if ctx == nil {
+		return nil, invalid("ctx", "must not be nil")
+	}
+	sp := store.ListParams{Queue: p.Queue, Kind: p.Kind, AfterID: p.AfterID, Limit: p.Limit}
+	for _, s := range p.States {
+		if _, err := ParseJobState(string(s)); err != nil {
+			return nil, err
+		}
+		sp.Statuses = append(sp.Statuses, string(s))
+	}
+	rows, err := c.store.List(ctx, c.pool, sp)
+	if err != nil {
+		return nil, fmt.Errorf("listing jobs: %w", wrapPgError(err))
+	}
+	return fromRows(rows), nil
+}
+
+// JobRetry makes a failed or cancelled job pending and due now, granting at least one
+// more attempt. ErrNotFound if no job has that id; ErrJobState if it is not failed or
+// cancelled.
+func (c *Client) JobRetry(ctx context.Context, id string) (*Job, error) {
+	if err := checkAdmin(ctx, id); err != nil {
+		return nil, err
+	}
+	return c.adminRow(ctx, id, "retrying", "only failed or cancelled jobs can be retried")(c.store.AdminRetry(ctx, c.pool, store.NowParam(c.cfg.Clock), id))
+}
+
+// JobCancel cancels a pending or running job. A running job's worker loses its lease
+// at its next heartbeat: its context is cancelled and its outcome is not written.
+// ErrNotFound if no job has that id; ErrJobState if it has already finished.
+func (c *Client) JobCancel(ctx context.Context, id, reason string) (*Job, error) {
+	if err := checkAdmin(ctx, id); err != nil {
+		return nil, err
+	}
+	return c.adminRow(ctx, id, "cancelling", "only pending or running jobs can be cancelled")(c.store.AdminCancel(ctx, c.pool, store.NowParam(c.cfg.Clock), id, safetext.Clean(reason)))
+}
+
+// JobDelete deletes a job that is not running. ErrNotFound if no job has that id;
+// ErrJobState if it is running (cancel it first).
+func (c *Client) JobDelete(ctx context.Context, id string) (*Job, error) {
+	if err := checkAdmin(ctx, id); err != nil {
+		return nil, err
+	}
+	return c.adminRow(ctx, id, "deleting", "a running job cannot be deleted; cancel it first")(c.store.AdminDelete(ctx, c.pool, id))
+}
+
+// checkAdmin validates an admin verb's context and job id.
+func checkAdmin(ctx context.Context, id string) error {
+	if ctx == nil {
+		return invalid("ctx", "must not be nil")
+	}
+	if !isUUID(id) {
+		return invalid("id", "%q is not a job id (a UUID)", id)
+	}
+	return nil
+}
+
+// isUUID reports whether s has the textual form of a UUID.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case i == 8 || i == 13 || i == 18 || i == 23:
+			if r != '-' {
+				return false
+			}
+		case !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f' || r >= 'A' && r <= 'F'):
+			return false
+		}
+	}
+	return true
+}
+
+// adminRow turns an admin statement's result into the verb's answer. A statement that
+// matched no row is explained: either no job has the id (ErrNotFound), or it is in
+// a state the verb does not apply to (ErrJobState, with the rule that refused it).
+func (c *Client) adminRow(ctx context.Context, id, verb, rule string) func(*store.Job, error) (*Job, error) {
+	return func(row *store.Job, err error) (*Job, error) {
+		what := verb + " job " + id
+		if errors.Is(err, pgx.ErrNoRows) {
+			if rule != "" {
+				if cur, gerr := c.store.Get(ctx, c.pool, id); gerr == nil {
+					return nil, fmt.Errorf("%s: it is %s; %s: %w", what, cur.Status, rule, ErrJobState)
+				}
+			}
+			return nil, fmt.Errorf("%s: %w", what, ErrNotFound)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, wrapPgError(err))
+		}
+		return fromRow(row), nil
+	}
+}

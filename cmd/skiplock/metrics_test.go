@@ -1,0 +1,201 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/pgtest"
+)
+
+// addrWatcher is the metrics command's stderr: it hands the address of the
+// "serving … on http://<addr> …" line to the test.
+type addrWatcher struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	addr  chan string
+	found bool
+}
+
+func newAddrWatcher() *addrWatcher { return &addrWatcher{addr: make(chan string, 1)} }
+
+func (w *addrWatcher) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if !w.found {
+		if _, rest, ok := strings.Cut(w.buf.String(), " on http://"); ok {
+			if addr, _, ok := strings.Cut(rest, " "); ok {
+				w.found = true
+				w.addr <- addr
+			}
+		}
+	}
+	return len(p), nil
+}
+
+func (w *addrWatcher) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// startMetrics runs `skiplock metrics` until the test ends and returns its address.
+func startMetrics(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	stderr := newAddrWatcher()
+	done := make(chan int, 1)
+	go func() {
+		done <- execute(ctx, io.Discard, stderr, append([]string{"metrics", "--addr", "127.0.0.1:0", "--min-interval", "1ms"}, args...)...)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("metrics exited %d after cancel:\n%s", code, stderr.String())
+		}
+	})
+	select {
+	case addr := <-stderr.addr:
+		return addr
+	case code := <-done:
+		t.Fatalf("metrics exited %d before listening:\n%s", code, stderr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("metrics never listened:\n%s", stderr.String())
+	}
+	return ""
+}
+
+func get(t *testing.T, addr, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// wantUnavailable checks that /healthz and /readyz answer 503 with a JSON reason.
+func wantUnavailable(t *testing.T, addr string) {
+	t.Helper()
+	for _, path := range []string{"/healthz", "/readyz"} {
+		code, body := get(t, addr, path)
+		var rep struct{ Status, Error string }
+		if err := json.Unmarshal([]byte(body), &rep); err != nil || code != http.StatusServiceUnavailable ||
+			rep.Status != "unavailable" || rep.Error == "" {
+			t.Fatalf("%s with the database down: %d %s", path, code, body)
+		}
+		if strings.Contains(body, "secret") {
+			t.Fatalf("%s shows the password: %s", path, body)
+		}
+	}
+	if code, body := get(t, addr, "/metrics"); code != 200 || !strings.Contains(body, "skiplock_stats_up{") ||
+		!strings.Contains(body, "go_goroutines") {
+		t.Fatalf("/metrics with the database down: %d %s", code, body)
+	}
+}
+
+func TestMetricsCommandServes(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	addr := startMetrics(t, "--database-url", pgtest.URL(t), "--schema", c.schema, "--max-oldest-due", "1m")
+	for path, want := range map[string]string{"/metrics": "skiplock_stats_up", "/healthz": `"status":"ok"`, "/readyz": `"status":"ok"`} {
+		if code, body := get(t, addr, path); code != 200 || !strings.Contains(body, want) {
+			t.Errorf("%s: %d %s", path, code, body)
+		}
+	}
+}
+
+// The metrics server starts against a port where nothing listens and reports 503.
+func TestMetricsStartsWhileDatabaseDown(t *testing.T) {
+	t.Parallel()
+	addr := startMetrics(t, "--database-url", closedURL(t))
+	wantUnavailable(t, addr)
+}
+
+// gate forwards connections to a PostgreSQL server once opened; before, it closes
+// each connection at once, as a server that is still starting would.
+type gate struct {
+	ln     net.Listener
+	target string
+	open   atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+func newGate(t *testing.T, target string) *gate {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gate{ln: ln, target: target}
+	go g.serve()
+	t.Cleanup(func() {
+		ln.Close()
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		for _, c := range g.conns {
+			c.Close()
+		}
+	})
+	return g
+}
+
+func (g *gate) serve() {
+	for {
+		c, err := g.ln.Accept()
+		if err != nil {
+			return
+		}
+		if !g.open.Load() {
+			c.Close()
+			continue
+		}
+		up, err := net.Dial("tcp", g.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		g.mu.Lock()
+		g.conns = append(g.conns, c, up)
+		g.mu.Unlock()
+		go func() { io.Copy(up, c); up.Close() }()
+		go func() { io.Copy(c, up); c.Close() }()
+	}
+}
+
+// The endpoints go from 503 to 200 when the database becomes reachable, without a
+// restart of the metrics server.
+func TestMetricsRecoversWhenDatabaseComesUp(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	cfg, err := pgx.ParseConfig(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGate(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	url := "postgres://" + cfg.User + ":secret@" + g.ln.Addr().String() + "/" + cfg.Database + "?sslmode=disable&connect_timeout=5"
+	addr := startMetrics(t, "--database-url", url, "--schema", c.schema)
+	wantUnavailable(t, addr)
+	g.open.Store(true)
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if code, body := get(t, addr, path); code != 200 || !strings.Contains(body, `"status":"ok"`) {
+			t.Fatalf("%s after the database came up: %d %s", path, code, body)
+		}
+	}
+	if code, body := get(t, addr, "/metrics"); code != 200 || !strings.Contains(body, `skiplock_stats_up{schema="`+c.schema+`"} 1`) {
+		t.Fatalf("/metrics after the database came up: %d %s", code, body)
+	}
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"fmt"
+	"runtime"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+)
+
+// buildVersion is what `skiplock version` reports, read from the build information
+// the Go toolchain embeds: the module version (a tag with go install …@v1.2.3,
+// "(devel)" for a build from a checkout) and the VCS revision of a checkout build.
+type buildVersion struct {
+	Module   string `json:"module"`
+	Version  string `json:"version"`
+	Revision string `json:"revision,omitempty"`
+	Time     string `json:"time,omitempty"`
+	Modified bool   `json:"modified,omitempty"`
+	Go       string `json:"go"`
+}
+
+func readBuildVersion() buildVersion {
+	v := buildVersion{Module: "github.com/skiplock/skiplock", Version: "unknown", Go: runtime.Version()}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return v
+	}
+	if info.Main.Path != "" {
+		v.Module = info.Main.Path
+	}
+	if info.Main.Version != "" {
+		v.Version = info.Main.Version
+	}
+	v.Go = info.GoVersion
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			v.Revision = s.Value
+		case "vcs.time":
+			v.Time = s.Value
+		case "vcs.modified":
+			v.Modified = s.Value == "true"
+		}
+	}
+	return v
+}
+
+func newVersionCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "version",
+		Short: "print the module version and VCS revision this binary was built from",
+		Args:  noArgs,
+	}
+	out := newOutputFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		v := readBuildVersion()
+		if out.json() {
+			return printJSON(cmd.OutOrStdout(), v)
+		}
+		line := fmt.Sprintf("skiplock %s (%s", v.Version, v.Module)
+		if v.Revision != "" {
+			line += ", revision " + v.Revision
+			if v.Modified {
+				line += " with local changes"
+			}
+			if v.Time != "" {
+				line += ", committed " + v.Time
+			}
+		} else {
+			line += ", no VCS revision: built outside a checkout or with -buildvcs=false"
+		}
+		_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s, %s)\n", line, v.Go)
+		return err
+	}
+	return cmd
+}

@@ -1,0 +1,208 @@
+package skiplock
+
+import (
+	"context"
+	"time"
+
+	"github.com/skiplock/skiplock/internal/hostclock"
+	"github.com/skiplock/skiplock/internal/pgerr"
+	"github.com/skiplock/skiplock/internal/safetext"
+	"github.com/skiplock/skiplock/internal/store"
+)
+
+func (r *runtime) complete() {
+	defer r.bgWG.Done()
+	c := r.c
+	batch := make([]*inflight, 0, c.cfg.CompletionBatchSize)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		select {
+		case f := <-r.outcomes:
+			batch = append(batch, f)
+		case <-r.bgCtx.Done():
+			return
+		}
+		timer.Reset(c.cfg.CompletionBatchDelay)
+	fill:
+		for len(batch) < c.cfg.CompletionBatchSize {
+			select {
+			case f := <-r.outcomes:
+				batch = append(batch, f)
+			case <-timer.C:
+				break fill
+			}
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		r.flush(batch)
+		batch = batch[:0]
+	}
+}
+
+// flush writes a batch of outcomes. It retries the whole batch while the failure is
+// one retrying can fix (the database is unreachable, restarting, overloaded): the
+// writes are fenced, so retrying after an ambiguous failure is safe. A failure that
+// retrying can never fix (the server refused the statement's data) is one outcome's
+// doing, not the batch's: the batch is split so every other outcome is written at
+// once, and the offending outcome is written with a safe fallback (see fallback).
+func (r *runtime) flush(batch []*inflight) { r.flushSplit(batch, false, false) }
+
+// flushSplit is flush for part of a batch. ambiguous says an earlier attempt at these
+// outcomes failed in a way that may have committed; fellBack says the outcomes are
+// already fallbacks, so a refusal drops them instead of splitting again.
+func (r *runtime) flushSplit(batch []*inflight, ambiguous, fellBack bool) {
+	c := r.c
+	outs := make([]store.Outcome, len(batch))
+	for i, f := range batch {
+		outs[i] = f.outcome
+	}
+	backoff := 50 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.bgCtx), 30*time.Second)
+		began := hostclock.Now()
+		res, err := c.finish(ctx, outs)
+		if err == nil && ambiguous {
+			err = r.recognise(ctx, batch, res)
+		}
+		cancel()
+		if err == nil {
+			c.failures.ok("completion")
+			c.metrics.flushNanos.Add(int64(hostclock.Since(began)))
+			c.metrics.flushes.Add(1)
+			c.metrics.flushed.Add(int64(len(outs)))
+			for _, f := range batch {
+				if st, ok := res[f.job.ID]; ok {
+					r.finish(f, &st)
+				} else {
+					r.finish(f, nil)
+				}
+			}
+			return
+		}
+		if !pgerr.Retryable(err) {
+			r.refused(batch, err, ambiguous, fellBack)
+			return
+		}
+		ambiguous = true
+		c.failures.warn("completion", err, "jobs", len(batch), "retry_in", backoff)
+		if !hostclock.Sleep(r.bgCtx, hostclock.Jitter(backoff)) {
+			c.log.Error("skiplock: stopping with unwritten outcomes; their jobs will be reclaimed and run again", "jobs", len(batch))
+			for _, f := range batch {
+				r.finish(f, nil)
+			}
+			return
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// refused handles a batch the server refused with an error retrying cannot fix. A
+// batch of several is halved and each half written on its own, so a poison outcome
+// costs log2(batch) extra statements and delays no other outcome behind it. A single
+// outcome is written once more as its fallback; if even that is refused, its lease is
+// left to expire and the reclaimer retries the job like a crashed run.
+func (r *runtime) refused(batch []*inflight, err error, ambiguous, fellBack bool) {
+	c := r.c
+	if len(batch) > 1 {
+		half := len(batch) / 2
+		r.flushSplit(batch[:half], ambiguous, fellBack)
+		r.flushSplit(batch[half:], ambiguous, fellBack)
+		return
+	}
+	f := batch[0]
+	if fellBack {
+		c.log.Error("skiplock: the database refused a job's fallback outcome; its lease will expire and the reclaimer will retry it",
+			"job_id", f.job.ID, "kind", f.job.Kind, "error", err)
+		r.finish(f, nil)
+		return
+	}
+	c.log.Error("skiplock: the database refused a job's outcome; writing a fallback",
+		"job_id", f.job.ID, "kind", f.job.Kind, "action", string(f.outcome.Action), "sqlstate", pgerr.Code(err), "error", err)
+	f.outcome = fallback(f.outcome, err)
+	r.flushSplit(batch, ambiguous, true)
+}
+
+// fallback is the outcome written for a job whose own outcome the database refused.
+// It keeps the action (a success stays a success, a retry a retry) but replaces what
+// came from the handler — the error text and the delay — with values that cannot be
+// refused: the refusal's own message, and the retry policy's smallest delay (none).
+func fallback(o store.Outcome, refusal error) store.Outcome {
+	if o.Action != store.ActionComplete {
+		o.Error = safetext.Clean("skiplock: the handler's outcome was refused by the database (" +
+			safetext.Error(refusal) + "); its error text was dropped")
+	}
+	o.Delay = 0
+	return o
+}
+
+// recognise runs after a retried completion batch: an earlier attempt may have
+// committed before its connection failed, and then the retry — fenced by tokens the
+// first attempt cleared — changes nothing for those jobs. For each job the retry did
+// not change, it reads the row and adds it to res when the row is exactly what this
+// outcome writes (state, attempt count and, where written, the error), so the worker
+// reports the outcome it wrote instead of a lost lease. A job taken over by another
+// worker cannot match: a reclaim writes its own error, a new claim raises attempts.
+func (r *runtime) recognise(ctx context.Context, batch []*inflight, res map[string]string) error {
+	var missing []string
+	for _, f := range batch {
+		if _, ok := res[f.job.ID]; !ok {
+			missing = append(missing, f.job.ID)
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	rows, err := r.c.store.Finished(ctx, r.c.pool, missing)
+	if err != nil {
+		return err
+	}
+	for _, f := range batch {
+		if _, ok := res[f.job.ID]; ok {
+			continue
+		}
+		row, found := rows[f.job.ID]
+		if st, ok := ownOutcome(f.outcome, f.job.Attempt, row, found, r.c.cfg.DeleteOnSuccess); ok {
+			res[f.job.ID] = st
+		}
+	}
+	return nil
+}
+
+// ownOutcome reports whether a job row (found or deleted) is what outcome o, written
+// for a claim at attempt, leaves behind, and the state it left.
+func ownOutcome(o store.Outcome, attempt int, row store.FinishedRow, found, deleteOnSuccess bool) (string, bool) {
+	if !found {
+		return store.StatusSucceeded, o.Action == store.ActionComplete && deleteOnSuccess
+	}
+	if row.Running {
+		return "", false
+	}
+	wantAttempts, wantErr := attempt, o.Error
+	var states []string
+	switch o.Action {
+	case store.ActionComplete:
+		states, wantErr = []string{store.StatusSucceeded}, row.LastError // a completion keeps the old error
+	case store.ActionFail:
+		states = []string{store.StatusFailed}
+	case store.ActionCancel:
+		states = []string{store.StatusCancelled}
+	case store.ActionSnooze:
+		states, wantAttempts, wantErr = []string{store.StatusPending}, attempt-1, row.LastError
+	case store.ActionRetry:
+		states = []string{store.StatusPending, store.StatusFailed}
+	}
+	if row.Attempts != wantAttempts || row.LastError != wantErr {
+		return "", false
+	}
+	for _, st := range states {
+		if row.Status == st {
+			return st, true
+		}
+	}
+	return "", false
+}

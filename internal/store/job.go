@@ -1,0 +1,148 @@
+package store
+
+// The job row, and the statements that read jobs or change them on an operator's
+// behalf (retry, cancel, delete).
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Status values, as in the job_status enum.
+const (
+	StatusPending   = "pending"
+	StatusRunning   = "running"
+	StatusSucceeded = "succeeded"
+	StatusFailed    = "failed"
+	StatusCancelled = "cancelled"
+)
+
+// Job is a row of the jobs table.
+type Job struct {
+	ID               string
+	Queue            string
+	Kind             string
+	Payload          []byte
+	Status           string
+	Priority         int
+	RunAt            time.Time
+	Attempts         int
+	MaxAttempts      int
+	LeaseUntil       *time.Time
+	LeaseToken       *string
+	WorkerID         *string
+	DeduplicationKey *string
+	LastError        *string
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
+}
+
+// jobColumns lists what statements returning jobs select, in scanJob's order.
+const jobColumns = `id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
+  lease_until, lease_token, worker_id, deduplication_key, last_error, created_at, updated_at`
+
+// prefixed returns jobColumns qualified by the table alias p.
+func prefixed(p string) string {
+	cols := strings.Split(strings.ReplaceAll(jobColumns, "\n", ""), ",")
+	for i, c := range cols {
+		cols[i] = p + "." + strings.TrimSpace(c)
+	}
+	return strings.Join(cols, ", ")
+}
+
+func scanJob(row pgx.Row) (*Job, error) {
+	var j Job
+	err := row.Scan(&j.ID, &j.Queue, &j.Kind, &j.Payload, &j.Status, &j.Priority, &j.RunAt, &j.Attempts,
+		&j.MaxAttempts, &j.LeaseUntil, &j.LeaseToken, &j.WorkerID, &j.DeduplicationKey, &j.LastError,
+		&j.CreatedAt, &j.UpdatedAt)
+	if err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
+func collectJobs(rows pgx.Rows, err error) ([]*Job, error) { return collect(rows, err, scanJob) }
+
+type jobStatements struct {
+	get, list                            stmt
+	adminRetry, adminCancel, adminDelete stmt
+}
+
+func newJobStatements(b *builder) jobStatements {
+	return jobStatements{
+		get: b.add("get", `SELECT `+jobColumns+` FROM {{s}}.jobs WHERE id = $1`),
+
+		// Keyset paging by id: ids are time-ordered, so pages come oldest first.
+		list: b.add("list", `
+SELECT `+jobColumns+` FROM {{s}}.jobs
+WHERE ($1::text[] IS NULL OR status::text = ANY($1))
+  AND ($2::text IS NULL OR queue = $2)
+  AND ($3::text IS NULL OR kind = $3)
+  AND ($4::uuid IS NULL OR id > $4)
+ORDER BY id
+LIMIT $5`),
+
+		// A human retries a failed or cancelled job: due now, with at least one attempt left.
+		adminRetry: b.add("admin_retry", `
+WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
+UPDATE {{s}}.jobs AS j
+SET status = 'pending', run_at = t.now, max_attempts = greatest(j.max_attempts, j.attempts + 1), updated_at = t.now
+FROM t
+WHERE j.id = $2 AND j.status IN ('failed', 'cancelled')
+RETURNING `+prefixed("j")),
+
+		// A human cancels a pending or running job. A running job loses its lease: its
+		// worker's next heartbeat fails, its context is cancelled, and its outcome is fenced out.
+		adminCancel: b.add("admin_cancel", `
+WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
+UPDATE {{s}}.jobs AS j
+SET status = 'cancelled', lease_until = NULL, lease_token = NULL, worker_id = NULL,
+    last_error = coalesce($3, 'cancelled by an operator'), updated_at = t.now
+FROM t
+WHERE j.id = $2 AND j.status IN ('pending', 'running')
+RETURNING `+prefixed("j")),
+
+		adminDelete: b.add("admin_delete", `DELETE FROM {{s}}.jobs WHERE id = $1 AND status <> 'running' RETURNING `+jobColumns),
+	}
+}
+
+// Get returns one job, or pgx.ErrNoRows.
+func (s *Store) Get(ctx context.Context, db DBTX, id string) (*Job, error) {
+	return scanJob(db.QueryRow(ctx, s.jobs.get.sql, id))
+}
+
+// ListParams filter and page a job listing. Zero values mean "any".
+type ListParams struct {
+	Statuses []string
+	Queue    string
+	Kind     string
+	AfterID  string
+	Limit    int
+}
+
+// List returns jobs matching p, ordered by id (oldest first).
+func (s *Store) List(ctx context.Context, db DBTX, p ListParams) ([]*Job, error) {
+	var statuses []string
+	if len(p.Statuses) > 0 {
+		statuses = p.Statuses
+	}
+	return collectJobs(db.Query(ctx, s.jobs.list.sql, statuses, nullable(p.Queue), nullable(p.Kind), nullable(p.AfterID), p.Limit))
+}
+
+// AdminRetry makes a failed or cancelled job pending and due now.
+func (s *Store) AdminRetry(ctx context.Context, db DBTX, now *time.Time, id string) (*Job, error) {
+	return scanJob(db.QueryRow(ctx, s.jobs.adminRetry.sql, Now(now), id))
+}
+
+// AdminCancel cancels a pending or running job.
+func (s *Store) AdminCancel(ctx context.Context, db DBTX, now *time.Time, id, reason string) (*Job, error) {
+	return scanJob(db.QueryRow(ctx, s.jobs.adminCancel.sql, Now(now), id, nullable(reason)))
+}
+
+// AdminDelete deletes a job that is not running.
+func (s *Store) AdminDelete(ctx context.Context, db DBTX, id string) (*Job, error) {
+	return scanJob(db.QueryRow(ctx, s.jobs.adminDelete.sql, id))
+}

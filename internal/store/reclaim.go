@@ -1,0 +1,83 @@
+package store
+
+// Reclaiming: finding running jobs whose lease ran out, and returning them to the
+// queue (or failing them) under the token they were claimed with.
+
+import (
+	"context"
+	"time"
+)
+
+type reclaimStatements struct {
+	expired, reclaim stmt
+}
+
+func newReclaimStatements(b *builder) reclaimStatements {
+	return reclaimStatements{
+		expired: b.add("expired", `
+SELECT id, lease_token, kind, attempts, max_attempts
+FROM {{s}}.jobs
+WHERE status = 'running' AND lease_until < coalesce($1::timestamptz, now())
+ORDER BY lease_until
+LIMIT $2`),
+
+		// Reclaim returns expired leases to pending after the retry delay, or fails them at
+		// max_attempts. Fenced by token and by the lease still being expired, so a job whose
+		// worker heartbeated in the meantime is left alone.
+		reclaim: b.add("reclaim", `
+WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
+UPDATE {{s}}.jobs AS j
+SET status = (CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END)::{{s}}.job_status,
+    run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at
+                  ELSE t.now + r.delay_us * interval '1 microsecond' END,
+    last_error = 'lease expired on worker ' || coalesce(j.worker_id, '?') || ' (attempt ' || j.attempts || ')',
+    lease_until = NULL,
+    lease_token = NULL,
+    worker_id = NULL,
+    updated_at = t.now
+FROM unnest($2::uuid[], $3::uuid[], $4::bigint[]) AS r(id, token, delay_us), t
+WHERE j.id = r.id AND j.lease_token = r.token AND j.status = 'running' AND j.lease_until < t.now
+RETURNING j.id, j.status::text`),
+	}
+}
+
+// Expired is a running job whose lease has run out.
+type Expired struct {
+	Lease
+	Kind        string
+	Attempts    int
+	MaxAttempts int
+}
+
+// ListExpired returns up to limit jobs whose lease expired, oldest expiry first.
+func (s *Store) ListExpired(ctx context.Context, db DBTX, now *time.Time, limit int) ([]Expired, error) {
+	rows, err := db.Query(ctx, s.reclaim.expired.sql, Now(now), limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Expired
+	for rows.Next() {
+		var e Expired
+		if err := rows.Scan(&e.ID, &e.Token, &e.Kind, &e.Attempts, &e.MaxAttempts); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// Reclaim returns the given expired leases to the queue with their delays (or fails
+// them at max attempts); it returns the new status of each job it changed.
+func (s *Store) Reclaim(ctx context.Context, db DBTX, now *time.Time, leases []Lease, delays []time.Duration) (map[string]string, error) {
+	ids, tokens := splitLeases(leases)
+	us := make([]int64, len(delays))
+	for i, d := range delays {
+		us[i] = micros(d)
+	}
+	rows, err := db.Query(ctx, s.reclaim.reclaim.sql, Now(now), ids, tokens, us)
+	if err != nil {
+		return nil, err
+	}
+	return collectStatuses(rows)
+}
