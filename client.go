@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/internal/hostclock"
 	"github.com/skiplock/skiplock/internal/ident"
+	"github.com/skiplock/skiplock/internal/maint"
 	"github.com/skiplock/skiplock/internal/store"
 )
 
@@ -235,6 +236,7 @@ type Client struct {
 	workers  *Workers
 	log      *slog.Logger
 	failures *failures
+	maint    *maint.Runner
 	channel  string
 	metrics  counters
 
@@ -268,6 +270,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 		channel: Channel(full.Schema), lastNotify: map[string]time.Time{}, trailing: map[string]bool{},
 		failures: newFailures(full.Logger),
 	}
+	c.maint = c.newRunner()
 	return c, nil
 }
 

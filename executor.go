@@ -143,7 +143,7 @@ func (r *runtime) classify(job *Job, err error, ctx context.Context) (o store.Ou
 		if ctx.Err() == context.DeadlineExceeded {
 			o.Error = "timed out: " + o.Error
 		}
-		o.Delay = clampDelay(r.c.retryPolicy(job.Kind).Delay(job.Attempt))
+		o.Delay = r.c.retryDelay(job.Kind, job.Attempt)
 	}
 	return o
 }
@@ -169,7 +169,8 @@ func (r *runtime) finish(f *inflight, status *string) {
 	case status == nil:
 		c.metrics.leaseLost.Add(1)
 		ev.Kind = EventLeaseLost
-		c.log.Warn("skiplock: lease lost; outcome discarded", "job_id", f.job.ID, "kind", f.job.Kind, "attempt", f.job.Attempt)
+		c.failures.notice("lease_lost", "skiplock: lease lost; outcome discarded (counted in ProcessCounters.LeaseLost)",
+			"job_id", f.job.ID, "kind", f.job.Kind, "attempt", f.job.Attempt)
 	default:
 		c.count(f.outcome.Action, *status)
 		f.job.State = JobState(*status)

@@ -32,12 +32,13 @@ func (c *Client) FlushRetriesForTest(jobs []*Job, errs []string) []JobState {
 	return out
 }
 
-// RunMaintenanceOnceForTest runs one pass of the named maintenance service ("reclaimer")
-// under its advisory lock; ran is false when another client held the lock.
+// RunMaintenanceOnceForTest runs one pass of the named maintenance service
+// ("reclaimer", "retention") under its advisory lock; ran is false when another
+// client held the lock.
 func (c *Client) RunMaintenanceOnceForTest(ctx context.Context, name string) (ran bool, err error) {
-	for _, svc := range c.maintenanceServices() {
-		if svc.name == name {
-			ran, _, err = c.runService(ctx, svc)
+	for _, svc := range c.services() {
+		if svc.Name() == name {
+			ran, _, err = c.maint.RunOnce(ctx, svc)
 			return ran, err
 		}
 	}

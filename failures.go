@@ -34,9 +34,10 @@ type OperationStatus struct {
 // then at most once per failureLogEvery while it repeats, logs the recovery, and
 // keeps per-operation counts for Counters, metrics and readiness checks.
 type failures struct {
-	log *slog.Logger
-	mu  sync.Mutex
-	ops map[string]*opState
+	log     *slog.Logger
+	mu      sync.Mutex
+	ops     map[string]*opState
+	notices map[string]*opState // rate-limited warnings that are not operation failures
 }
 
 type opState struct {
@@ -46,7 +47,7 @@ type opState struct {
 }
 
 func newFailures(log *slog.Logger) *failures {
-	return &failures{log: log, ops: map[string]*opState{}}
+	return &failures{log: log, ops: map[string]*opState{}, notices: map[string]*opState{}}
 }
 
 // warn records a failure of op and logs it unless it was logged recently.
@@ -93,6 +94,34 @@ func (f *failures) ok(op string) {
 	st.lastLogged, st.suppressed = time.Time{}, 0
 	f.mu.Unlock()
 	f.log.Warn("skiplock: "+op+" recovered", "operation", op, "failing_for", hostclock.Since(since).Round(time.Millisecond))
+}
+
+// notice logs msg at Warn unless a notice with the same key was logged within
+// failureLogEvery; the next line that is logged says how many were held back. For
+// per-job warnings (a lost lease) that a bad minute could otherwise repeat thousands
+// of times.
+func (f *failures) notice(key, msg string, attrs ...any) {
+	now := hostclock.Now()
+	f.mu.Lock()
+	st := f.notices[key]
+	if st == nil {
+		st = &opState{}
+		f.notices[key] = st
+	}
+	logIt := st.lastLogged.IsZero() || now.Sub(st.lastLogged) >= failureLogEvery
+	suppressed := st.suppressed
+	if logIt {
+		st.lastLogged, st.suppressed = now, 0
+	} else {
+		st.suppressed++
+	}
+	f.mu.Unlock()
+	if logIt {
+		if suppressed > 0 {
+			attrs = append(attrs, "similar_since_last_logged", suppressed)
+		}
+		f.log.Warn(msg, attrs...)
+	}
 }
 
 func (f *failures) snapshot() []OperationStatus {

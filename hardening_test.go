@@ -91,7 +91,7 @@ func TestNilAndZeroInputsAreRefused(t *testing.T) {
 		"RolesSQL bad schema":     func() error { _, err := skiplock.RolesSQL("bad schema", skiplock.RoleNames{}); return err },
 		"MigrationSQL bad schema": func() error { _, err := skiplock.MigrationSQL("bad schema"); return err },
 		"PartitionJobs nil pool": func() error {
-			_, err := skiplock.PartitionJobs(ctx, nil, "", skiplock.PartitionOptions{})
+			_, err := skiplock.PartitionJobs(ctx, nil, "", skiplock.PartitionOpts{})
 			return err
 		},
 	}

@@ -1,58 +1,65 @@
 package skiplock
 
 import (
-	"context"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/skiplock/skiplock/internal/hostclock"
+	"github.com/skiplock/skiplock/internal/maint"
+	"github.com/skiplock/skiplock/internal/store"
 )
 
-// maintenanceService is a periodic task that one client at a time runs: each run is
-// one transaction that first takes a transaction-level advisory lock named after the
-// service and the schema, and skips the run when another client holds it.
-type maintenanceService struct {
-	name     string
-	interval time.Duration
-	run      func(ctx context.Context, tx pgx.Tx) (attrs []any, err error)
-}
+// The maintenance services live in internal/maint, one file each, and run under
+// maint.Runner: one client at a time per service, by advisory lock. This file builds
+// them from the client's Config. A new service is a file in internal/maint and one
+// line in services.
 
-func (c *Client) maintenanceServices() []maintenanceService {
-	var out []maintenanceService
+// services lists the maintenance services a started client runs.
+func (c *Client) services() []maint.Service {
+	var out []maint.Service
 	if c.cfg.ReclaimInterval > 0 {
-		out = append(out, maintenanceService{name: "reclaimer", interval: c.cfg.ReclaimInterval,
-			run: func(ctx context.Context, tx pgx.Tx) ([]any, error) {
-				res, err := c.reclaim(ctx, tx)
-				return []any{"requeued", res.Requeued, "failed", res.Failed}, err
-			}})
+		out = append(out, c.reclaimer())
 	}
-	return append(out, c.retentionServices()...)
+	if c.cfg.Retention.Interval > 0 {
+		out = append(out, c.retention())
+	}
+	return out
 }
 
-func (c *Client) runService(ctx context.Context, svc maintenanceService) (ran bool, attrs []any, err error) {
-	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		if ran, err = c.store.TryServiceLock(ctx, tx, svc.name); err != nil || !ran {
-			return err
-		}
-		attrs, err = svc.run(ctx, tx)
-		return err
-	})
-	return ran, attrs, err
+func (c *Client) newRunner() *maint.Runner {
+	return &maint.Runner{Store: c.store, Pool: c.pool, Log: c.log,
+		Failed:    func(op string, err error) { c.failures.warn(op, err) },
+		Succeeded: c.failures.ok}
 }
 
-func (r *runtime) maintain(svc maintenanceService) {
+func (c *Client) reclaimer() *maint.Reclaimer {
+	return &maint.Reclaimer{Store: c.store, Every: c.cfg.ReclaimInterval, Clock: c.cfg.Clock, Delay: c.retryDelay,
+		Reclaimed: func(n int) { c.metrics.reclaimed.Add(int64(n)) }}
+}
+
+func (c *Client) retention() *maint.Retention {
+	r := c.cfg.Retention
+	return &maint.Retention{Store: c.store, Pool: c.pool, Log: c.log, Clock: c.cfg.Clock,
+		Settings: maint.RetentionSettings{Every: r.Interval,
+			Windows: map[string]time.Duration{store.StatusSucceeded: r.Succeeded, store.StatusFailed: r.Failed,
+				store.StatusCancelled: r.Cancelled},
+			BatchSize: r.BatchSize, MaxBatches: r.MaxBatches, OutboxPublished: r.OutboxPublished,
+			PartitionLockTimeout: r.PartitionLockTimeout}}
+}
+
+// maintain runs svc at its interval until the runtime stops.
+func (r *runtime) maintain(svc maint.Service) {
 	defer r.bgWG.Done()
-	c := r.c
-	for hostclock.Sleep(r.bgCtx, hostclock.Jitter(svc.interval)) {
-		ran, attrs, err := c.runService(r.bgCtx, svc)
-		switch {
-		case err != nil && r.bgCtx.Err() == nil:
-			c.failures.warn("maintenance:"+svc.name, err)
-		case err == nil:
-			c.failures.ok("maintenance:" + svc.name)
-			if ran {
-				c.log.Debug("skiplock: maintenance run", append([]any{"service", svc.name}, attrs...)...)
-			}
+	r.c.maint.Loop(r.bgCtx, svc)
+}
+
+// retryDelay is the delay before a job of kind runs again after attempts, by its
+// kind's retry policy, clamped to 0..MaxSchedule. A policy that panics is logged and
+// the default policy's delay is used: a bug in a policy never loses an outcome.
+func (c *Client) retryDelay(kind string, attempts int) (d time.Duration) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.log.Error("skiplock: the retry policy panicked; using the default policy", "kind", kind, "panic", p)
+			d = clampDelay(DefaultRetryPolicy.Delay(attempts))
 		}
-	}
+	}()
+	return clampDelay(c.retryPolicy(kind).Delay(attempts))
 }

@@ -129,7 +129,11 @@ func (m *Manual) Cancel(ctx context.Context, job *Job, cause error) error {
 // update is fenced by the lease token and by the lease still being expired.
 func (m *Manual) Reclaim(ctx context.Context) (ReclaimResult, error) {
 	c := m.c
-	return c.reclaim(ctx, c.pool)
+	if ctx == nil {
+		return ReclaimResult{}, invalid("ctx", "must not be nil")
+	}
+	res, err := c.reclaimer().Reclaim(ctx, c.pool)
+	return ReclaimResult(res), wrapPgError(err)
 }
 
 func (c *Client) finishOne(ctx context.Context, job *Job, o store.Outcome) (JobState, error) {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/internal/hostclock"
+	"github.com/skiplock/skiplock/internal/maint"
 	"github.com/skiplock/skiplock/internal/store"
 )
 
@@ -44,31 +45,12 @@ type PartitionPeriod string
 
 // The partition periods (weeks start on Monday, UTC).
 const (
-	PartitionDaily  PartitionPeriod = "day"
-	PartitionWeekly PartitionPeriod = "week"
+	PartitionDaily  PartitionPeriod = maint.PeriodDay
+	PartitionWeekly PartitionPeriod = maint.PeriodWeek
 )
 
-func (p PartitionPeriod) length() time.Duration {
-	if p == PartitionWeekly {
-		return 7 * 24 * time.Hour
-	}
-	return 24 * time.Hour
-}
-
-// start returns the start (UTC) of the period holding t.
-func (p PartitionPeriod) start(t time.Time) time.Time {
-	t = t.UTC()
-	d := time.Date(t.Year(), t.Month(), t.Day(), 0, 0, 0, 0, time.UTC)
-	if p == PartitionWeekly {
-		d = d.AddDate(0, 0, -((int(d.Weekday()) + 6) % 7))
-	}
-	return d
-}
-
-func partitionName(start time.Time) string { return "jobs_p" + start.Format("20060102") }
-
-// PartitionOptions configure PartitionJobs.
-type PartitionOptions struct {
+// PartitionOpts configure PartitionJobs.
+type PartitionOpts struct {
 	// Period of one partition. Default PartitionDaily.
 	Period PartitionPeriod
 	// Premake is how many periods ahead partitions exist, counting the current one.
@@ -103,7 +85,7 @@ var ErrAlreadyPartitioned = errors.New("skiplock: jobs is already partitioned")
 // — measured 1.1 s for 1,000,000 jobs with 100,000 deduplication keys on 2 cores. Run it as the role that owns
 // the tables (the migrator), after `skiplock migrate up`. Workers keep running: their
 // statements wait for the lock, then continue on the new layout.
-func PartitionJobs(ctx context.Context, pool *pgxpool.Pool, schema string, opts PartitionOptions) (*PartitionReport, error) {
+func PartitionJobs(ctx context.Context, pool *pgxpool.Pool, schema string, opts PartitionOpts) (*PartitionReport, error) {
 	if ctx == nil || pool == nil {
 		return nil, invalid("pool", "ctx and pool must not be nil")
 	}
@@ -152,7 +134,7 @@ func PartitionJobs(ctx context.Context, pool *pgxpool.Pool, schema string, opts 
 		if err != nil {
 			return err
 		}
-		first := opts.Period.start(now).Add(opts.Period.length())
+		first := maint.PeriodStart(string(opts.Period), now).Add(maint.PeriodLength(string(opts.Period)))
 		rep.LegacyUntil = first
 		progress("attaching the table as %s (ids before %s) and copying deduplication keys", store.LegacyPartition, first.Format(time.DateTime))
 		rep.DedupKeys, err = st.ConvertToPartitioned(ctx, tx, store.ConvertParams{
@@ -164,10 +146,10 @@ func PartitionJobs(ctx context.Context, pool *pgxpool.Pool, schema string, opts 
 		progress("copied %d deduplication keys", rep.DedupKeys)
 		// The legacy table covers the current period; premake counts it.
 		for i := 0; i < opts.Premake-1; i++ {
-			from := first.Add(time.Duration(i) * opts.Period.length())
-			name := partitionName(from)
+			from := first.Add(time.Duration(i) * maint.PeriodLength(string(opts.Period)))
+			name := maint.PartitionName(from)
 			created, err := st.CreatePartition(ctx, tx, name, store.UUIDv7Floor(from),
-				store.UUIDv7Floor(from.Add(opts.Period.length())), store.LegacyPartition)
+				store.UUIDv7Floor(from.Add(maint.PeriodLength(string(opts.Period)))), store.LegacyPartition)
 			if err != nil {
 				return fmt.Errorf("creating partition %s: %w", name, err)
 			}
@@ -217,169 +199,4 @@ func (c *Client) Partitions(ctx context.Context) ([]PartitionInfo, error) {
 		out = append(out, info)
 	}
 	return out, nil
-}
-
-// maintainPartitions creates the partitions ahead and drops those past the window.
-// Bounds follow the database's clock (ids are generated from it), cut-offs of the
-// rows' ages follow Config.Clock (updated_at was written with it).
-func (c *Client) maintainPartitions(ctx context.Context, settings store.PartitionSettings, res *RetentionResult) error {
-	cfg := c.cfg.Retention
-	period := PartitionPeriod(settings.Period)
-	dbNow, err := c.store.DBClock(ctx, c.pool)
-	if err != nil {
-		return fmt.Errorf("retention: reading the database clock: %w", wrapPgError(err))
-	}
-	parts, err := c.store.ListPartitions(ctx, c.pool)
-	if err != nil {
-		return fmt.Errorf("retention: listing partitions: %w", wrapPgError(err))
-	}
-	covered := func(t time.Time) bool {
-		id := store.UUIDv7Floor(t)
-		for _, p := range parts {
-			if !p.Default && p.From <= id && id < p.To {
-				return true
-			}
-		}
-		return false
-	}
-	newest := ""
-	for _, p := range parts {
-		if !p.Default && (newest == "" || p.To > parts[indexOf(parts, newest)].To) {
-			newest = p.Name
-		}
-	}
-	// Create ahead.
-	first := period.start(dbNow)
-	for i := 0; i < settings.Premake; i++ {
-		from := first.Add(time.Duration(i) * period.length())
-		if covered(from) {
-			continue
-		}
-		name := partitionName(from)
-		created, err := c.partitionDDL(ctx, func(tx pgx.Tx) (bool, error) {
-			return c.store.CreatePartition(ctx, tx, name, store.UUIDv7Floor(from),
-				store.UUIDv7Floor(from.Add(period.length())), newest)
-		})
-		switch {
-		case err != nil && isPrivilegeError(err):
-			c.log.Warn("skiplock: this role may not create partitions; run retention as the table owner (skiplock retention run)", "partition", name, "error", err)
-			return nil
-		case err != nil && isLockTimeout(err):
-			c.log.Warn("skiplock: creating a partition timed out waiting for its lock; retrying next run", "partition", name)
-			continue
-		case err != nil:
-			// Typically: the default partition holds jobs of this range. They stay
-			// there (row retention covers them); later periods still get partitions.
-			c.log.Error("skiplock: creating a partition failed", "partition", name, "error", err)
-			continue
-		case created:
-			res.PartitionsCreated = append(res.PartitionsCreated, name)
-		}
-	}
-	// Drop expired partitions: wholly older than the shortest window, by the bound.
-	shortest := time.Duration(-1)
-	for _, st := range store.FinishedStatuses {
-		if w, ok := cfg.window(st); ok && (shortest < 0 || w < shortest) {
-			shortest = w
-		}
-	}
-	if shortest < 0 {
-		return nil // every finished state is kept forever
-	}
-	horizon := store.UUIDv7Floor(dbNow.Add(-shortest))
-	cut := func(st string) *time.Time {
-		w, ok := cfg.window(st)
-		if !ok {
-			return nil // kept forever: any such job blocks
-		}
-		var t time.Time
-		if c.cfg.Clock != nil {
-			t = c.cfg.Clock.Now()
-		} else {
-			t = dbNow
-		}
-		t = t.Add(-w)
-		return &t
-	}
-	cs, cf, cc := cut(store.StatusSucceeded), cut(store.StatusFailed), cut(store.StatusCancelled)
-	for _, p := range parts {
-		if p.Default || p.To > horizon {
-			continue
-		}
-		b, err := c.store.RangeBlockers(ctx, c.pool, p.From, p.To, cs, cf, cc)
-		if err != nil {
-			return fmt.Errorf("retention: checking partition %s: %w", p.Name, wrapPgError(err))
-		}
-		if b.Blocked() {
-			res.PartitionsKept = append(res.PartitionsKept, kept(p.Name, b))
-			continue
-		}
-		var under store.Blockers
-		dropped, err := c.partitionDDL(ctx, func(tx pgx.Tx) (bool, error) {
-			// Checked again under the lock: nothing can change the partition's jobs now.
-			if under, err = c.store.RangeBlockers(ctx, tx, p.From, p.To, cs, cf, cc); err != nil || under.Blocked() {
-				return false, err
-			}
-			return true, c.store.DropPartition(ctx, tx, p.Name, p.From, p.To)
-		})
-		switch {
-		case err != nil && isPrivilegeError(err):
-			c.log.Warn("skiplock: this role may not drop partitions; run retention as the table owner (skiplock retention run)", "partition", p.Name, "error", err)
-			return nil
-		case err != nil && isLockTimeout(err):
-			c.log.Warn("skiplock: dropping a partition timed out waiting for its lock; retrying next run", "partition", p.Name)
-		case err != nil:
-			return fmt.Errorf("retention: dropping partition %s: %w", p.Name, wrapPgError(err))
-		case dropped:
-			res.PartitionsDropped = append(res.PartitionsDropped, p.Name)
-		default:
-			res.PartitionsKept = append(res.PartitionsKept, kept(p.Name, under))
-		}
-	}
-	return nil
-}
-
-func indexOf(parts []store.Partition, name string) int {
-	for i, p := range parts {
-		if p.Name == name {
-			return i
-		}
-	}
-	return -1
-}
-
-func kept(name string, b store.Blockers) KeptPartition {
-	k := KeptPartition{Name: name, Pending: b.Pending, Running: b.Running}
-	switch {
-	case b.Pending > 0 || b.Running > 0:
-		k.Reason = fmt.Sprintf("%d pending and %d running job(s)", b.Pending, b.Running)
-	default:
-		k.Reason = "finished jobs younger than their retention window"
-	}
-	return k
-}
-
-// partitionDDL runs f in a transaction that holds the ACCESS EXCLUSIVE lock on jobs
-// (waiting at most RetentionConfig.PartitionLockTimeout); f's false rolls back.
-func (c *Client) partitionDDL(ctx context.Context, f func(tx pgx.Tx) (bool, error)) (bool, error) {
-	var done bool
-	errSkip := errors.New("skip")
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		if err := c.store.LockJobs(ctx, tx, c.cfg.Retention.PartitionLockTimeout); err != nil {
-			return err
-		}
-		ok, err := f(tx)
-		if err != nil {
-			return err
-		}
-		if !ok {
-			return errSkip
-		}
-		done = true
-		return nil
-	})
-	if errors.Is(err, errSkip) {
-		return false, nil
-	}
-	return done, err
 }

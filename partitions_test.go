@@ -10,7 +10,7 @@ import (
 	"github.com/skiplock/skiplock"
 )
 
-func (e *env) partition(opts skiplock.PartitionOptions) *skiplock.PartitionReport {
+func (e *env) partition(opts skiplock.PartitionOpts) *skiplock.PartitionReport {
 	e.t.Helper()
 	rep, err := skiplock.PartitionJobs(e.ctx, e.pool, e.schema, opts)
 	e.must(err)
@@ -59,7 +59,7 @@ GRANT UPDATE (status) ON `+e.q("jobs")+` TO "`+role+`"`)
 	before := e.countJobs()
 
 	var progress strings.Builder
-	rep := e.partition(skiplock.PartitionOptions{Premake: 3, Progress: &progress})
+	rep := e.partition(skiplock.PartitionOpts{Premake: 3, Progress: &progress})
 	if rep.DedupKeys != 1 || len(rep.Created) != 2 {
 		t.Fatalf("report: %+v", rep)
 	}
@@ -77,7 +77,7 @@ GRANT UPDATE (status) ON `+e.q("jobs")+` TO "`+role+`"`)
 		e.q("jobs_p"+e.dbDay(2))); strings.Join(opts, ",") != "autovacuum_vacuum_scale_factor=0,autovacuum_vacuum_threshold=10000" {
 		t.Errorf("options of a created partition: %v", opts)
 	}
-	if _, err := skiplock.PartitionJobs(e.ctx, e.pool, e.schema, skiplock.PartitionOptions{}); !errors.Is(err, skiplock.ErrAlreadyPartitioned) {
+	if _, err := skiplock.PartitionJobs(e.ctx, e.pool, e.schema, skiplock.PartitionOpts{}); !errors.Is(err, skiplock.ErrAlreadyPartitioned) {
 		t.Fatalf("second conversion: %v", err)
 	}
 	if got := e.countJobs(); got != before {
@@ -109,7 +109,7 @@ GRANT UPDATE (status) ON `+e.q("jobs")+` TO "`+role+`"`)
 	if len(list) != 1 {
 		t.Fatalf("list: %d succeeded", len(list))
 	}
-	s, err := e.client.Stats(e.ctx)
+	s, err := e.client.Stats(e.ctx, nil)
 	e.must(err)
 	if q := s.Queue(skiplock.DefaultQueue); q.Running != 5 || q.Succeeded != 1 {
 		t.Fatalf("stats after conversion: %+v", q)
@@ -163,7 +163,7 @@ RETURNING id::text`, created, state, updated, key)
 func TestPartitionManager(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, skiplock.Config{Retention: skiplock.RetentionConfig{Succeeded: 24 * time.Hour, Failed: 48 * time.Hour}})
-	e.partition(skiplock.PartitionOptions{Premake: 2})
+	e.partition(skiplock.PartitionOpts{Premake: 2})
 	// Replace the (empty) legacy partition by three past days.
 	_, err := e.pool.Exec(e.ctx, `ALTER TABLE `+e.q("jobs")+` DETACH PARTITION `+e.q("jobs_legacy")+`; DROP TABLE `+e.q("jobs_legacy"))
 	e.must(err)
@@ -264,7 +264,7 @@ FROM generate_series(1, 1000000) g`)
 	e.must(err)
 	_, err = e.pool.Exec(e.ctx, "VACUUM ANALYZE "+e.q("jobs"))
 	e.must(err)
-	rep := e.partition(skiplock.PartitionOptions{})
+	rep := e.partition(skiplock.PartitionOpts{})
 	t.Logf("converted 1,000,000 jobs (100,000 deduplication keys): lock held %s", rep.LockHeld.Round(time.Millisecond))
 	if e.countJobs() != 1_000_000 {
 		t.Fatal("rows lost")

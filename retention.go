@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/skiplock/skiplock/internal/hostclock"
-	"github.com/skiplock/skiplock/internal/store"
+	"github.com/skiplock/skiplock/internal/maint"
 )
 
 // DefaultRetention is how long finished jobs are kept by default, per state.
@@ -66,19 +63,6 @@ func (r RetentionConfig) withDefaults() RetentionConfig {
 	return r
 }
 
-// window returns the retention of a finished state; ok is false for "keep forever".
-func (r RetentionConfig) window(status string) (d time.Duration, ok bool) {
-	switch status {
-	case store.StatusSucceeded:
-		d = r.Succeeded
-	case store.StatusFailed:
-		d = r.Failed
-	case store.StatusCancelled:
-		d = r.Cancelled
-	}
-	return d, d > 0
-}
-
 // RetentionResult reports what one retention run removed.
 type RetentionResult struct {
 	// Succeeded, Failed and Cancelled count the jobs deleted row by row.
@@ -116,146 +100,34 @@ type KeptPartition struct {
 // the same maintenance service at that moment; nothing was done.
 var ErrMaintenanceLocked = errors.New("skiplock: another client is running this maintenance service")
 
-func (c *Client) retentionService() maintenanceService {
-	return maintenanceService{name: "retention", interval: c.cfg.Retention.Interval,
-		run: func(ctx context.Context, _ pgx.Tx) ([]any, error) {
-			res, err := c.retain(ctx)
-			return res.attrs(), err
-		}}
-}
-
-// retentionServices returns the maintenance services that delete finished jobs and
-// manage partitions.
-func (c *Client) retentionServices() []maintenanceService {
-	if c.cfg.Retention.Interval < 0 {
-		return nil
-	}
-	return []maintenanceService{c.retentionService()}
-}
-
-func (r RetentionResult) attrs() []any {
-	a := []any{"succeeded", r.Succeeded, "failed", r.Failed, "cancelled", r.Cancelled,
-		"outbox_published", r.OutboxPublished, "duration", r.Duration.Round(time.Millisecond)}
-	if r.Partitioned {
-		a = append(a, "partitions_created", len(r.PartitionsCreated), "partitions_dropped", len(r.PartitionsDropped),
-			"partitions_kept", len(r.PartitionsKept))
-	}
-	if r.Incomplete {
-		a = append(a, "incomplete", true)
-	}
-	return a
-}
-
 // RunRetention runs one retention pass now, under the same advisory lock as the
 // background service (ErrMaintenanceLocked if another client holds it), and returns
 // what it removed. It works on a client that was never started, so a cron job or the
 // CLI can run retention without working any queue.
 func (c *Client) RunRetention(ctx context.Context) (RetentionResult, error) {
-	var res RetentionResult
-	svc := c.retentionService()
-	svc.run = func(ctx context.Context, _ pgx.Tx) ([]any, error) {
-		var err error
-		res, err = c.retain(ctx)
-		return nil, err
+	if ctx == nil {
+		return RetentionResult{}, invalid("ctx", "must not be nil")
 	}
-	ran, _, err := c.runService(ctx, svc)
+	ran, res, err := c.maint.RunOnce(ctx, c.retention())
 	if err != nil {
-		return res, err
+		if errors.Is(err, maint.ErrNoJobsTable) {
+			return RetentionResult{}, fmt.Errorf("%w: %v", ErrNotMigrated, err)
+		}
+		return RetentionResult{}, wrapPgError(err)
 	}
 	if !ran {
-		return res, ErrMaintenanceLocked
+		return RetentionResult{}, ErrMaintenanceLocked
 	}
-	return res, nil
+	return retentionResult(res.(maint.RetentionResult)), nil
 }
 
-// retain is one retention run. The advisory lock's transaction only guards the run:
-// every batch runs on the pool and commits on its own, so no transaction stays open
-// across batches.
-func (c *Client) retain(ctx context.Context) (res RetentionResult, err error) {
-	cfg := c.cfg.Retention
-	start := hostclock.Now()
-	defer func() {
-		res.Duration = hostclock.Since(start)
-		if res.Deleted()+res.OutboxPublished > 0 || len(res.PartitionsCreated)+len(res.PartitionsDropped)+len(res.PartitionsKept) > 0 {
-			c.log.Info("skiplock: retention run", res.attrs()...)
-		}
-	}()
-	layout, err := c.store.JobsLayout(ctx, c.pool)
-	if err != nil {
-		return res, fmt.Errorf("retention: reading the jobs table's layout: %w", wrapPgError(err))
+// retentionResult is the public form of a retention run's result.
+func retentionResult(r maint.RetentionResult) RetentionResult {
+	out := RetentionResult{Succeeded: r.Succeeded, Failed: r.Failed, Cancelled: r.Cancelled,
+		OutboxPublished: r.OutboxPublished, Partitioned: r.Partitioned, PartitionsCreated: r.PartitionsCreated,
+		PartitionsDropped: r.PartitionsDropped, Incomplete: r.Incomplete, Duration: r.Duration}
+	for _, k := range r.PartitionsKept {
+		out.PartitionsKept = append(out.PartitionsKept, KeptPartition(k))
 	}
-	if layout == store.LayoutMissing {
-		return res, fmt.Errorf("retention: %w", ErrNotMigrated)
-	}
-	// In the partitioned layout, jobs normally leave with their partition. Row deletes
-	// then wait one more period, so they only catch what partitions cannot drop: late
-	// finishers in kept partitions, the converted legacy table and the default partition.
-	var grace time.Duration
-	if layout == store.LayoutPartitioned {
-		res.Partitioned = true
-		settings, err := c.store.ReadPartitionSettings(ctx, c.pool)
-		if err != nil {
-			return res, fmt.Errorf("retention: reading partition settings: %w", wrapPgError(err))
-		}
-		if settings != nil {
-			grace = PartitionPeriod(settings.Period).length()
-			if err := c.maintainPartitions(ctx, *settings, &res); err != nil {
-				return res, err
-			}
-		}
-	}
-	// drain runs batches until one is short; false means MaxBatches stopped it.
-	batches := 0
-	drain := func(batch func() (int64, error), total *int64) (bool, error) {
-		for {
-			n, err := batch()
-			batches++
-			*total += n
-			if err != nil || n < int64(cfg.BatchSize) {
-				return true, err
-			}
-			if batches >= cfg.MaxBatches {
-				res.Incomplete = true
-				return false, nil
-			}
-		}
-	}
-	for _, st := range store.FinishedStatuses {
-		window, ok := cfg.window(st)
-		if !ok {
-			continue
-		}
-		total := map[string]*int64{store.StatusSucceeded: &res.Succeeded, store.StatusFailed: &res.Failed,
-			store.StatusCancelled: &res.Cancelled}[st]
-		more, err := drain(func() (int64, error) {
-			return c.store.DeleteFinished(ctx, c.pool, store.NowParam(c.cfg.Clock), st, window+grace, cfg.BatchSize)
-		}, total)
-		if err != nil {
-			return res, fmt.Errorf("retention: deleting %s jobs: %w", st, wrapPgError(err))
-		}
-		if !more {
-			return res, nil
-		}
-	}
-	if cfg.OutboxPublished > 0 {
-		_, err := drain(func() (int64, error) {
-			return c.store.OutboxPrunePublished(ctx, c.pool, store.NowParam(c.cfg.Clock), cfg.OutboxPublished, cfg.BatchSize)
-		}, &res.OutboxPublished)
-		if err != nil {
-			return res, fmt.Errorf("retention: deleting published outbox events: %w", wrapPgError(err))
-		}
-	}
-	return res, nil
-}
-
-// isPrivilegeError reports a permission failure (the role may not run DDL).
-func isPrivilegeError(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "42501")
-}
-
-// isLockTimeout reports a lock_timeout expiry.
-func isLockTimeout(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+	return out
 }

@@ -106,7 +106,7 @@ VALUES ('o', '1', 'e', '{}')`))
 	if rr.Succeeded != 1 {
 		t.Errorf("worker's retention deleted %+v", rr)
 	}
-	_, err = worker.Stats(e.ctx)
+	_, err = worker.Stats(e.ctx, nil)
 	must("worker reads stats", err)
 	_, err = worker.Enqueue(e.ctx, emailArgs{To: "b"}, nil)
 	refused("worker enqueues", err)
@@ -126,7 +126,7 @@ WHERE id IN (SELECT id FROM `+e.q("outbox")+` WHERE published_at IS NULL FOR UPD
 	refused("relay inserts events", exec(rp, `INSERT INTO `+e.q("outbox")+` (aggregate_type, aggregate_id, event_type, payload) VALUES ('o', '1', 'e', '{}')`))
 
 	dashboard, dp := e.roleClient(names.Dashboard)
-	_, err = dashboard.Stats(e.ctx)
+	_, err = dashboard.Stats(e.ctx, nil)
 	must("dashboard reads stats", err)
 	_, err = dashboard.JobList(e.ctx, skiplock.ListParams{})
 	must("dashboard lists jobs", err)

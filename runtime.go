@@ -167,7 +167,7 @@ func (c *Client) Start(ctx context.Context) error {
 	r.bgWG.Add(2)
 	go r.heartbeat()
 	go r.complete()
-	for _, svc := range c.maintenanceServices() {
+	for _, svc := range c.services() {
 		r.bgWG.Add(1)
 		go r.maintain(svc)
 	}

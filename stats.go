@@ -90,8 +90,8 @@ type Stats struct {
 	Process           ProcessCounters
 }
 
-// StatsOptions tune what Stats reads.
-type StatsOptions struct {
+// StatsOpts tune what Stats reads.
+type StatsOpts struct {
 	// SamplePages caps the heap pages read to count finished jobs: a table of at most
 	// that many pages is counted exactly, a larger one estimated from a random sample
 	// of about that many pages. Default 2000 (16 MB); negative skips finished counts.
@@ -102,14 +102,16 @@ type StatsOptions struct {
 
 // Stats reads per-queue figures, recent throughput and the outbox's lag from the
 // database, and this client's counters. Every figure is read from an index, except
-// the finished counts, which read a capped sample (see StatsOptions); the cost does
-// not grow with the number of finished jobs.
-func (c *Client) Stats(ctx context.Context) (*Stats, error) {
-	return c.StatsWith(ctx, StatsOptions{})
-}
-
-// StatsWith is Stats with options.
-func (c *Client) StatsWith(ctx context.Context, o StatsOptions) (*Stats, error) {
+// the finished counts, which read a capped sample (see StatsOpts); the cost does
+// not grow with the number of finished jobs. opts may be nil for the defaults.
+func (c *Client) Stats(ctx context.Context, opts *StatsOpts) (*Stats, error) {
+	if ctx == nil {
+		return nil, invalid("ctx", "must not be nil")
+	}
+	var o StatsOpts
+	if opts != nil {
+		o = *opts
+	}
 	if o.SamplePages == 0 {
 		o.SamplePages = 2000
 	}

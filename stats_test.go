@@ -40,7 +40,7 @@ VALUES ('o', '1', 'e', '{}', $1::timestamptz - interval '5 minutes', NULL, NULL)
        ('o', '4', 'e', '{}', $1::timestamptz - interval '2 hours', NULL, $1)`, e.clock.Now())
 	e.must(err)
 
-	s, err := e.client.Stats(e.ctx)
+	s, err := e.client.Stats(e.ctx, nil)
 	e.must(err)
 	def, other, busy := s.Queue("default"), s.Queue("other"), s.Queue("busy")
 	if def.Succeeded != 3 || def.Failed != 2 || def.Cancelled != 1 || def.Pending != 0 || s.FinishedEstimated {
@@ -55,7 +55,7 @@ VALUES ('o', '1', 'e', '{}', $1::timestamptz - interval '5 minutes', NULL, NULL)
 	if s.Recent.Cancelled != 0 || s.Recent.Succeeded != 0 || s.Recent.Window != time.Minute {
 		t.Errorf("recent (1m): %+v", s.Recent)
 	}
-	s2, err := e.client.StatsWith(e.ctx, skiplock.StatsOptions{RecentWindow: 2 * time.Minute})
+	s2, err := e.client.Stats(e.ctx, &skiplock.StatsOpts{RecentWindow: 2 * time.Minute})
 	e.must(err)
 	if s2.Recent.Cancelled != 1 || s2.Recent.Succeeded != 0 {
 		t.Errorf("recent (2m): %+v", s2.Recent)
@@ -70,7 +70,7 @@ VALUES ('o', '1', 'e', '{}', $1::timestamptz - interval '5 minutes', NULL, NULL)
 	e.must(err)
 	_, err = e.client.Manual().Retry(e.ctx, claimed[0], errors.New("transient"), time.Minute)
 	e.must(err)
-	s3, err := e.client.Stats(e.ctx)
+	s3, err := e.client.Stats(e.ctx, nil)
 	e.must(err)
 	if f := s3.Queue("flaky"); f.Retrying != 1 || f.Pending != 1 || s3.Queue("other").Retrying != 0 {
 		t.Errorf("retrying: flaky %+v, other %+v", f, s3.Queue("other"))
@@ -154,7 +154,7 @@ FROM (SELECT g, (CASE WHEN g % 1000 < 9 THEN 'pending' WHEN g % 1000 = 9 THEN 'r
 	best := time.Hour
 	for range 3 {
 		start := time.Now()
-		s, err = e.client.Stats(e.ctx)
+		s, err = e.client.Stats(e.ctx, nil)
 		e.must(err)
 		best = min(best, time.Since(start))
 	}
@@ -181,7 +181,7 @@ WHERE queue = $2 AND status = 'pending' AND run_at <= $1`, now, q.Queue).Scan(&o
 	}
 	if os.Getenv("SKIPLOCK_MEASURE") != "" {
 		start := time.Now()
-		_, err := e.client.StatsWith(e.ctx, skiplock.StatsOptions{SamplePages: 1 << 40})
+		_, err := e.client.Stats(e.ctx, &skiplock.StatsOpts{SamplePages: 1 << 40})
 		e.must(err)
 		t.Logf("Stats with exact finished counts (a full scan): %s", time.Since(start).Round(100*time.Microsecond))
 	}

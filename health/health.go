@@ -101,7 +101,7 @@ func Check(ctx context.Context, c *skiplock.Client, opts Options) (Report, int) 
 	if opts.MaxFailing <= 0 {
 		opts.MaxFailing = 30 * time.Second
 	}
-	s, err := c.StatsWith(ctx, skiplock.StatsOptions{SamplePages: -1, RecentWindow: -1})
+	s, err := c.Stats(ctx, &skiplock.StatsOpts{SamplePages: -1, RecentWindow: -1})
 	if err != nil {
 		return Report{Status: "unavailable", Error: err.Error()}, http.StatusServiceUnavailable
 	}

@@ -49,8 +49,8 @@ type Options struct {
 	MinInterval time.Duration
 	// Timeout bounds one read. Default 5s.
 	Timeout time.Duration
-	// Stats tunes the read (see skiplock.StatsOptions). Default: the defaults.
-	Stats skiplock.StatsOptions
+	// Stats tunes the read (see skiplock.StatsOpts). Default: the defaults.
+	Stats skiplock.StatsOpts
 	// RunBuckets and WaitBuckets are the histograms' buckets, in seconds. Default
 	// prometheus.ExponentialBuckets(0.001, 4, 10) (1 ms … 4.4 min) for both.
 	RunBuckets, WaitBuckets []float64
@@ -77,7 +77,7 @@ type Metrics struct {
 // snapshot in between. Safe for concurrent use.
 type StatsCache struct {
 	c        *skiplock.Client
-	opts     skiplock.StatsOptions
+	opts     skiplock.StatsOpts
 	interval time.Duration
 	timeout  time.Duration
 
@@ -90,7 +90,7 @@ type StatsCache struct {
 
 // NewStatsCache returns a cache reading c's stats with opts at most once per
 // interval, each read bounded by timeout.
-func NewStatsCache(c *skiplock.Client, opts skiplock.StatsOptions, interval, timeout time.Duration) *StatsCache {
+func NewStatsCache(c *skiplock.Client, opts skiplock.StatsOpts, interval, timeout time.Duration) *StatsCache {
 	return &StatsCache{c: c, opts: opts, interval: interval, timeout: timeout}
 }
 
@@ -104,7 +104,7 @@ func (s *StatsCache) Get(ctx context.Context) (*skiplock.Stats, time.Duration, e
 	now := hostclock.Now()
 	if s.last.IsZero() || now.Sub(s.last) >= s.interval {
 		ctx, cancel := context.WithTimeout(ctx, s.timeout)
-		st, err := s.c.StatsWith(ctx, s.opts)
+		st, err := s.c.Stats(ctx, &s.opts)
 		cancel()
 		s.took = hostclock.Since(now)
 		s.last = now

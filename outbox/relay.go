@@ -1,5 +1,9 @@
 package outbox
 
+// The relay: Relay, its constructor and Run's claim/publish/mark loop. A batch is
+// claimed under a lease, published with one Publish call, and its outcomes are
+// recorded by the marker (relay_mark.go).
+
 import (
 	"context"
 	"errors"
@@ -13,89 +17,8 @@ import (
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/hostclock"
 	"github.com/skiplock/skiplock/internal/notify"
-	"github.com/skiplock/skiplock/internal/pgerr"
-	"github.com/skiplock/skiplock/internal/safetext"
 	"github.com/skiplock/skiplock/internal/store"
 )
-
-// RelayConfig configures a Relay. The zero value is usable: every field has a
-// default. The schema, the pool and the clock are the Outbox's (its client's).
-type RelayConfig struct {
-	// BatchSize is how many events one claim leases and one Publish call carries,
-	// 1..10000. Default 100.
-	BatchSize int
-	// LeaseDuration is how long a claim owns its events. A relay that has not
-	// finished a batch by then (it crashed, hung or was partitioned away) loses it:
-	// another relay claims the events again, and the late relay's marks change
-	// nothing. It also bounds each Publish call. Default 30s.
-	LeaseDuration time.Duration
-	// PollInterval is the safety-net poll when no notification arrives, jittered by
-	// ±10%. Default 1s.
-	PollInterval time.Duration
-	// Concurrency is how many claim/publish/mark loops Run runs at once, sharing the
-	// Publisher and the LISTEN connection. Default 1.
-	Concurrency int
-	// OrderedByAggregate publishes the events of one aggregate (aggregate_type,
-	// aggregate_id) one at a time, in id order: an event is not claimed while an
-	// earlier event of its aggregate is unpublished, whether it is being relayed,
-	// waiting in backoff, or dead. A dead event therefore blocks its aggregate until
-	// an operator requeues or deletes it. Write with Config.Ordered (or hold a lock
-	// on the aggregate in every writing transaction) so that id order is commit
-	// order. Default false: events are published in batches, roughly in write order,
-	// with no per-aggregate guarantee.
-	OrderedByAggregate bool
-	// RetryPolicy spaces the attempts of an event whose publish failed: attempt n
-	// waits RetryPolicy.Delay(n). An event's attempt budget is its max_attempts
-	// column (Event.MaxAttempts, default 25); attempts are counted at claim.
-	// Default skiplock.ExponentialBackoff{} (1s doubling to 1h, +10% jitter), so
-	// 25 attempts span about 14 hours of broker outage before events are parked.
-	RetryPolicy skiplock.RetryPolicy
-	// Logger receives operational logs (never payloads). Default: discard.
-	Logger *slog.Logger
-	// PollOnly disables the LISTEN connection (for PgBouncer in transaction pooling
-	// mode, where session-level LISTEN does not work). Default false.
-	PollOnly bool
-	// StopTimeout bounds the marks of the batch in flight when Run's context ends
-	// (they run on a fresh context, so a stopping relay still records what it
-	// published). Default 5s.
-	StopTimeout time.Duration
-}
-
-func (c *RelayConfig) withDefaults() (RelayConfig, error) {
-	cfg := *c
-	switch {
-	case cfg.BatchSize < 0 || cfg.BatchSize > 10000:
-		return cfg, &skiplock.ValidationError{Field: "batch_size", Reason: fmt.Sprintf("%d is outside 1..10000 (0 means 100)", cfg.BatchSize)}
-	case cfg.LeaseDuration < 0, cfg.PollInterval < 0, cfg.StopTimeout < 0:
-		return cfg, &skiplock.ValidationError{Field: "duration", Reason: "LeaseDuration, PollInterval and StopTimeout must not be negative; use 0 for the default"}
-	case cfg.Concurrency < 0:
-		return cfg, &skiplock.ValidationError{Field: "concurrency", Reason: fmt.Sprintf("%d is negative; use 0 for the default (1)", cfg.Concurrency)}
-	case cfg.RetryPolicy != nil && isNil(cfg.RetryPolicy):
-		return cfg, &skiplock.ValidationError{Field: "retry_policy", Reason: fmt.Sprintf("is a nil %T; leave it nil for the default", cfg.RetryPolicy)}
-	}
-	if cfg.BatchSize == 0 {
-		cfg.BatchSize = 100
-	}
-	if cfg.LeaseDuration == 0 {
-		cfg.LeaseDuration = 30 * time.Second
-	}
-	if cfg.PollInterval == 0 {
-		cfg.PollInterval = time.Second
-	}
-	if cfg.Concurrency == 0 {
-		cfg.Concurrency = 1
-	}
-	if cfg.RetryPolicy == nil {
-		cfg.RetryPolicy = skiplock.ExponentialBackoff{}
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.StopTimeout == 0 {
-		cfg.StopTimeout = 5 * time.Second
-	}
-	return cfg, nil
-}
 
 // Relay moves committed outbox events to a Publisher: claim a batch under a lease
 // and a fresh token, publish it with one Publish call, then record each event's
@@ -139,28 +62,6 @@ func (o *Outbox) NewRelay(pub Publisher, cfg RelayConfig) (*Relay, error) {
 		return nil, err
 	}
 	return &Relay{o: o, pub: pub, cfg: c, log: c.Logger}, nil
-}
-
-// RelayStats are a relay's running totals since it was created.
-type RelayStats struct {
-	Published int64 // events marked published
-	Retried   int64 // failed publishes scheduled for another attempt
-	Dead      int64 // events parked (attempts exhausted or permanent error)
-	Released  int64 // events given back unpublished because the relay was stopping
-	LeaseLost int64 // outcomes not recorded because another relay had taken the event over
-	Batches   int64 // non-empty claims
-	Errors    int64 // claim or mark statements that failed (outcomes left unrecorded)
-}
-
-// Stats returns the relay's totals (zero for a nil Relay).
-func (r *Relay) Stats() RelayStats {
-	if r == nil {
-		return RelayStats{}
-	}
-	return RelayStats{
-		Published: r.published.Load(), Retried: r.retried.Load(), Dead: r.dead.Load(),
-		Released: r.released.Load(), LeaseLost: r.lost.Load(), Batches: r.batches.Load(), Errors: r.errs.Load(),
-	}
 }
 
 // Wake makes every waiting loop of Run poll now. It is what the LISTEN connection
@@ -410,113 +311,6 @@ func (r *Relay) runOnce(ctx context.Context) (batchResult, error) {
 			unrecorded, len(outs), errors.Join(m.errs...))
 	}
 	return res, nil
-}
-
-// outcome turns one publish result into what to record. It never panics: an error
-// whose methods panic (Error, Unwrap, As) or a RetryPolicy that panics makes a
-// retry after the poll interval with a description of the panic.
-func (r *Relay) outcome(o store.OutboxOutcome, attempt int, e error, stopping bool) (out store.OutboxOutcome) {
-	defer func() {
-		if p := recover(); p != nil {
-			out = o
-			out.Action, out.Delay = store.OutboxRetry, r.cfg.PollInterval
-			out.Error = safetext.Clean(fmt.Sprintf("outbox relay: classifying the publisher's result panicked: %v", p))
-		}
-	}()
-	switch {
-	case e == nil:
-		o.Action = store.OutboxPublished
-	case stopping:
-		o.Action = store.OutboxRelease // our own cancellation, not the event's fault
-	case isPermanent(e):
-		o.Action, o.Error = store.OutboxDead, safetext.Error(e)
-	default:
-		o.Action, o.Error, o.Delay = store.OutboxRetry, safetext.Error(e), r.cfg.RetryPolicy.Delay(attempt)
-	}
-	return o
-}
-
-// isPermanent reports whether err asks not to be retried: it wraps a
-// *skiplock.PermanentError, the one permanent-error type of jobs and events alike.
-func isPermanent(err error) bool {
-	var p *skiplock.PermanentError
-	return errors.As(err, &p)
-}
-
-// marker records a batch's outcomes, splitting a statement the database refuses for
-// good (see RunOnce). budget bounds the statements one batch may take, so an error
-// that every row hits (a trigger that refuses all updates) costs a few dozen
-// statements, not two per event.
-type marker struct {
-	r       *Relay
-	ctx     context.Context
-	budget  int
-	done    map[string]store.OutboxAction // what the statements changed, by id
-	settled map[string]bool               // ids a successful statement covered (absent from done: lease lost)
-	errs    []error                       // why outcomes were refused
-}
-
-// finish records outs; a non-nil error (retryable, or ctx ended) means the outcomes
-// not yet in m.done were not recorded.
-func (m *marker) finish(outs []store.OutboxOutcome) error {
-	err := m.statement(outs)
-	if err == nil || pgerr.Retryable(err) || m.ctx.Err() != nil {
-		return err
-	}
-	if len(outs) > 1 {
-		half := len(outs) / 2
-		if err := m.finish(outs[:half]); err != nil {
-			return err
-		}
-		return m.finish(outs[half:])
-	}
-	o := outs[0]
-	if o.Error != "" {
-		m.r.log.Warn("outbox relay: the database refused an event's outcome; recording it with a plain error text",
-			"event_id", o.ID, "outcome", string(o.Action), "error", o.Error, "db_error", safetext.Error(err))
-		o.Error = fallbackText(err)
-		if err = m.statement([]store.OutboxOutcome{o}); err == nil || pgerr.Retryable(err) || m.ctx.Err() != nil {
-			return err
-		}
-	}
-	m.r.log.Error("outbox relay: the database refused an event's outcome; it stays leased and will be claimed again",
-		"event_id", o.ID, "outcome", string(o.Action), "db_error", safetext.Error(err))
-	m.refuse(outs, err)
-	return nil
-}
-
-// statement runs one finish statement within the budget and keeps what it recorded.
-func (m *marker) statement(outs []store.OutboxOutcome) error {
-	if m.budget <= 0 {
-		m.refuse(outs, errors.New("too many refused statements in this batch; not split further"))
-		return nil
-	}
-	m.budget--
-	done, err := m.r.o.store.OutboxFinish(m.ctx, m.r.o.pool, m.r.o.now(), outs)
-	if err != nil {
-		return err
-	}
-	for id, a := range done {
-		m.done[id] = a
-	}
-	for _, o := range outs {
-		m.settled[o.ID] = true
-	}
-	return nil
-}
-
-func (m *marker) refuse(outs []store.OutboxOutcome, err error) {
-	if len(outs) == 1 {
-		m.errs = append(m.errs, fmt.Errorf("event %s: %w", outs[0].ID, err))
-	} else {
-		m.errs = append(m.errs, fmt.Errorf("events %s and %d more: %w", outs[0].ID, len(outs)-1, err))
-	}
-}
-
-// fallbackText replaces a publisher's error text the database refused to store.
-func fallbackText(err error) string {
-	return "publish failed; the database refused to store the publisher's error text (SQLSTATE " +
-		pgerr.Code(err) + "), see the relay's log"
 }
 
 // publish calls the Publisher with a deadline of one lease (after it, another relay

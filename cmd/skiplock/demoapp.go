@@ -89,7 +89,7 @@ func demoApp(ctx context.Context, pool *pgxpool.Pool, schema string, stdout, std
 		case <-ctx.Done():
 			running = false
 		case <-ticker.C:
-			s, err := client.Stats(context.WithoutCancel(ctx))
+			s, err := client.Stats(context.WithoutCancel(ctx), nil)
 			if err != nil {
 				fmt.Fprintln(stderr, "demo: stats:", err)
 				continue

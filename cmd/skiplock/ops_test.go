@@ -99,7 +99,7 @@ func TestJobsCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(errOut, "retry: 3 jobs done, 0 failed") {
 		t.Fatalf("bulk retry: exit %d\n%s", code, errOut)
 	}
-	s, err := cl.Stats(ctx)
+	s, err := cl.Stats(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -95,7 +95,7 @@ func newPartitionsCmd(db *dbFlags) *cobra.Command {
 			return err
 		}
 		defer pool.Close()
-		rep, err := skiplock.PartitionJobs(cmd.Context(), pool, db.schemaName(), skiplock.PartitionOptions{
+		rep, err := skiplock.PartitionJobs(cmd.Context(), pool, db.schemaName(), skiplock.PartitionOpts{
 			Period: skiplock.PartitionPeriod(period.value), Premake: premake, LockTimeout: lockTimeout, Progress: cmd.ErrOrStderr()})
 		if err != nil {
 			return err

@@ -77,13 +77,13 @@ func newStatsCmd(db *dbFlags) *cobra.Command {
 			return err
 		}
 		defer done()
-		opts := skiplock.StatsOptions{}
+		opts := skiplock.StatsOpts{}
 		if exact {
 			opts.SamplePages = 1 << 62
 		}
 		for {
 			start := time.Now()
-			s, err := c.StatsWith(ctx, opts)
+			s, err := c.Stats(ctx, &opts)
 			if err != nil {
 				return err
 			}

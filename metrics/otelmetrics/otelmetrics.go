@@ -33,8 +33,8 @@ type Bridge struct {
 type Options struct {
 	// MinInterval is the least time between two database reads. Default 5s.
 	MinInterval time.Duration
-	// Stats tunes the read (see skiplock.StatsOptions).
-	Stats skiplock.StatsOptions
+	// Stats tunes the read (see skiplock.StatsOpts).
+	Stats skiplock.StatsOpts
 }
 
 // Register creates skiplock's instruments on meter and starts feeding them from c.

@@ -33,25 +33,23 @@
 // checked and a private one when used (DNS rebinding) is still refused.
 package webhookpub
 
+// The Publisher: its Config, New, Publish and Close, one POST per message, and how
+// a response or a transport error becomes a published, retried or permanent outcome.
+
 import (
 	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/skiplock/skiplock"
@@ -59,22 +57,6 @@ import (
 	"github.com/skiplock/skiplock/internal/redact"
 	"github.com/skiplock/skiplock/outbox"
 )
-
-// Header names set on every request.
-const (
-	HeaderID        = "webhook-id"
-	HeaderTimestamp = "webhook-timestamp"
-	HeaderSignature = "webhook-signature"
-)
-
-// SecretPrefix marks a secret given as base64 text, as Standard Webhooks secrets are
-// usually distributed ("whsec_" followed by the base64 of the key bytes).
-const SecretPrefix = "whsec_"
-
-// ErrPrivateAddress is wrapped by the error for a request refused because its
-// destination resolved to a non-public address while Config.DenyPrivateNetworks is
-// set.
-var ErrPrivateAddress = errors.New("webhookpub: destination address is not public")
 
 // Config configures a Publisher. The zero value is not usable: set at least one
 // secret and one URL.
@@ -220,30 +202,6 @@ func parseURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
-// ParseSecrets decodes signing secrets as Config.Secrets describes them: "whsec_"
-// followed by base64 key bytes, or raw key bytes otherwise. No secrets, an empty one
-// or bad base64 return a *skiplock.ValidationError.
-func ParseSecrets(secrets []string) ([][]byte, error) {
-	if len(secrets) == 0 {
-		return nil, &skiplock.ValidationError{Field: "webhookpub.Config.Secrets", Reason: "no signing secret given"}
-	}
-	out := make([][]byte, 0, len(secrets))
-	for i, s := range secrets {
-		key := []byte(s)
-		if rest, ok := strings.CutPrefix(s, SecretPrefix); ok {
-			var err error
-			if key, err = base64.StdEncoding.DecodeString(rest); err != nil {
-				return nil, &skiplock.ValidationError{Field: "webhookpub.Config.Secrets", Reason: fmt.Sprintf("secret %d starts with %q but is not valid base64 after it: %v", i, SecretPrefix, err)}
-			}
-		}
-		if len(key) == 0 {
-			return nil, &skiplock.ValidationError{Field: "webhookpub.Config.Secrets", Reason: fmt.Sprintf("secret %d is empty; use a random key of at least 24 bytes", i)}
-		}
-		out = append(out, key)
-	}
-	return out, nil
-}
-
 // Publish POSTs each message, at most Config.MaxConcurrency at a time, and returns
 // one error per message, in order. A nil context or a Publisher not made by New
 // fails every message with an error wrapping skiplock.ErrInvalid.
@@ -382,91 +340,6 @@ func (p *Publisher) Close() error {
 	return nil
 }
 
-// Sign returns the webhook-signature header value for one message: a "v1,<base64>"
-// entry per key, separated by spaces.
-func Sign(keys [][]byte, id string, timestamp int64, body []byte) string {
-	var b strings.Builder
-	ts := strconv.FormatInt(timestamp, 10)
-	for i, key := range keys {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		b.WriteString("v1,")
-		b.WriteString(base64.StdEncoding.EncodeToString(mac(key, id, ts, body)))
-	}
-	return b.String()
-}
-
-func mac(key []byte, id, ts string, body []byte) []byte {
-	h := hmac.New(sha256.New, key)
-	h.Write([]byte(id))
-	h.Write([]byte{'.'})
-	h.Write([]byte(ts))
-	h.Write([]byte{'.'})
-	h.Write(body)
-	return h.Sum(nil)
-}
-
-// Errors returned by Verify, for a receiver that wants to tell them apart.
-var (
-	ErrMissingHeaders   = errors.New("webhookpub: webhook-id, webhook-timestamp or webhook-signature header missing")
-	ErrBadTimestamp     = errors.New("webhookpub: webhook-timestamp is not a unix time in seconds")
-	ErrTimestampSkew    = errors.New("webhookpub: webhook-timestamp is outside the tolerance")
-	ErrNoMatchSignature = errors.New("webhookpub: no signature matches")
-)
-
-// DefaultTolerance is the timestamp tolerance Verify uses when given 0.
-const DefaultTolerance = 5 * time.Minute
-
-// Verify checks a received webhook: that its timestamp is within tolerance of now
-// (either way; 0 means DefaultTolerance) and that at least one v1 signature in the
-// webhook-signature header matches one of secrets (given as in Config.Secrets).
-// body must be the raw request body, unparsed. It returns nil when the request is
-// authentic; no secrets (or an unusable one) return a *skiplock.ValidationError.
-//
-// A receiver should also remember webhook-id values it has processed for longer
-// than the tolerance and ignore repeats: the sender delivers at least once.
-func Verify(secrets []string, header http.Header, body []byte, tolerance time.Duration) error {
-	return verifyAt(secrets, header, body, tolerance, hostclock.Now())
-}
-
-func verifyAt(secrets []string, header http.Header, body []byte, tolerance time.Duration, now time.Time) error {
-	keys, err := ParseSecrets(secrets)
-	if err != nil {
-		return err
-	}
-	id, tsText, sigs := header.Get(HeaderID), header.Get(HeaderTimestamp), header.Get(HeaderSignature)
-	if id == "" || tsText == "" || sigs == "" {
-		return ErrMissingHeaders
-	}
-	ts, err := strconv.ParseInt(tsText, 10, 64)
-	if err != nil {
-		return ErrBadTimestamp
-	}
-	if tolerance <= 0 {
-		tolerance = DefaultTolerance
-	}
-	if skew := now.Sub(time.Unix(ts, 0)).Abs(); skew > tolerance {
-		return fmt.Errorf("%w (%v off, tolerance %v)", ErrTimestampSkew, skew.Round(time.Second), tolerance)
-	}
-	for _, entry := range strings.Fields(sigs) {
-		version, sig, ok := strings.Cut(entry, ",")
-		if !ok || version != "v1" {
-			continue
-		}
-		got, err := base64.StdEncoding.DecodeString(sig)
-		if err != nil {
-			continue
-		}
-		for _, key := range keys {
-			if hmac.Equal(got, mac(key, id, tsText, body)) {
-				return nil
-			}
-		}
-	}
-	return ErrNoMatchSignature
-}
-
 // validFieldName reports whether k is an HTTP field name (RFC 9110 token).
 func validFieldName(k string) bool {
 	if k == "" {
@@ -489,50 +362,6 @@ func validFieldName(k string) bool {
 func validFieldValue(v string) bool {
 	for i := 0; i < len(v); i++ {
 		if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-// denyPrivate is a net.Dialer Control hook: it runs after name resolution, on the
-// address about to be connected, and refuses non-public ones.
-func denyPrivate(network, address string, _ syscall.RawConn) error {
-	ap, err := netip.ParseAddrPort(address)
-	if err != nil {
-		return fmt.Errorf("%w: cannot parse dialled address %q", ErrPrivateAddress, address)
-	}
-	if !isPublic(ap.Addr()) {
-		return fmt.Errorf("%w: %s (Config.DenyPrivateNetworks is set)", ErrPrivateAddress, ap.Addr())
-	}
-	return nil
-}
-
-var nonPublic = []netip.Prefix{
-	netip.MustParsePrefix("0.0.0.0/8"),       // "this network"
-	netip.MustParsePrefix("100.64.0.0/10"),   // carrier-grade NAT
-	netip.MustParsePrefix("192.0.0.0/24"),    // IETF protocol assignments
-	netip.MustParsePrefix("198.18.0.0/15"),   // benchmarking
-	netip.MustParsePrefix("240.0.0.0/4"),     // reserved, broadcast
-	netip.MustParsePrefix("64:ff9b:1::/48"),  // local-use NAT64
-	netip.MustParsePrefix("2001:db8::/32"),   // documentation
-	netip.MustParsePrefix("fec0::/10"),       // deprecated site-local
-	netip.MustParsePrefix("100::/64"),        // discard-only
-	netip.MustParsePrefix("2002::/16"),       // 6to4: can embed any IPv4 address
-	netip.MustParsePrefix("64:ff9b::/96"),    // NAT64: can embed any IPv4 address
-	netip.MustParsePrefix("::ffff:0:0:0/96"), // SIIT: can embed any IPv4 address
-}
-
-// isPublic reports whether a is an ordinary, globally routed unicast address.
-func isPublic(a netip.Addr) bool {
-	a = a.Unmap()
-	if !a.IsValid() || !a.IsGlobalUnicast() || a.IsPrivate() || a.IsLoopback() ||
-		a.IsLinkLocalUnicast() || a.IsLinkLocalMulticast() || a.IsInterfaceLocalMulticast() ||
-		a.IsMulticast() || a.IsUnspecified() {
-		return false
-	}
-	for _, p := range nonPublic {
-		if p.Contains(a) {
 			return false
 		}
 	}

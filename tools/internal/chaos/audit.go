@@ -1,0 +1,120 @@
+package chaos
+
+// A round's schema: migrating it, installing the chaos audit (tables and the
+// triggers that record every job transition) and dropping it after a clean round.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/ident"
+)
+
+// prepare migrates the round's schema and installs the audit tables and trigger.
+func (r *round) prepare(ctx context.Context) error {
+	if _, err := skiplock.Migrate(ctx, r.h.pool, r.schema); err != nil {
+		return fmt.Errorf("migrating %s: %w", r.schema, err)
+	}
+	if _, err := r.h.pool.Exec(ctx, auditDDL(r.schema)); err != nil {
+		return fmt.Errorf("installing the audit in %s: %w", r.schema, err)
+	}
+	r.h.consumer.reset(r.schema)
+	if r.s.broker {
+		if err := declareQueue(r.h.rabbit.url, r.schema); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *round) dropSchema() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := r.h.pool.Exec(ctx, "DROP SCHEMA "+ident.Quote(r.schema)+" CASCADE"); err != nil {
+		r.log.Debug("chaos: dropping schema", "schema", r.schema, "error", err)
+	}
+}
+
+// auditDDL is the chaos audit of schema: tables, and the trigger that records every
+// job transition with the token of the job's latest claim.
+func auditDDL(schema string) string {
+	q := ident.Quote(schema)
+	return strings.ReplaceAll(`
+CREATE TABLE {s}.chaos_enqueued (
+  job_id   uuid PRIMARY KEY,
+  event_id uuid,
+  at       timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE TABLE {s}.chaos_audit (
+  seq         bigserial PRIMARY KEY,
+  job_id      uuid NOT NULL,
+  worker      text NOT NULL,
+  lease_token uuid,
+  event       text NOT NULL,
+  at          timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX ON {s}.chaos_audit (job_id, lease_token);
+CREATE TABLE {s}.chaos_consumed (
+  event_id text NOT NULL,
+  at       timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE TABLE {s}.chaos_transitions (
+  seq          bigserial PRIMARY KEY,
+  job_id       uuid NOT NULL,
+  old_status   text NOT NULL,
+  new_status   text NOT NULL,
+  old_token    uuid,
+  new_token    uuid,
+  new_attempts integer NOT NULL,
+  worker       text,
+  latest_claim uuid,
+  stale        boolean NOT NULL,
+  app          text NOT NULL DEFAULT current_setting('application_name'),
+  at           timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX ON {s}.chaos_transitions (job_id, seq);
+CREATE INDEX ON {s}.chaos_transitions (old_token);
+
+-- Every change of status or token (a heartbeat changes neither and is skipped). A
+-- transition out of 'running' is stale when the token it replaced is not the token
+-- the job's latest claim received; a running→running change of token is a second
+-- claim of a running job. Rows of one job are serialised by its row lock, so seq
+-- order is the order of that job's transitions.
+CREATE FUNCTION {s}.chaos_audit_transition() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+  latest uuid;
+BEGIN
+  IF OLD.status = NEW.status AND OLD.lease_token IS NOT DISTINCT FROM NEW.lease_token THEN
+    RETURN NULL;
+  END IF;
+  IF OLD.status = 'running' THEN
+    SELECT t.new_token INTO latest FROM {s}.chaos_transitions t
+    WHERE t.job_id = NEW.id AND t.new_status = 'running' AND t.old_status <> 'running'
+    ORDER BY t.seq DESC LIMIT 1;
+  END IF;
+  INSERT INTO {s}.chaos_transitions (job_id, old_status, new_status, old_token, new_token, new_attempts, worker, latest_claim, stale)
+  VALUES (NEW.id, OLD.status, NEW.status, OLD.lease_token, NEW.lease_token, NEW.attempts,
+          coalesce(NEW.worker_id, OLD.worker_id), latest,
+          OLD.status = 'running' AND (OLD.lease_token IS DISTINCT FROM latest
+                                      OR (NEW.status = 'running' AND NEW.lease_token IS DISTINCT FROM OLD.lease_token)));
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER chaos_audit_transition AFTER UPDATE ON {s}.jobs
+  FOR EACH ROW EXECUTE FUNCTION {s}.chaos_audit_transition();
+
+-- A deleted job is recorded too: nothing in these scenarios deletes jobs.
+CREATE FUNCTION {s}.chaos_audit_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO {s}.chaos_transitions (job_id, old_status, new_status, old_token, new_token, new_attempts, worker, latest_claim, stale)
+  VALUES (OLD.id, OLD.status, 'deleted', OLD.lease_token, NULL, OLD.attempts, OLD.worker_id, NULL, false);
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER chaos_audit_delete AFTER DELETE ON {s}.jobs
+  FOR EACH ROW EXECUTE FUNCTION {s}.chaos_audit_delete();
+`, "{s}", q)
+}

@@ -1,0 +1,287 @@
+package chaos
+
+// One round (one scenario run): its timings, the run itself (load, warm-up, faults,
+// drain, check), the worker and relay processes it starts and stops, and the faults
+// and notes it records.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	mrand "math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/skiplock/skiplock/internal/ident"
+)
+
+// Timings every process of a round shares. Short leases make lease expiry, the
+// reclaimer and the zombie fit in seconds.
+const (
+	leaseDuration  = 2 * time.Second
+	heartbeatEvery = 500 * time.Millisecond
+	pollEvery      = 200 * time.Millisecond
+	reclaimEvery   = 300 * time.Millisecond
+	warmup         = 3 * time.Second
+	tail           = 3 * time.Second
+	drainTimeout   = 90 * time.Second
+)
+
+func (h *harness) workerSpec(manual bool) workerSpec {
+	return workerSpec{MaxWorkers: 4, Lease: leaseDuration, Heartbeat: heartbeatEvery, Poll: pollEvery, Reclaim: reclaimEvery, Manual: manual}
+}
+
+// round is one scenario run.
+type round struct {
+	h        *harness
+	s        *scenario
+	p        params
+	schema   string
+	rng      *mrand.Rand
+	log      *slog.Logger
+	workers  []*proc
+	relays   []*proc
+	inproc   []*inProcWorker
+	prod     *producer
+	mu       sync.Mutex
+	faults   []fault
+	holdIDs  map[string]bool
+	notes    []string
+	relaySeq int
+	workSeq  int
+}
+
+// fault is one injected fault: when it began and when it was lifted.
+type fault struct {
+	what           string
+	start, cleared time.Time
+}
+
+func (r *round) mark(what string, start time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.faults = append(r.faults, fault{what: what, start: start, cleared: wallNow()})
+	r.log.Info("chaos: fault", "scenario", r.s.name, "fault", what, "took", time.Since(start).Round(time.Millisecond))
+}
+
+func (r *round) note(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.notes = append(r.notes, fmt.Sprintf(format, args...))
+}
+
+func (h *harness) runRound(ctx context.Context, s *scenario, p params) (*Row, error) {
+	h.round++
+	r := &round{h: h, s: s, p: p, schema: fmt.Sprintf("chaos_%02d_%s", h.round, strings.ReplaceAll(s.name, "-", "_")),
+		rng: mrand.New(mrand.NewPCG(h.cfg.Seed, uint64(h.round))), log: h.log, holdIDs: map[string]bool{}}
+	if s.broker {
+		if reason := h.brokerUnavailable(ctx); reason != "" {
+			if h.cfg.RequireBrokers {
+				return &Row{Scenario: s.name, Runs: 1, Violations: []string{"broker required (SKIPLOCK_REQUIRE_BROKERS): " + reason}}, nil
+			}
+			return &Row{Scenario: s.name, Skipped: reason}, nil
+		}
+	}
+	h.log.Info("chaos: round", "n", h.round, "scenario", s.name, "schema", r.schema)
+	if err := r.prepare(ctx); err != nil {
+		return nil, err
+	}
+	defer r.stopAll()
+	if err := r.startLoad(ctx); err != nil {
+		return nil, err
+	}
+	prodCtx, stopProd := context.WithCancel(ctx)
+	var prodWG sync.WaitGroup
+	prodWG.Go(func() { r.prod.run(prodCtx, p.rate) })
+	var consumerWG sync.WaitGroup
+	consCtx, stopCons := context.WithCancel(ctx)
+	defer func() { stopCons(); consumerWG.Wait() }()
+	if s.broker {
+		consumerWG.Go(func() { h.consumer.consumeAMQP(consCtx, h.rabbit.url, r.schema) })
+	}
+	baselineFrom := wallNow().Add(time.Second)
+	if err := pause(ctx, warmup); err != nil {
+		stopProd()
+		prodWG.Wait()
+		return nil, err
+	}
+	faultsFrom := wallNow()
+	injectErr := s.inject(ctx, r)
+	if injectErr == nil {
+		// Keep producing a little after the last fault, so recovery is measured
+		// against fresh work rather than the end of the load.
+		injectErr = pause(ctx, tail)
+	}
+	stopProd()
+	prodWG.Wait()
+	if injectErr != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		r.note("fault injection failed: %v", injectErr)
+	}
+	drained, err := r.drain(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !drained {
+		r.note("not drained within %s", drainTimeout)
+	}
+	row, err := r.check(ctx, baselineFrom, faultsFrom)
+	if err != nil {
+		return nil, err
+	}
+	if injectErr != nil {
+		row.Violations = append(row.Violations, "fault injection failed: "+injectErr.Error())
+	}
+	if row.ok() {
+		r.dropSchema()
+	}
+	return row, nil
+}
+
+func (h *harness) brokerUnavailable(ctx context.Context) string {
+	if h.rabbit == nil {
+		return "RabbitMQ node not started"
+	}
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	if err := h.rabbit.wait(wctx); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// pause waits d (fault timing) or until ctx ends.
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// startLoad starts the round's workers, relays and in-process clients and the producer.
+func (r *round) startLoad(ctx context.Context) error {
+	for i := 0; i < r.h.cfg.Workers-r.s.inProcess; i++ {
+		if _, err := r.startWorker(ctx, r.s.zombie && i == 0); err != nil {
+			return err
+		}
+	}
+	for i := 0; i < r.s.inProcess; i++ {
+		w, err := r.startInProc(ctx, i)
+		if err != nil {
+			return err
+		}
+		r.inproc = append(r.inproc, w)
+	}
+	if r.s.outbox {
+		for i := 0; i < 2; i++ {
+			if _, err := r.startRelay(ctx, 0); err != nil {
+				return err
+			}
+		}
+	}
+	var err error
+	r.prod, err = newProducer(r.h.pool, r.schema, r.s.outbox, mrand.New(mrand.NewPCG(r.h.cfg.Seed, uint64(r.h.round)<<32|1)), r.log)
+	if err == nil && r.s.zombie {
+		r.prod.manualShare = 0.15
+	}
+	return err
+}
+
+// startWorker starts a worker process (through the fault proxy) and waits until it runs.
+func (r *round) startWorker(ctx context.Context, manual bool) (*proc, error) {
+	r.workSeq++
+	id := fmt.Sprintf("r%02d-worker-%d", r.h.round, r.workSeq)
+	if manual {
+		id += "-zombie"
+	}
+	return r.launch(ctx, childSpec{Role: "worker", URL: r.h.proxyURL, Schema: r.schema, ID: id, Worker: r.h.workerSpec(manual)}, &r.workers)
+}
+
+// launch starts a child process, waits for it to say "ready" and records it in list.
+func (r *round) launch(ctx context.Context, spec childSpec, list *[]*proc) (*proc, error) {
+	p, err := r.h.procs.spawn(spec)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := p.waitLine(ctx, "ready", 30*time.Second); err != nil {
+		p.kill()
+		return nil, err
+	}
+	r.mu.Lock()
+	*list = append(*list, p)
+	r.mu.Unlock()
+	return p, nil
+}
+
+// startRelay starts a relay process; holdAfter > 0 makes it stop between publish and
+// mark after that many publishes.
+func (r *round) startRelay(ctx context.Context, holdAfter int) (*proc, error) {
+	r.relaySeq++
+	spec := childSpec{Role: "relay", URL: r.h.proxyURL, Schema: r.schema, ID: fmt.Sprintf("r%02d-relay-%d", r.h.round, r.relaySeq),
+		Relay: relaySpec{Lease: leaseDuration, Poll: pollEvery, Batch: 20, HoldAfter: holdAfter}}
+	if r.s.broker {
+		spec.Relay.AMQPURL, spec.Relay.Queue = r.h.rabbit.url, r.schema
+	} else {
+		spec.Relay.WebhookURL, spec.Relay.Secret = r.h.consumer.url, r.h.secret
+	}
+	return r.launch(ctx, spec, &r.relays)
+}
+
+// liveWorkers returns the worker processes still running.
+func (r *round) liveWorkers() []*proc {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []*proc
+	for _, p := range r.workers {
+		if !p.exited() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// stopAll stops the round's processes and clients.
+func (r *round) stopAll() {
+	r.mu.Lock()
+	all := append(append([]*proc(nil), r.workers...), r.relays...)
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range all {
+		wg.Go(func() { p.terminate(5 * time.Second) })
+	}
+	for _, w := range r.inproc {
+		wg.Go(w.stop)
+	}
+	wg.Wait()
+}
+
+// drain waits until every committed job is finished and every committed event is
+// published and consumed, polling the database.
+func (r *round) drain(ctx context.Context) (bool, error) {
+	deadline := wallNow().Add(drainTimeout)
+	q := ident.Quote(r.schema)
+	for {
+		var open, unconsumed int64
+		err := r.h.pool.QueryRow(ctx, `SELECT
+  (SELECT count(*) FROM `+q+`.chaos_enqueued e JOIN `+q+`.jobs j ON j.id = e.job_id
+    WHERE j.status NOT IN ('succeeded', 'failed', 'cancelled')),
+  (SELECT count(*) FROM `+q+`.chaos_enqueued e
+    WHERE e.event_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM `+q+`.chaos_consumed c WHERE c.event_id = e.event_id::text))`).Scan(&open, &unconsumed)
+		if err == nil && open == 0 && unconsumed == 0 {
+			return true, nil
+		}
+		if wallNow().After(deadline) {
+			return false, nil
+		}
+		if err := pause(ctx, 200*time.Millisecond); err != nil {
+			return false, err
+		}
+	}
+}
