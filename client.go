@@ -12,11 +12,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/internal/hostclock"
 	"github.com/skiplock/skiplock/internal/ident"
 	"github.com/skiplock/skiplock/internal/maint"
+	"github.com/skiplock/skiplock/internal/pgerr"
 	"github.com/skiplock/skiplock/internal/store"
 )
 
@@ -357,17 +357,7 @@ var ErrSchemaNewer = errors.New("skiplock: schema is newer than this skiplock")
 
 // wrapPgError turns PostgreSQL errors a caller can act on into typed errors.
 func wrapPgError(err error) error {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return err
-	}
-	switch pgErr.Code {
-	case "22P02", "22P05", "22021": // invalid text representation, untranslatable character, bad encoding
-		return &ValidationError{Field: "payload", Reason: pgErr.Message}
-	case "3F000", "42P01", "42704": // schema, table or type missing
-		return fmt.Errorf("%w: %v", ErrNotMigrated, err)
-	}
-	return err
+	return pgerr.Wrap(err, func(reason string) error { return invalid("payload", "%s", reason) }, ErrNotMigrated)
 }
 
 // minLevel passes on only records at or above its level.

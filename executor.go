@@ -172,9 +172,8 @@ func (r *runtime) finish(f *inflight, status *string) {
 		c.failures.notice("lease_lost", "skiplock: lease lost; outcome discarded (counted in ProcessCounters.LeaseLost)",
 			"job_id", f.job.ID, "kind", f.job.Kind, "attempt", f.job.Attempt)
 	default:
-		c.count(f.outcome.Action, *status)
 		f.job.State = JobState(*status)
-		ev.Kind = eventKind(f.outcome.Action, *status)
+		ev.Kind = c.count(f.outcome.Action, *status)
 	}
 	c.emit(ev)
 	r.release(f)
@@ -185,19 +184,4 @@ func (r *runtime) release(f *inflight) {
 	f.p.held.Add(-1)
 	signal(f.p.slot)
 	r.jobsWG.Done()
-}
-
-func eventKind(a store.Action, status string) EventKind {
-	switch status {
-	case store.StatusSucceeded:
-		return EventSucceeded
-	case store.StatusFailed:
-		return EventFailed
-	case store.StatusCancelled:
-		return EventCancelled
-	}
-	if a == store.ActionSnooze {
-		return EventSnoozed
-	}
-	return EventRetried
 }

@@ -17,23 +17,43 @@ func (c *Client) finish(ctx context.Context, outs []store.Outcome) (map[string]s
 	return c.store.Finish(ctx, c.pool, store.NowParam(c.cfg.Clock), outs)
 }
 
-func (c *Client) count(a store.Action, status string) {
-	switch {
-	case status == store.StatusSucceeded:
+// outcomeKind classifies a written outcome — the action taken and the state it left
+// the job in — once, for the counters and the events alike.
+func outcomeKind(a store.Action, status string) EventKind {
+	switch status {
+	case store.StatusSucceeded:
+		return EventSucceeded
+	case store.StatusFailed:
+		return EventFailed
+	case store.StatusCancelled:
+		return EventCancelled
+	}
+	if a == store.ActionSnooze {
+		return EventSnoozed
+	}
+	return EventRetried
+}
+
+// count records a written outcome in the client's counters and returns its kind.
+func (c *Client) count(a store.Action, status string) EventKind {
+	k := outcomeKind(a, status)
+	switch k {
+	case EventSucceeded:
 		c.metrics.succeeded.Add(1)
-	case status == store.StatusFailed:
+	case EventFailed:
 		c.metrics.failed.Add(1)
-	case status == store.StatusCancelled:
+	case EventCancelled:
 		c.metrics.cancelled.Add(1)
-	case a == store.ActionSnooze:
+	case EventSnoozed:
 		c.metrics.snoozed.Add(1)
 	default:
 		c.metrics.retried.Add(1)
 	}
+	return k
 }
 
 // ReclaimResult reports one reclaimer pass.
 type ReclaimResult struct {
-	Requeued int // back to pending after the retry delay
-	Failed   int // attempts exhausted
+	Requeued int `json:"requeued"` // back to pending after the retry delay
+	Failed   int `json:"failed"`   // attempts exhausted
 }

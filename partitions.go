@@ -66,13 +66,13 @@ type PartitionOpts struct {
 // PartitionReport describes a conversion.
 type PartitionReport struct {
 	// DedupKeys is the number of deduplication keys copied to job_dedup.
-	DedupKeys int64
+	DedupKeys int64 `json:"dedup_keys"`
 	// LegacyUntil is when the converted table stops receiving new jobs.
-	LegacyUntil time.Time
+	LegacyUntil time.Time `json:"legacy_until"`
 	// Created names the partitions created ahead.
-	Created []string
-	// LockHeld is how long jobs was locked.
-	LockHeld time.Duration
+	Created []string `json:"created"`
+	// LockHeld is how long jobs was locked (nanoseconds in JSON).
+	LockHeld time.Duration `json:"lock_held_ns"`
 }
 
 // ErrAlreadyPartitioned is returned by PartitionJobs on a partitioned jobs table.
@@ -170,15 +170,16 @@ func PartitionJobs(ctx context.Context, pool *pgxpool.Pool, schema string, opts 
 
 // PartitionInfo describes one partition of jobs.
 type PartitionInfo struct {
-	Name string
+	Name string `json:"name"`
 	// From and To bound the creation times of the partition's jobs; From is zero for
 	// the legacy partition (no lower bound); both are zero for the default partition.
-	From, To time.Time
-	Default  bool
+	From    time.Time `json:"from,omitzero"`
+	To      time.Time `json:"to,omitzero"`
+	Default bool      `json:"default"`
 	// Rows is PostgreSQL's estimate (updated by VACUUM and ANALYZE).
-	Rows int64
+	Rows int64 `json:"rows"`
 	// Bytes is the partition's size with its indexes.
-	Bytes int64
+	Bytes int64 `json:"bytes"`
 }
 
 // Partitions lists the partitions of jobs (none when jobs is not partitioned).

@@ -66,21 +66,23 @@ func (r RetentionConfig) withDefaults() RetentionConfig {
 // RetentionResult reports what one retention run removed.
 type RetentionResult struct {
 	// Succeeded, Failed and Cancelled count the jobs deleted row by row.
-	Succeeded, Failed, Cancelled int64
+	Succeeded int64 `json:"succeeded"`
+	Failed    int64 `json:"failed"`
+	Cancelled int64 `json:"cancelled"`
 	// OutboxPublished counts deleted outbox events (RetentionConfig.OutboxPublished).
-	OutboxPublished int64
+	OutboxPublished int64 `json:"outbox_published"`
 	// Partitioned is true when jobs is partitioned; the fields below apply then.
-	Partitioned bool
+	Partitioned bool `json:"partitioned"`
 	// PartitionsCreated names the partitions created ahead.
-	PartitionsCreated []string
+	PartitionsCreated []string `json:"partitions_created,omitempty"`
 	// PartitionsDropped names the partitions dropped whole.
-	PartitionsDropped []string
+	PartitionsDropped []string `json:"partitions_dropped,omitempty"`
 	// PartitionsKept are expired partitions that could not be dropped, and why.
-	PartitionsKept []KeptPartition
+	PartitionsKept []KeptPartition `json:"partitions_kept,omitempty"`
 	// Incomplete is true when the run stopped at MaxBatches with rows left to delete.
-	Incomplete bool
-	// Duration is the run's wall time.
-	Duration time.Duration
+	Incomplete bool `json:"incomplete"`
+	// Duration is the run's wall time (nanoseconds in JSON).
+	Duration time.Duration `json:"duration_ns"`
 }
 
 // Deleted returns the total of jobs deleted row by row.
@@ -91,9 +93,10 @@ func (r RetentionResult) Deleted() int64 { return r.Succeeded + r.Failed + r.Can
 // late retry) or finished jobs younger than their state's window. It is dropped by a
 // later run once they are gone; meanwhile its finished jobs are deleted row by row.
 type KeptPartition struct {
-	Name             string
-	Pending, Running int64
-	Reason           string
+	Name    string `json:"name"`
+	Pending int64  `json:"pending"`
+	Running int64  `json:"running"`
+	Reason  string `json:"reason"`
 }
 
 // ErrMaintenanceLocked is returned by RunRetention when another client is running
