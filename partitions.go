@@ -45,8 +45,8 @@ type PartitionPeriod string
 
 // The partition periods (weeks start on Monday, UTC).
 const (
-	PartitionDaily  PartitionPeriod = maint.PeriodDay
-	PartitionWeekly PartitionPeriod = maint.PeriodWeek
+	PartitionDaily  PartitionPeriod = "day"
+	PartitionWeekly PartitionPeriod = "week" // the same strings as maint.PeriodDay and maint.PeriodWeek, stored in the settings table
 )
 
 // PartitionOpts configure PartitionJobs.
