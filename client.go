@@ -105,6 +105,9 @@ type Config struct {
 	// for the cancelled jobs' outcomes to be written. Stop(ctx) and
 	// StopAndCancel(ctx) take their deadline from their own ctx instead.
 	ShutdownTimeout time.Duration
+	// EnqueueHooks amend every job this client enqueues, in order, before it is
+	// validated (see EnqueueHook). Default none.
+	EnqueueHooks []EnqueueHook
 	// Middleware wraps every handler run, first = outermost. Default none.
 	Middleware []Middleware
 	// DeleteOnSuccess deletes a job the moment it succeeds (one fenced DELETE in the

@@ -66,7 +66,9 @@ func (r *runtime) flushSplit(batch []*inflight, ambiguous, fellBack bool) {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.bgCtx), 30*time.Second)
 		began := hostclock.Now()
 		res, err := c.finish(ctx, outs)
-		if err == nil && ambiguous {
+		if err == nil && (ambiguous || anyCompletedInTx(batch)) {
+			// An earlier attempt, or the handler's own transaction (CompleteTx), may
+			// have written the outcome already: the fenced write then matched nothing.
 			err = r.recognise(ctx, batch, res)
 		}
 		cancel()
@@ -99,6 +101,17 @@ func (r *runtime) flushSplit(batch []*inflight, ambiguous, fellBack bool) {
 		}
 		backoff = min(backoff*2, 5*time.Second)
 	}
+}
+
+// anyCompletedInTx reports whether a handler of the batch completed its job with
+// CompleteTx.
+func anyCompletedInTx(batch []*inflight) bool {
+	for _, f := range batch {
+		if f.job.completedInTx {
+			return true
+		}
+	}
+	return false
 }
 
 // refused handles a batch the server refused with an error retrying cannot fix. A

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -17,12 +18,17 @@ import (
 
 // Limits on enqueue input. Values outside them are refused with a *ValidationError.
 const (
-	MinPriority       = -1000 // lowest priority; higher runs first
-	MaxPriority       = 1000
-	MaxMaxAttempts    = 1000
-	MaxKindLen        = 255
-	MaxDedupKeyLen    = 512
-	DefaultMaxPayload = 1 << 20 // bytes; Config.MaxPayloadBytes
+	MinPriority    = -1000 // lowest priority; higher runs first
+	MaxPriority    = 1000
+	MaxMaxAttempts = 1000
+	MaxKindLen     = 255
+	MaxDedupKeyLen = 512
+	// MaxMetadataEntries, MaxMetadataKeyLen and MaxMetadataValueLen bound
+	// EnqueueOpts.Metadata.
+	MaxMetadataEntries  = 64
+	MaxMetadataKeyLen   = 255
+	MaxMetadataValueLen = 4096
+	DefaultMaxPayload   = 1 << 20 // bytes; Config.MaxPayloadBytes
 	// MaxSchedule bounds how far from now RunAt and Delay may point.
 	MaxSchedule = 10 * 365 * 24 * time.Hour
 )
@@ -47,6 +53,12 @@ type EnqueueOpts struct {
 	// MaxAttempts before the job fails for good, 1..MaxMaxAttempts. Default: the
 	// kind's WorkerOpts.MaxAttempts, else 8.
 	MaxAttempts int
+	// Metadata are small string key/value pairs stored with the job and returned as
+	// Job.Metadata: a tenant, a request id, the caller's trace context (see
+	// Config.EnqueueHooks). At most MaxMetadataEntries, keys as job kinds (no control
+	// characters, at most MaxMetadataKeyLen bytes), values valid UTF-8 without NUL of
+	// at most MaxMetadataValueLen bytes. Default none.
+	Metadata map[string]string
 	// DeduplicationKey, when set, makes (kind, key) unique: a second enqueue with the
 	// same pair inserts nothing and returns the id of the job holding the key. The key
 	// is held as long as that job's row exists — pending, running and also after it
@@ -55,6 +67,23 @@ type EnqueueOpts struct {
 	// Config.DeleteOnSuccess a success frees the key at once. At most MaxDedupKeyLen
 	// bytes of valid UTF-8.
 	DeduplicationKey string
+}
+
+// EnqueueHook amends a job before it is validated and inserted (Config.EnqueueHooks):
+// the tracing package, for one, adds the caller's trace context to its metadata. A
+// hook gets a copy of the caller's parameters; to add metadata it should use
+// SetMetadata, which copies the map rather than writing into one the caller may
+// share. An error refuses the whole enqueue.
+type EnqueueHook func(ctx context.Context, p *EnqueueParams) error
+
+// SetMetadata sets p.Opts.Metadata[key] = value on a copy of the map.
+func SetMetadata(p *EnqueueParams, key, value string) {
+	m := make(map[string]string, len(p.Opts.Metadata)+1)
+	for k, v := range p.Opts.Metadata {
+		m[k] = v
+	}
+	m[key] = value
+	p.Opts.Metadata = m
 }
 
 // EnqueueResult tells what an enqueue did.
@@ -122,7 +151,13 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx DB, jobs []EnqueueParams)
 	var queues []string
 	seen := map[string]bool{}
 	for i := range jobs {
-		p, err := c.insertParams(&jobs[i])
+		jp := jobs[i] // hooks amend a copy, never the caller's slice
+		for _, h := range c.cfg.EnqueueHooks {
+			if err := h(ctx, &jp); err != nil {
+				return nil, fmt.Errorf("job %d: enqueue hook: %w", i, err)
+			}
+		}
+		p, err := c.insertParams(&jp)
 		if err != nil {
 			if len(jobs) > 1 {
 				return nil, fmt.Errorf("job %d: %w", i, err)
@@ -239,6 +274,11 @@ func (c *Client) insertParams(j *EnqueueParams) (store.InsertParams, error) {
 	}
 	o := j.Opts
 	p := store.InsertParams{Kind: kind, Payload: payload, Priority: o.Priority, Queue: o.Queue, MaxAttempts: o.MaxAttempts, Delay: o.Delay}
+	meta, err := encodeMetadata(o.Metadata)
+	if err != nil {
+		return store.InsertParams{}, err
+	}
+	p.Metadata = meta
 	if p.Queue == "" {
 		p.Queue = DefaultQueue
 	}
@@ -321,4 +361,27 @@ func hasNULEscape(p []byte) bool {
 			return true
 		}
 	}
+}
+
+// encodeMetadata validates job metadata and encodes it as a JSON object (nil for none).
+func encodeMetadata(m map[string]string) ([]byte, error) {
+	if len(m) == 0 {
+		return nil, nil
+	}
+	if len(m) > MaxMetadataEntries {
+		return nil, invalid("metadata", "%d entries exceed the limit of %d", len(m), MaxMetadataEntries)
+	}
+	for k, v := range m {
+		if reason := validate.Name(k, MaxMetadataKeyLen, false); reason != "" {
+			return nil, invalid("metadata", "key %q: %s", k, reason)
+		}
+		if len(v) > MaxMetadataValueLen || !utf8.ValidString(v) || strings.IndexByte(v, 0) >= 0 {
+			return nil, invalid("metadata", "value of %q must be valid UTF-8 without NUL of at most %d bytes", k, MaxMetadataValueLen)
+		}
+	}
+	b, err := json.Marshal(m)
+	if err != nil { // cannot happen for valid strings
+		return nil, invalid("metadata", "encoding as JSON: %v", err)
+	}
+	return b, nil
 }

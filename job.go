@@ -39,8 +39,12 @@ type Job struct {
 	WorkerID         string    `json:"worker_id,omitempty"`
 	DeduplicationKey string    `json:"deduplication_key,omitempty"`
 	LastError        string    `json:"last_error,omitempty"`
-	CreatedAt        time.Time `json:"created_at"`
-	UpdatedAt        time.Time `json:"updated_at"`
+	// Metadata is what EnqueueOpts.Metadata (and Config.EnqueueHooks) attached.
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	CreatedAt time.Time         `json:"created_at"`
+	UpdatedAt time.Time         `json:"updated_at"`
+
+	completedInTx bool // CompleteTx wrote this claim's completion in the handler's transaction
 }
 
 // IdempotencyKey is stable across every attempt of this job: pass it to external APIs
@@ -56,6 +60,9 @@ func fromRow(r *store.Job) *Job {
 	}
 	if r.LeaseToken != nil {
 		j.LeaseToken = *r.LeaseToken
+	}
+	if len(r.Metadata) > 0 {
+		_ = json.Unmarshal(r.Metadata, &j.Metadata) // written by insertParams as a JSON object of strings
 	}
 	if r.LeaseUntil != nil {
 		j.LeaseUntil = *r.LeaseUntil

@@ -11,10 +11,15 @@ import (
 
 // finish writes outcomes with the statement the configuration asks for.
 func (c *Client) finish(ctx context.Context, outs []store.Outcome) (map[string]string, error) {
+	return c.finishOn(ctx, c.pool, outs)
+}
+
+// finishOn is finish through db (the caller's transaction, for CompleteTx).
+func (c *Client) finishOn(ctx context.Context, db store.DBTX, outs []store.Outcome) (map[string]string, error) {
 	if c.cfg.DeleteOnSuccess {
-		return c.store.FinishDeleting(ctx, c.pool, store.NowParam(c.cfg.Clock), outs)
+		return c.store.FinishDeleting(ctx, db, store.NowParam(c.cfg.Clock), outs)
 	}
-	return c.store.Finish(ctx, c.pool, store.NowParam(c.cfg.Clock), outs)
+	return c.store.Finish(ctx, db, store.NowParam(c.cfg.Clock), outs)
 }
 
 // outcomeKind classifies a written outcome — the action taken and the state it left

@@ -26,8 +26,8 @@ func newEnqueueStatements(b *builder) enqueueStatements {
 		// never conflicts.
 		insert: b.add("insert", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now, `+notifyColumn+`)
-INSERT INTO {{s}}.jobs (queue, kind, payload, priority, run_at, max_attempts, deduplication_key, created_at, updated_at)
-SELECT $2, $3, $4::jsonb, $5, coalesce($6::timestamptz, t.now + $7::bigint * interval '1 microsecond'), $8, $9, t.now, t.now
+INSERT INTO {{s}}.jobs (queue, kind, payload, priority, run_at, max_attempts, deduplication_key, metadata, created_at, updated_at)
+SELECT $2, $3, $4::jsonb, $5, coalesce($6::timestamptz, t.now + $7::bigint * interval '1 microsecond'), $8, $9, $12::jsonb, t.now, t.now
 FROM t
 WHERE t.notified >= 0
 ON CONFLICT DO NOTHING
@@ -37,13 +37,13 @@ RETURNING id`),
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now, clock_timestamp() AS ts, `+notifyColumn+`),
 input AS MATERIALIZED (
   SELECT {{s}}.uuid_v7((SELECT ts FROM t), i.ord) AS id, i.*
-  FROM unnest($2::text[], $3::text[], $4::jsonb[], $5::int[], $6::timestamptz[], $7::bigint[], $8::int[], $9::text[])
-       WITH ORDINALITY AS i(queue, kind, payload, priority, run_at, delay_us, max_attempts, dedup, ord)
+  FROM unnest($2::text[], $3::text[], $4::jsonb[], $5::int[], $6::timestamptz[], $7::bigint[], $8::int[], $9::text[], $12::jsonb[])
+       WITH ORDINALITY AS i(queue, kind, payload, priority, run_at, delay_us, max_attempts, dedup, metadata, ord)
 ),
 ins AS (
-  INSERT INTO {{s}}.jobs (id, queue, kind, payload, priority, run_at, max_attempts, deduplication_key, created_at, updated_at)
+  INSERT INTO {{s}}.jobs (id, queue, kind, payload, priority, run_at, max_attempts, deduplication_key, metadata, created_at, updated_at)
   SELECT input.id, queue, kind, payload, priority, coalesce(run_at, t.now + delay_us * interval '1 microsecond'),
-         max_attempts, dedup, t.now, t.now
+         max_attempts, dedup, metadata, t.now, t.now
   FROM input, t
   WHERE t.notified >= 0
   ORDER BY ord
@@ -69,6 +69,7 @@ type InsertParams struct {
 	Delay       time.Duration // relative to the statement's now
 	MaxAttempts int
 	DedupKey    *string
+	Metadata    []byte // a JSON object, or nil for none
 }
 
 // InsertResult tells whether a job was inserted, and its id (or the id of the job
@@ -83,7 +84,7 @@ func (s *Store) Insert(ctx context.Context, db DBTX, now *time.Time, p InsertPar
 	var id string
 	ch, qs := n.args()
 	err := db.QueryRow(ctx, s.enqueue.insert.sql, Now(now), p.Queue, p.Kind, string(p.Payload), p.Priority,
-		p.RunAt, micros(p.Delay), p.MaxAttempts, p.DedupKey, ch, qs).Scan(&id)
+		p.RunAt, micros(p.Delay), p.MaxAttempts, p.DedupKey, ch, qs, jsonOrNil(p.Metadata)).Scan(&id)
 	if err == nil {
 		return InsertResult{ID: id, Inserted: true}, nil
 	}
@@ -103,14 +104,14 @@ func (s *Store) InsertMany(ctx context.Context, db DBTX, now *time.Time, ps []In
 	queues, kinds, payloads := make([]string, n), make([]string, n), make([]string, n)
 	prios, maxes := make([]int32, n), make([]int32, n)
 	runAts, delays := make([]*time.Time, n), make([]int64, n)
-	keys := make([]*string, n)
+	keys, metas := make([]*string, n), make([]*string, n)
 	for i, p := range ps {
 		queues[i], kinds[i], payloads[i] = p.Queue, p.Kind, string(p.Payload)
 		prios[i], maxes[i] = int32(p.Priority), int32(p.MaxAttempts)
-		runAts[i], delays[i], keys[i] = p.RunAt, micros(p.Delay), p.DedupKey
+		runAts[i], delays[i], keys[i], metas[i] = p.RunAt, micros(p.Delay), p.DedupKey, jsonOrNil(p.Metadata)
 	}
 	ch, qs := nt.args()
-	rows, err := db.Query(ctx, s.enqueue.insertMany.sql, Now(now), queues, kinds, payloads, prios, runAts, delays, maxes, keys, ch, qs)
+	rows, err := db.Query(ctx, s.enqueue.insertMany.sql, Now(now), queues, kinds, payloads, prios, runAts, delays, maxes, keys, ch, qs, metas)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +180,7 @@ type Copier interface {
 // database's now(). A non-nil now sets created_at and updated_at (an injected
 // clock); nil leaves them to the database.
 func (s *Store) CopyInsert(ctx context.Context, db Copier, ids [][16]byte, ps []InsertParams, withRunAt bool, now *time.Time) error {
-	cols := []string{"id", "queue", "kind", "payload", "priority", "max_attempts"}
+	cols := []string{"id", "queue", "kind", "payload", "priority", "max_attempts", "metadata"}
 	if withRunAt {
 		cols = append(cols, "run_at")
 	}
@@ -193,7 +194,11 @@ func (s *Store) CopyInsert(ctx context.Context, db Copier, ids [][16]byte, ps []
 			return nil, nil
 		}
 		p := &ps[i]
-		row := []any{ids[i], p.Queue, p.Kind, json.RawMessage(p.Payload), int32(p.Priority), int32(p.MaxAttempts)}
+		var meta any // NULL unless set
+		if p.Metadata != nil {
+			meta = json.RawMessage(p.Metadata)
+		}
+		row := []any{ids[i], p.Queue, p.Kind, json.RawMessage(p.Payload), int32(p.Priority), int32(p.MaxAttempts), meta}
 		if withRunAt {
 			row = append(row, *p.RunAt)
 		}
@@ -210,4 +215,13 @@ func (s *Store) CopyInsert(ctx context.Context, db Copier, ids [][16]byte, ps []
 		return fmt.Errorf("store: copied %d of %d jobs", n, len(ps))
 	}
 	return nil
+}
+
+// jsonOrNil passes a JSON document as text, and nil as NULL.
+func jsonOrNil(b []byte) *string {
+	if b == nil {
+		return nil
+	}
+	s := string(b)
+	return &s
 }

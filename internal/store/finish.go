@@ -46,11 +46,15 @@ RETURNING j.id, j.status::text`
 }
 
 type finishStatements struct {
-	finish, finishDelete, finished stmt
+	finish, finishDelete, finished, leaseLost stmt
 }
 
 func newFinishStatements(b *builder) finishStatements {
 	return finishStatements{
+		// leaseLost raises SQLSTATE SK409 (migration 0004), aborting the caller's
+		// transaction: CompleteTx's answer to a fenced write that matched no row.
+		leaseLost: b.add("lease_lost", `SELECT {{s}}.lease_lost($1::uuid)`),
+
 		// Finish applies many outcomes at once, each fenced by its lease token.
 		// retry: pending after the delay, or failed once attempts are exhausted.
 		// snooze: pending after the delay and the claim's attempt given back.
@@ -165,4 +169,14 @@ func (s *Store) Finished(ctx context.Context, db DBTX, ids []string) (map[string
 		out[id] = r
 	}
 	return out, rows.Err()
+}
+
+// SQLStateLeaseLost is the SQLSTATE of the error AbortLeaseLost raises.
+const SQLStateLeaseLost = "SK409"
+
+// AbortLeaseLost raises SQLSTATE SK409 in db's transaction, so that transaction can
+// no longer commit: what a stale worker wrote in it is discarded with it.
+func (s *Store) AbortLeaseLost(ctx context.Context, db DBTX, id string) error {
+	_, err := db.Exec(ctx, s.finish.leaseLost.sql, id)
+	return err
 }

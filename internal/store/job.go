@@ -36,13 +36,14 @@ type Job struct {
 	WorkerID         *string
 	DeduplicationKey *string
 	LastError        *string
+	Metadata         []byte // JSON object, nil when none
 	CreatedAt        time.Time
 	UpdatedAt        time.Time
 }
 
 // jobColumns lists what statements returning jobs select, in scanJob's order.
 const jobColumns = `id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
-  lease_until, lease_token, worker_id, deduplication_key, last_error, created_at, updated_at`
+  lease_until, lease_token, worker_id, deduplication_key, last_error, metadata, created_at, updated_at`
 
 // prefixed returns jobColumns qualified by the table alias p.
 func prefixed(p string) string {
@@ -57,7 +58,7 @@ func scanJob(row pgx.Row) (*Job, error) {
 	var j Job
 	err := row.Scan(&j.ID, &j.Queue, &j.Kind, &j.Payload, &j.Status, &j.Priority, &j.RunAt, &j.Attempts,
 		&j.MaxAttempts, &j.LeaseUntil, &j.LeaseToken, &j.WorkerID, &j.DeduplicationKey, &j.LastError,
-		&j.CreatedAt, &j.UpdatedAt)
+		&j.Metadata, &j.CreatedAt, &j.UpdatedAt)
 	if err != nil {
 		return nil, err
 	}
