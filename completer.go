@@ -2,6 +2,7 @@ package skiplock
 
 import (
 	"context"
+	"math/bits"
 	"time"
 
 	"github.com/skiplock/skiplock/internal/hostclock"
@@ -50,13 +51,27 @@ func (r *runtime) complete() {
 // retrying can never fix (the server refused the statement's data) is one outcome's
 // doing, not the batch's: the batch is split so every other outcome is written at
 // once, and the offending outcome is written with a safe fallback (see fallback).
-func (r *runtime) flush(batch []*inflight) { r.flushSplit(batch, false, false) }
+func (r *runtime) flush(batch []*inflight) {
+	// The split is bounded: an error every outcome hits (a trigger that refuses all
+	// updates) costs a few dozen statements, not two per job.
+	budget := 8*bits.Len(uint(len(batch))) + 8
+	r.flushSplit(batch, false, false, &budget)
+}
 
 // flushSplit is flush for part of a batch. ambiguous says an earlier attempt at these
 // outcomes failed in a way that may have committed; fellBack says the outcomes are
 // already fallbacks, so a refusal drops them instead of splitting again.
-func (r *runtime) flushSplit(batch []*inflight, ambiguous, fellBack bool) {
+func (r *runtime) flushSplit(batch []*inflight, ambiguous, fellBack bool, budget *int) {
 	c := r.c
+	if *budget <= 0 {
+		c.log.Error("skiplock: the database keeps refusing these outcomes; their leases will expire and the reclaimer will retry the jobs",
+			"jobs", len(batch))
+		for _, f := range batch {
+			r.finish(f, nil)
+		}
+		return
+	}
+	*budget--
 	outs := make([]store.Outcome, len(batch))
 	for i, f := range batch {
 		outs[i] = f.outcome
@@ -87,7 +102,7 @@ func (r *runtime) flushSplit(batch []*inflight, ambiguous, fellBack bool) {
 			return
 		}
 		if !pgerr.Retryable(err) {
-			r.refused(batch, err, ambiguous, fellBack)
+			r.refused(batch, err, ambiguous, fellBack, budget)
 			return
 		}
 		ambiguous = true
@@ -119,12 +134,12 @@ func anyCompletedInTx(batch []*inflight) bool {
 // costs log2(batch) extra statements and delays no other outcome behind it. A single
 // outcome is written once more as its fallback; if even that is refused, its lease is
 // left to expire and the reclaimer retries the job like a crashed run.
-func (r *runtime) refused(batch []*inflight, err error, ambiguous, fellBack bool) {
+func (r *runtime) refused(batch []*inflight, err error, ambiguous, fellBack bool, budget *int) {
 	c := r.c
 	if len(batch) > 1 {
 		half := len(batch) / 2
-		r.flushSplit(batch[:half], ambiguous, fellBack)
-		r.flushSplit(batch[half:], ambiguous, fellBack)
+		r.flushSplit(batch[:half], ambiguous, fellBack, budget)
+		r.flushSplit(batch[half:], ambiguous, fellBack, budget)
 		return
 	}
 	f := batch[0]
@@ -137,7 +152,7 @@ func (r *runtime) refused(batch []*inflight, err error, ambiguous, fellBack bool
 	c.log.Error("skiplock: the database refused a job's outcome; writing a fallback",
 		"job_id", f.job.ID, "kind", f.job.Kind, "action", string(f.outcome.Action), "sqlstate", pgerr.Code(err), "error", err)
 	f.outcome = fallback(f.outcome, err)
-	r.flushSplit(batch, ambiguous, true)
+	r.flushSplit(batch, ambiguous, true, budget)
 }
 
 // fallback is the outcome written for a job whose own outcome the database refused.

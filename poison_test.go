@@ -180,3 +180,38 @@ func TestCompleterIsolatesARefusedOutcome(t *testing.T) {
 		}
 	}
 }
+
+// When the database refuses every outcome (a trigger that rejects all updates), the
+// completer's splitting is bounded: the batch is given up after a few dozen
+// statements, its jobs stay leased for the reclaimer, and the completer moves on.
+func TestCompleterGivesUpOnABatchRefusedEverywhere(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{})
+	const n = 300
+	enqueueKind(e, e.client, "k", n)
+	jobs, err := e.client.Manual().Claim(e.ctx, skiplock.DefaultQueue, n)
+	e.must(err)
+	_, err = e.pool.Exec(e.ctx, `CREATE FUNCTION `+e.q("refuse")+`() RETURNS trigger LANGUAGE plpgsql AS
+$$BEGIN RAISE EXCEPTION 'no updates today'; END$$;
+CREATE TRIGGER refuse BEFORE UPDATE ON `+e.q("jobs")+` FOR EACH ROW EXECUTE FUNCTION `+e.q("refuse")+`()`)
+	e.must(err)
+	errs := make([]string, n)
+	for i := range errs {
+		errs[i] = "boom"
+	}
+	began := time.Now()
+	done := make(chan []skiplock.JobState, 1)
+	go func() { done <- e.client.FlushRetriesForTest(jobs, errs) }()
+	var states []skiplock.JobState
+	select {
+	case states = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the completer is still splitting a batch the database refuses everywhere")
+	}
+	for i, st := range states {
+		if st != skiplock.StateRunning {
+			t.Fatalf("job %d left %s, want it still leased (running) for the reclaimer", i, st)
+		}
+	}
+	t.Logf("gave up on %d refused outcomes after %s", n, time.Since(began))
+}
