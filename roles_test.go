@@ -1,6 +1,7 @@
 package skiplock_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -108,6 +109,15 @@ VALUES ('o', '1', 'e', '{}')`))
 	}
 	_, err = worker.Stats(e.ctx, nil)
 	must("worker reads stats", err)
+	must("worker pauses a queue", worker.QueuePause(e.ctx, "mail"))
+	must("worker resumes a queue", worker.QueueResume(e.ctx, "mail"))
+	ws := skiplock.NewWorkers()
+	must("registering a worker", ws.AddHandler("k", func(context.Context, *skiplock.Job) error { return nil }, nil))
+	started, err := skiplock.NewClient(worker.Pool(), skiplock.Config{Schema: e.schema, Workers: ws,
+		Queues: map[string]skiplock.QueueConfig{"default": {MaxWorkers: 1}}})
+	must("worker client", err)
+	must("worker starts (reads the schema's migrations)", started.Start(e.ctx))
+	must("worker stops", started.Stop(e.ctx))
 	_, err = worker.Enqueue(e.ctx, emailArgs{To: "b"}, nil)
 	refused("worker enqueues", err)
 	refused("worker rewrites a payload", exec(wp, "UPDATE "+e.q("jobs")+` SET payload = '{}'`))
@@ -132,6 +142,7 @@ WHERE id IN (SELECT id FROM `+e.q("outbox")+` WHERE published_at IS NULL FOR UPD
 	must("dashboard lists jobs", err)
 	_, err = dashboard.JobRetry(e.ctx, res.ID)
 	refused("dashboard retries a job", err)
+	refused("dashboard pauses a queue", dashboard.QueuePause(e.ctx, "mail"))
 	refused("dashboard deletes", exec(dp, "DELETE FROM "+e.q("jobs")))
 	refused("dashboard inserts", exec(dp, `INSERT INTO `+e.q("jobs")+` (kind, payload) VALUES ('k', '{}')`))
 	refused("dashboard updates the outbox", exec(dp, "UPDATE "+e.q("outbox")+" SET dead_at = now()"))

@@ -22,6 +22,8 @@ type QueueStats struct {
 	Succeeded int64
 	Failed    int64
 	Cancelled int64
+	// Paused is true while the queue is paused (Client.QueuePause).
+	Paused bool
 	// Retrying counts pending jobs that already ran at least once: jobs waiting out
 	// a retry backoff, or reclaimed after a lost lease. Counted from the database,
 	// so it covers every worker process; a rising figure means failing handlers.
@@ -173,6 +175,21 @@ func (c *Client) Stats(ctx context.Context, opts *StatsOpts) (*Stats, error) {
 			}
 			q.RecentSucceeded, q.RecentFailed, q.RecentCancelled = rq.Succeeded, rq.Failed, rq.Cancelled
 		}
+	}
+	settings, err := c.store.QueueSettings(ctx, c.pool)
+	if err != nil {
+		return nil, fmt.Errorf("reading queue settings: %w", wrapPgError(err))
+	}
+	for _, qs := range settings {
+		if qs.PausedAt == nil {
+			continue
+		}
+		q := byQueue[qs.Name]
+		if q == nil {
+			q = &QueueStats{Queue: qs.Name}
+			byQueue[qs.Name] = q
+		}
+		q.Paused = true
 	}
 	ob, err := c.store.OutboxHealth(ctx, c.pool, now)
 	if err != nil {

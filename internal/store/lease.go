@@ -30,11 +30,14 @@ func newLeaseStatements(b *builder) leaseStatements {
 	return leaseStatements{
 		// The claim: lock up to $5 due pending jobs of one queue in index order, skipping
 		// rows other claimers hold, and lease them under a fresh token in the same statement.
+		// A paused queue claims nothing: the pause check does not depend on the row, so
+		// it runs once per statement (a one-time filter on a primary-key probe of queues).
 		claim: b.add("claim", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now, `+asyncCommit+`),
 claimed AS (
   SELECT id FROM {{s}}.jobs
   WHERE status = 'pending' AND queue = $2 AND run_at <= (SELECT now FROM t)
+    AND NOT EXISTS (SELECT 1 FROM {{s}}.queues p WHERE p.name = $2 AND p.paused_at IS NOT NULL)
   ORDER BY priority DESC, run_at, id
   LIMIT $5
   FOR UPDATE SKIP LOCKED

@@ -45,23 +45,31 @@ func (s *Store) RolesSQL(n RoleNames) (string, error) {
 		"GRANT INSERT ON "+t("jobs"),
 		// RETURNING id, and finding the job that holds a deduplication key.
 		"GRANT SELECT (id, kind, deduplication_key) ON "+t("jobs"),
+		// The SQL enqueue function (migration 0005) is SECURITY INVOKER: it needs the two
+		// grants above, and EXECUTE, which the migration revokes from PUBLIC.
+		"GRANT EXECUTE ON FUNCTION "+t("enqueue")+"(text, jsonb, text, integer, timestamptz, integer, text)",
 		"GRANT INSERT ON "+t("outbox"),
 		"GRANT SELECT (id) ON "+t("outbox"),
 		// Inbox.Claim inserts; Inbox.Prune selects FOR UPDATE (which needs UPDATE) and deletes.
 		"GRANT SELECT, INSERT, DELETE, UPDATE (processed_at) ON "+t("inbox"))
 	section(n.Worker, "claims, heartbeats and finishes jobs; reclaims expired leases; deletes finished jobs (retention);\n"+
-		"-- reads stats. It cannot insert jobs, change a payload, or touch the outbox beyond reading its health.",
+		"-- reads stats; pauses and resumes queues. It cannot insert jobs, change a payload, or touch the outbox\n"+
+		"-- beyond reading its health.",
 		"GRANT SELECT, DELETE ON "+t("jobs"),
 		"GRANT UPDATE (status, run_at, attempts, max_attempts, lease_until, lease_token, worker_id, last_error, updated_at) ON "+t("jobs"),
 		"GRANT SELECT (id, created_at, published_at, dead_at) ON "+t("outbox"),
 		// The retention service reads the partition settings (partition DDL itself
 		// needs the owner: run `skiplock retention run` as the migrator).
-		"GRANT SELECT ON "+t("partitioning"))
+		"GRANT SELECT ON "+t("partitioning"),
+		// Start checks the schema's migrations; the claim reads whether its queue is
+		// paused, and the operator's pause and resume write it.
+		"GRANT SELECT ON "+t("schema_migrations"),
+		"GRANT SELECT, INSERT, UPDATE ON "+t("queues"))
 	section(n.Relay, "claims, publishes and marks outbox events; prunes published ones; requeues dead ones.",
 		"GRANT SELECT, DELETE ON "+t("outbox"),
 		"GRANT UPDATE (available_at, attempts, relay_until, relay_token, published_at, dead_at, last_error) ON "+t("outbox"))
 	section(n.Dashboard, "reads everything, changes nothing (stats, job and outbox listings, metrics).",
 		"GRANT SELECT ON "+strings.Join([]string{t("jobs"), t("outbox"), t("inbox"), t("job_dedup"), t("partitioning"),
-			t("schema_migrations")}, ", "))
+			t("schema_migrations"), t("queues")}, ", "))
 	return b.String(), nil
 }

@@ -74,6 +74,7 @@ type Store struct {
 	stats     statsStatements
 	retention retentionStatements
 	service   serviceStatements
+	queues    queueStatements
 
 	all []stmt // every statement, as builder.add recorded them (SQL and the tests)
 }
@@ -100,6 +101,7 @@ func New(schema string) (*Store, error) {
 		stats:     newStatsStatements(b),
 		retention: newRetentionStatements(b),
 		service:   newServiceStatements(b),
+		queues:    newQueueStatements(b),
 	}
 	s.all = b.all
 	return s, nil
