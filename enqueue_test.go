@@ -311,3 +311,33 @@ func TestBulkEnqueueWithCopy(t *testing.T) {
 		})
 	}
 }
+
+// Ids made in SQL (single inserts, batches, the SQL enqueue function) and in Go (COPY)
+// alike are RFC 9562 version 7 with variant 10, and stay in insertion order.
+func TestJobIDsAreVersion7Variant10(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{})
+	var ids []string
+	r, err := e.client.Enqueue(e.ctx, emailArgs{}, nil)
+	e.must(err)
+	ids = append(ids, r.ID)
+	for _, n := range []int{10, 100} { // insert_many, then COPY
+		params := make([]skiplock.EnqueueParams, n)
+		for i := range params {
+			params[i] = skiplock.EnqueueParams{Args: emailArgs{}}
+		}
+		rs, err := e.client.EnqueueManyTx(e.ctx, e.pool, params)
+		e.must(err)
+		for _, r := range rs {
+			ids = append(ids, r.ID)
+		}
+	}
+	for i, id := range ids {
+		if id[14] != '7' || !strings.ContainsRune("89ab", rune(id[19])) {
+			t.Fatalf("id %d %s is not version 7, variant 10", i, id)
+		}
+		if i > 0 && id <= ids[i-1] {
+			t.Fatalf("id %d %s does not sort after %s", i, id, ids[i-1])
+		}
+	}
+}
