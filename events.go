@@ -94,6 +94,16 @@ func (c *Client) emit(e *Event) {
 
 type ctxKey struct{}
 
+// ContextWithJob returns a copy of ctx carrying job, as the context a client gives a
+// handler does, so JobFromContext and IdempotencyKey find it: for tests
+// (skiplocktest.Work) and loops built on Manual.
+func ContextWithJob(ctx context.Context, job *Job) context.Context {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return context.WithValue(ctx, ctxKey{}, job)
+}
+
 // JobFromContext returns the job a handler's context belongs to, or nil.
 func JobFromContext(ctx context.Context) *Job {
 	if ctx == nil {

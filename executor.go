@@ -43,7 +43,7 @@ func (r *runtime) begin(f *inflight) (registration, bool) {
 	if known && reg.opts.Timeout > 0 {
 		timeout = reg.opts.Timeout
 	}
-	ctx := context.WithValue(r.jobsCtx, ctxKey{}, job)
+	ctx := ContextWithJob(r.jobsCtx, job)
 	ctx, cancel := context.WithCancelCause(ctx)
 	if timeout > 0 {
 		deadline := f.started.Add(timeout)

@@ -1,5 +1,3 @@
-// Package skiplocktest helps users test code built on skiplock: a fake clock that
-// drives lease expiry, retries and retention without sleeping.
 package skiplocktest
 
 import (
