@@ -3,6 +3,8 @@ package skiplock
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -59,6 +61,10 @@ type EnqueueOpts struct {
 	// characters, at most MaxMetadataKeyLen bytes), values valid UTF-8 without NUL of
 	// at most MaxMetadataValueLen bytes. Default none.
 	Metadata map[string]string
+	// Unique, when set, keeps at most one job of this kind per unique key in the
+	// chosen states (and, with a Period, per period): see UniqueOpts. It cannot be
+	// combined with DeduplicationKey.
+	Unique *UniqueOpts
 	// DeduplicationKey, when set, makes (kind, key) unique: a second enqueue with the
 	// same pair inserts nothing and returns the id of the job holding the key. The key
 	// is held as long as that job's row exists — pending, running and also after it
@@ -86,11 +92,87 @@ func SetMetadata(p *EnqueueParams, key, value string) {
 	p.Opts.Metadata = m
 }
 
+// UniqueOpts make an enqueue insert nothing while another job of the same kind holds
+// the same unique key — and return that job's id, as a deduplicated enqueue does.
+// Unlike DeduplicationKey, which is held as long as the job's row exists, a unique
+// key is held only while its job is in one of States, and per Period:
+//
+//	skip if one is waiting or running:  &UniqueOpts{Key: "sync-42"}  (States default)
+//	one per key until it succeeds:      &UniqueOpts{Key: k, States: []JobState{StatePending, StateRunning, StateFailed, StateCancelled}}
+//	at most one per key per hour:       &UniqueOpts{Key: k, Period: time.Hour}
+//
+// The check is race-free under concurrent enqueuers (the key is taken in the insert
+// statement, on a unique index), works in EnqueueMany batches and in both table
+// layouts, and costs nothing for jobs enqueued without it.
+type UniqueOpts struct {
+	// Key names the work; at most MaxDedupKeyLen bytes of valid UTF-8. Required
+	// unless ByArgs.
+	Key string
+	// ByArgs uses the job's payload as the key (its SHA-256), so two jobs are the
+	// same work when their arguments are equal. Key, if also set, is prefixed.
+	ByArgs bool
+	// States in which a job holds its key. Default: pending and running without a
+	// Period (a new job may be enqueued once the last one finished); every state
+	// with a Period (at most one job per period, whatever became of it).
+	States []JobState
+	// Period, when positive, makes the key per period: periods are aligned to the
+	// Unix epoch on the statement's clock (Config.Clock, else the database's), and a
+	// job enqueued in a later period is a different key. At least 1s.
+	Period time.Duration
+}
+
+// uniqueParams validates u and sets the unique fields of p.
+func uniqueParams(u *UniqueOpts, payload []byte, p *store.InsertParams) error {
+	if u == nil {
+		return nil
+	}
+	if p.DedupKey != nil {
+		return invalid("unique", "cannot be combined with DeduplicationKey")
+	}
+	key := u.Key
+	if u.ByArgs {
+		sum := sha256.Sum256(payload)
+		key += "args:" + hex.EncodeToString(sum[:])
+	}
+	if key == "" {
+		return invalid("unique", "set Key, ByArgs or both")
+	}
+	if len(key) > MaxDedupKeyLen+72 || !utf8.ValidString(key) || strings.IndexByte(key, 0) >= 0 {
+		return invalid("unique", "Key must be valid UTF-8 without NUL of at most %d bytes", MaxDedupKeyLen)
+	}
+	if u.Period < 0 || (u.Period > 0 && u.Period < time.Second) || u.Period > MaxSchedule {
+		return invalid("unique", "Period %s is outside 1s..%s (0 for none)", u.Period, MaxSchedule)
+	}
+	states := u.States
+	if len(states) == 0 {
+		states = []JobState{StatePending, StateRunning}
+		if u.Period > 0 {
+			states = JobStates
+		}
+	}
+	seen := map[JobState]bool{}
+	for _, st := range states {
+		if _, err := ParseJobState(string(st)); err != nil {
+			return invalid("unique", "States: %v", err)
+		}
+		if !seen[st] {
+			seen[st] = true
+			p.UniqueStates = append(p.UniqueStates, string(st))
+		}
+	}
+	if !seen[StatePending] {
+		return invalid("unique", "States must include pending: a new job is pending, so it could never hold its key")
+	}
+	p.UniqueKey, p.UniquePeriod = &key, u.Period
+	return nil
+}
+
 // EnqueueResult tells what an enqueue did.
 type EnqueueResult struct {
 	// ID of the inserted job, or of the job that already holds the deduplication key.
 	ID string
-	// Duplicate is true when nothing was inserted because of the deduplication key.
+	// Duplicate is true when nothing was inserted because another job holds the
+	// deduplication key or the unique key.
 	Duplicate bool
 }
 
@@ -206,13 +288,13 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx DB, jobs []EnqueueParams)
 // copyThreshold is the batch size from which EnqueueManyTx uses COPY when it can.
 const copyThreshold = 64
 
-// copyInsert writes a batch with COPY when no job carries a deduplication key (COPY
-// cannot skip conflicts) and the batch's schedule can be expressed as column values.
+// copyInsert writes a batch with COPY when no job carries a deduplication or unique
+// key (COPY cannot skip conflicts) and the batch's schedule can be expressed as column values.
 // ok is false when the batch does not qualify.
 func (c *Client) copyInsert(ctx context.Context, copier store.Copier, tx DB, ps []store.InsertParams, notify *store.Notify) (out []EnqueueResult, ok bool, err error) {
 	allNow, allAbs := true, true
 	for i := range ps {
-		if ps[i].DedupKey != nil {
+		if ps[i].DedupKey != nil || ps[i].UniqueKey != nil {
 			return nil, false, nil
 		}
 		allNow = allNow && ps[i].RunAt == nil && ps[i].Delay == 0
@@ -314,6 +396,9 @@ func (c *Client) insertParams(j *EnqueueParams) (store.InsertParams, error) {
 		}
 		k := o.DeduplicationKey
 		p.DedupKey = &k
+	}
+	if err := uniqueParams(o.Unique, payload, &p); err != nil {
+		return store.InsertParams{}, err
 	}
 	return p, nil
 }

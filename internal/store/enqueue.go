@@ -8,13 +8,25 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 )
 
 type enqueueStatements struct {
-	insert, insertMany, dedupHolders stmt
+	insert, insertMany, dedupHolders, uniqueHolders stmt
+}
+
+// uniqueKeyExpr is the stored unique key of a job enqueued now with key and a period
+// in microseconds: the key itself, or with a period the key and the number of the
+// period (of the statement's clock, aligned to the Unix epoch) it falls in. It reads
+// the statement's time from the CTE t.
+func uniqueKeyExpr(key, periodUS string) string {
+	return `CASE WHEN ` + key + ` IS NULL THEN NULL
+            WHEN ` + periodUS + ` > 0 THEN ` + key + ` || '@' ||
+              floor(extract(epoch FROM (SELECT now FROM t)) * 1000000 / ` + periodUS + `)::bigint::text
+            ELSE ` + key + ` END`
 }
 
 func newEnqueueStatements(b *builder) enqueueStatements {
@@ -26,8 +38,10 @@ func newEnqueueStatements(b *builder) enqueueStatements {
 		// never conflicts.
 		insert: b.add("insert", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now, `+notifyColumn+`)
-INSERT INTO {{s}}.jobs (queue, kind, payload, priority, run_at, max_attempts, deduplication_key, metadata, created_at, updated_at)
-SELECT $2, $3, $4::jsonb, $5, coalesce($6::timestamptz, t.now + $7::bigint * interval '1 microsecond'), $8, $9, $12::jsonb, t.now, t.now
+INSERT INTO {{s}}.jobs (queue, kind, payload, priority, run_at, max_attempts, deduplication_key, metadata,
+                       unique_key, unique_states, created_at, updated_at)
+SELECT $2, $3, $4::jsonb, $5, coalesce($6::timestamptz, t.now + $7::bigint * interval '1 microsecond'), $8, $9, $12::jsonb,
+       `+uniqueKeyExpr("$13::text", "$14::bigint")+`, string_to_array($15::text, ',')::{{s}}.job_status[], t.now, t.now
 FROM t
 WHERE t.notified >= 0
 ON CONFLICT DO NOTHING
@@ -37,13 +51,17 @@ RETURNING id`),
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now, clock_timestamp() AS ts, `+notifyColumn+`),
 input AS MATERIALIZED (
   SELECT {{s}}.uuid_v7((SELECT ts FROM t), i.ord) AS id, i.*
-  FROM unnest($2::text[], $3::text[], $4::jsonb[], $5::int[], $6::timestamptz[], $7::bigint[], $8::int[], $9::text[], $12::jsonb[])
-       WITH ORDINALITY AS i(queue, kind, payload, priority, run_at, delay_us, max_attempts, dedup, metadata, ord)
+  FROM unnest($2::text[], $3::text[], $4::jsonb[], $5::int[], $6::timestamptz[], $7::bigint[], $8::int[], $9::text[], $12::jsonb[],
+              $13::text[], $14::bigint[], $15::text[])
+       WITH ORDINALITY AS i(queue, kind, payload, priority, run_at, delay_us, max_attempts, dedup, metadata,
+                            ukey, uperiod_us, ustates, ord)
 ),
 ins AS (
-  INSERT INTO {{s}}.jobs (id, queue, kind, payload, priority, run_at, max_attempts, deduplication_key, metadata, created_at, updated_at)
+  INSERT INTO {{s}}.jobs (id, queue, kind, payload, priority, run_at, max_attempts, deduplication_key, metadata,
+                          unique_key, unique_states, created_at, updated_at)
   SELECT input.id, queue, kind, payload, priority, coalesce(run_at, t.now + delay_us * interval '1 microsecond'),
-         max_attempts, dedup, metadata, t.now, t.now
+         max_attempts, dedup, metadata, `+uniqueKeyExpr("ukey", "uperiod_us")+`,
+         string_to_array(ustates, ',')::{{s}}.job_status[], t.now, t.now
   FROM input, t
   WHERE t.notified >= 0
   ORDER BY ord
@@ -51,6 +69,15 @@ ins AS (
   RETURNING id
 )
 SELECT input.id, ins.id IS NOT NULL FROM input LEFT JOIN ins ON ins.id = input.id ORDER BY input.ord`),
+
+		// The job holding each unique key, the key computed as the insert did ($4 the
+		// statement time; at a period boundary it may name the next period, whose key
+		// nobody holds yet — the caller then inserts again).
+		uniqueHolders: b.add("unique_holders", `
+WITH t AS (SELECT coalesce($4::timestamptz, now()) AS now)
+SELECT k.kind, k.key, k.period_us, u.job_id
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS k(kind, key, period_us)
+JOIN {{s}}.job_unique u ON u.kind = k.kind AND u.unique_key = `+uniqueKeyExpr("k.key", "k.period_us")),
 
 		dedupHolders: b.add("dedup_holders", `
 SELECT j.kind, j.deduplication_key, j.id
@@ -70,6 +97,11 @@ type InsertParams struct {
 	MaxAttempts int
 	DedupKey    *string
 	Metadata    []byte // a JSON object, or nil for none
+	// Unique, when set, makes the job hold (Kind, UniqueKey) while its status is one
+	// of UniqueStates (per UniquePeriod of the statement's clock when positive).
+	UniqueKey    *string
+	UniqueStates []string
+	UniquePeriod time.Duration
 }
 
 // InsertResult tells whether a job was inserted, and its id (or the id of the job
@@ -79,39 +111,117 @@ type InsertResult struct {
 	Inserted bool
 }
 
+// insertRetries bounds how often an insert is repeated when its row was skipped for a
+// key whose holder was gone by the time it was looked up (it finished and released a
+// unique key, or a period ended): the key is then free, and the next insert takes it.
+const insertRetries = 3
+
+// ErrHolderVanished is returned when a job's key stayed held but its holder could not
+// be found after insertRetries attempts (a pathological race); nothing was inserted.
+var ErrHolderVanished = errors.New("store: the job holding the key changed while enqueueing; try again")
+
 // Insert adds one job.
 func (s *Store) Insert(ctx context.Context, db DBTX, now *time.Time, p InsertParams, n *Notify) (InsertResult, error) {
-	var id string
 	ch, qs := n.args()
-	err := db.QueryRow(ctx, s.enqueue.insert.sql, Now(now), p.Queue, p.Kind, string(p.Payload), p.Priority,
-		p.RunAt, micros(p.Delay), p.MaxAttempts, p.DedupKey, ch, qs, jsonOrNil(p.Metadata)).Scan(&id)
-	if err == nil {
-		return InsertResult{ID: id, Inserted: true}, nil
+	ukey, uperiod, ustates := p.unique()
+	for range insertRetries {
+		var id string
+		err := db.QueryRow(ctx, s.enqueue.insert.sql, Now(now), p.Queue, p.Kind, string(p.Payload), p.Priority,
+			p.RunAt, micros(p.Delay), p.MaxAttempts, p.DedupKey, ch, qs, jsonOrNil(p.Metadata),
+			ukey, uperiod, ustates).Scan(&id)
+		if err == nil {
+			return InsertResult{ID: id, Inserted: true}, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return InsertResult{}, err
+		}
+		holders, err := s.holders(ctx, db, now, []InsertParams{p})
+		if err != nil {
+			return InsertResult{}, err
+		}
+		if holders[0] != "" {
+			return InsertResult{ID: holders[0]}, nil
+		}
 	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return InsertResult{}, err
+	return InsertResult{}, ErrHolderVanished
+}
+
+// unique returns the statement parameters of p's uniqueness (NULLs when none).
+func (p *InsertParams) unique() (key *string, periodUS int64, states *string) {
+	if p.UniqueKey == nil {
+		return nil, 0, nil
 	}
-	holders, err := s.dedupHolders(ctx, db, []string{p.Kind}, []string{*p.DedupKey})
-	if err != nil {
-		return InsertResult{}, err
-	}
-	return InsertResult{ID: holders[[2]string{p.Kind, *p.DedupKey}]}, nil
+	st := strings.Join(p.UniqueStates, ",")
+	return p.UniqueKey, micros(p.UniquePeriod), &st
 }
 
 // InsertMany adds a batch in one statement; results are in input order.
 func (s *Store) InsertMany(ctx context.Context, db DBTX, now *time.Time, ps []InsertParams, nt *Notify) ([]InsertResult, error) {
+	out := make([]InsertResult, len(ps))
+	todo := make([]int, len(ps)) // indexes of ps still to insert
+	for i := range todo {
+		todo[i] = i
+	}
+	for range insertRetries {
+		batch := make([]InsertParams, len(todo))
+		for j, i := range todo {
+			batch[j] = ps[i]
+		}
+		res, err := s.insertMany(ctx, db, now, batch, nt)
+		if err != nil {
+			return nil, err
+		}
+		var skipped []int // indexes into batch
+		for j, r := range res {
+			out[todo[j]] = r
+			if !r.Inserted {
+				skipped = append(skipped, j)
+			}
+		}
+		if len(skipped) == 0 {
+			return out, nil
+		}
+		sp := make([]InsertParams, len(skipped))
+		for k, j := range skipped {
+			sp[k] = batch[j]
+		}
+		holders, err := s.holders(ctx, db, now, sp)
+		if err != nil {
+			return nil, err
+		}
+		var again []int
+		for k, j := range skipped {
+			if holders[k] == "" {
+				again = append(again, todo[j])
+				continue
+			}
+			out[todo[j]].ID = holders[k]
+		}
+		if len(again) == 0 {
+			return out, nil
+		}
+		todo = again
+	}
+	return nil, ErrHolderVanished
+}
+
+func (s *Store) insertMany(ctx context.Context, db DBTX, now *time.Time, ps []InsertParams, nt *Notify) ([]InsertResult, error) {
 	n := len(ps)
 	queues, kinds, payloads := make([]string, n), make([]string, n), make([]string, n)
 	prios, maxes := make([]int32, n), make([]int32, n)
 	runAts, delays := make([]*time.Time, n), make([]int64, n)
 	keys, metas := make([]*string, n), make([]*string, n)
-	for i, p := range ps {
+	ukeys, uperiods, ustates := make([]*string, n), make([]int64, n), make([]*string, n)
+	for i := range ps {
+		p := &ps[i]
 		queues[i], kinds[i], payloads[i] = p.Queue, p.Kind, string(p.Payload)
 		prios[i], maxes[i] = int32(p.Priority), int32(p.MaxAttempts)
 		runAts[i], delays[i], keys[i], metas[i] = p.RunAt, micros(p.Delay), p.DedupKey, jsonOrNil(p.Metadata)
+		ukeys[i], uperiods[i], ustates[i] = p.unique()
 	}
 	ch, qs := nt.args()
-	rows, err := db.Query(ctx, s.enqueue.insertMany.sql, Now(now), queues, kinds, payloads, prios, runAts, delays, maxes, keys, ch, qs, metas)
+	rows, err := db.Query(ctx, s.enqueue.insertMany.sql, Now(now), queues, kinds, payloads, prios, runAts, delays, maxes, keys, ch, qs, metas,
+		ukeys, uperiods, ustates)
 	if err != nil {
 		return nil, err
 	}
@@ -131,25 +241,64 @@ func (s *Store) InsertMany(ctx context.Context, db DBTX, now *time.Time, ps []In
 	if len(out) != n {
 		return nil, fmt.Errorf("store: inserted %d results for %d jobs", len(out), n)
 	}
-	var dk, dv []string
-	for i, r := range out {
-		if !r.Inserted {
-			dk, dv = append(dk, ps[i].Kind), append(dv, *ps[i].DedupKey)
+	return out, nil
+}
+
+// holders returns, for each job whose insert was skipped, the id of the job holding
+// its deduplication or unique key, or "" when no job holds it any more.
+func (s *Store) holders(ctx context.Context, db DBTX, now *time.Time, ps []InsertParams) ([]string, error) {
+	var dk, dv, uk, uv []string
+	var up []int64
+	for i := range ps {
+		p := &ps[i]
+		switch {
+		case p.DedupKey != nil:
+			dk, dv = append(dk, p.Kind), append(dv, *p.DedupKey)
+		case p.UniqueKey != nil:
+			uk, uv, up = append(uk, p.Kind), append(uv, *p.UniqueKey), append(up, micros(p.UniquePeriod))
 		}
 	}
-	if len(dk) == 0 {
-		return out, nil
+	var dedup, unique map[[2]string]string
+	var err error
+	if len(dk) > 0 {
+		if dedup, err = s.dedupHolders(ctx, db, dk, dv); err != nil {
+			return nil, err
+		}
 	}
-	holders, err := s.dedupHolders(ctx, db, dk, dv)
-	if err != nil {
-		return nil, err
+	if len(uk) > 0 {
+		if unique, err = s.uniqueHolders(ctx, db, now, uk, uv, up); err != nil {
+			return nil, err
+		}
 	}
-	for i := range out {
-		if !out[i].Inserted {
-			out[i].ID = holders[[2]string{ps[i].Kind, *ps[i].DedupKey}]
+	out := make([]string, len(ps))
+	for i := range ps {
+		p := &ps[i]
+		switch {
+		case p.DedupKey != nil:
+			out[i] = dedup[[2]string{p.Kind, *p.DedupKey}]
+		case p.UniqueKey != nil:
+			out[i] = unique[[2]string{p.Kind, *p.UniqueKey}]
 		}
 	}
 	return out, nil
+}
+
+func (s *Store) uniqueHolders(ctx context.Context, db DBTX, now *time.Time, kinds, keys []string, periods []int64) (map[[2]string]string, error) {
+	rows, err := db.Query(ctx, s.enqueue.uniqueHolders.sql, kinds, keys, periods, Now(now))
+	if err != nil {
+		return nil, fmt.Errorf("finding unique key holders: %w", err)
+	}
+	defer rows.Close()
+	m := map[[2]string]string{}
+	for rows.Next() {
+		var k, v, id string
+		var period int64
+		if err := rows.Scan(&k, &v, &period, &id); err != nil {
+			return nil, err
+		}
+		m[[2]string{k, v}] = id
+	}
+	return m, rows.Err()
 }
 
 func (s *Store) dedupHolders(ctx context.Context, db DBTX, kinds, keys []string) (map[[2]string]string, error) {

@@ -102,6 +102,9 @@ func (s *Store) ConvertToPartitioned(ctx context.Context, tx pgx.Tx, p ConvertPa
 		   WHEN (NEW.deduplication_key IS NOT NULL) EXECUTE FUNCTION {{s}}.jobs_dedup_claim()`,
 		`CREATE TRIGGER jobs_dedup_release AFTER DELETE ON {{s}}.jobs FOR EACH ROW
 		   WHEN (OLD.deduplication_key IS NOT NULL) EXECUTE FUNCTION {{s}}.jobs_dedup_release()`,
+		// The unique-key triggers (migration 0009) move from the legacy table to the
+		// new parent, which clones them to every partition.
+		`SELECT {{s}}.install_unique_triggers()`,
 	}
 	for _, st := range tail {
 		if _, err := tx.Exec(ctx, strings.ReplaceAll(st, "{{s}}", s.q)); err != nil {
