@@ -61,6 +61,9 @@ type EnqueueOpts struct {
 	// characters, at most MaxMetadataKeyLen bytes), values valid UTF-8 without NUL of
 	// at most MaxMetadataValueLen bytes. Default none.
 	Metadata map[string]string
+	// Sequence, when set, makes the job run only after every earlier job of its
+	// sequence has finished: see SequenceOpts.
+	Sequence *SequenceOpts
 	// Unique, when set, keeps at most one job of this kind per unique key in the
 	// chosen states (and, with a Period, per period): see UniqueOpts. It cannot be
 	// combined with DeduplicationKey.
@@ -119,6 +122,39 @@ type UniqueOpts struct {
 	// Unix epoch on the statement's clock (Config.Clock, else the database's), and a
 	// job enqueued in a later period is a different key. At least 1s.
 	Period time.Duration
+}
+
+// SequenceOpts put a job in a sequence: jobs with the same Key run one at a time, in
+// enqueue order, across every client and queue — the next starts only once the
+// previous one finished (succeeded, was cancelled, or failed and SkipFailed was set
+// on it). Retries and snoozes keep the job at the head of its sequence. A worker that
+// crashes holds its sequence only until its lease expires and the reclaimer returns
+// the job. Jobs without a sequence pay nothing for the feature.
+//
+// Enqueue order is the order in which jobs of the sequence commit: enqueues into the
+// same sequence take a transaction-scoped advisory lock on its key, so a transaction
+// enqueueing into a busy sequence waits for the other such transactions to end.
+type SequenceOpts struct {
+	// Key names the sequence (a customer, an aggregate id); at most MaxDedupKeyLen
+	// bytes of valid UTF-8.
+	Key string
+	// SkipFailed lets the sequence go on past this job should it fail for good; by
+	// default a failed job blocks its sequence until an operator retries or cancels
+	// it (skiplock jobs retry|cancel).
+	SkipFailed bool
+}
+
+// sequenceParams validates q and sets the sequence fields of p.
+func sequenceParams(q *SequenceOpts, p *store.InsertParams) error {
+	if q == nil {
+		return nil
+	}
+	if q.Key == "" || len(q.Key) > MaxDedupKeyLen || !utf8.ValidString(q.Key) || strings.IndexByte(q.Key, 0) >= 0 {
+		return invalid("sequence", "Key must be non-empty valid UTF-8 without NUL of at most %d bytes", MaxDedupKeyLen)
+	}
+	k := q.Key
+	p.SequenceKey, p.SequenceSkipFailed = &k, q.SkipFailed
+	return nil
 }
 
 // uniqueParams validates u and sets the unique fields of p.
@@ -294,8 +330,8 @@ const copyThreshold = 64
 func (c *Client) copyInsert(ctx context.Context, copier store.Copier, tx DB, ps []store.InsertParams, notify *store.Notify) (out []EnqueueResult, ok bool, err error) {
 	allNow, allAbs := true, true
 	for i := range ps {
-		if ps[i].DedupKey != nil || ps[i].UniqueKey != nil {
-			return nil, false, nil
+		if ps[i].DedupKey != nil || ps[i].UniqueKey != nil || ps[i].SequenceKey != nil {
+			return nil, false, nil // COPY can skip no conflict and take no sequence lock
 		}
 		allNow = allNow && ps[i].RunAt == nil && ps[i].Delay == 0
 		allAbs = allAbs && ps[i].RunAt != nil
@@ -398,6 +434,9 @@ func (c *Client) insertParams(j *EnqueueParams) (store.InsertParams, error) {
 		p.DedupKey = &k
 	}
 	if err := uniqueParams(o.Unique, payload, &p); err != nil {
+		return store.InsertParams{}, err
+	}
+	if err := sequenceParams(o.Sequence, &p); err != nil {
 		return store.InsertParams{}, err
 	}
 	return p, nil

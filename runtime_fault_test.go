@@ -36,11 +36,14 @@ func childWorker() int {
 		return 1
 	}
 	ws := skiplock.NewWorkers()
-	ws.AddHandler("crashy", func(ctx context.Context, job *skiplock.Job) error {
+	block := func(ctx context.Context, job *skiplock.Job) error {
 		fmt.Println("running", job.ID)
 		<-ctx.Done()
 		return ctx.Err()
-	}, nil)
+	}
+	ws.AddHandler("crashy", block, nil)
+	ws.AddHandler("seq", block, nil) // TestSequencesNeverOverlap's doomed worker
+
 	c, err := skiplock.NewClient(pool, skiplock.Config{
 		Schema: os.Getenv("SKIPLOCK_TEST_CHILD_SCHEMA"), ID: "doomed-child", Workers: ws,
 		Queues:        map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 10}},

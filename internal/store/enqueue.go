@@ -18,6 +18,22 @@ type enqueueStatements struct {
 	insert, insertMany, dedupHolders, uniqueHolders stmt
 }
 
+// sequenceLock is a CTE body that takes a transaction-scoped advisory lock per
+// distinct sequence key of keys (a text[] expression; NULLs take none), in key order
+// so two enqueuers cannot deadlock. Taken before the ids are generated, it makes a
+// sequence's id order its commit order: a job can never commit behind a later job of
+// its sequence that a worker has already started. Without sequence keys it takes no
+// lock and costs one empty scan.
+func sequenceLock(keys string) string {
+	return `SELECT count(l.locked) AS n FROM (
+    SELECT pg_advisory_xact_lock(k.key) AS locked FROM (
+      SELECT DISTINCT hashtextextended('skiplock.sequence.{{s}}.' || q.k, 0) AS key
+      FROM unnest(` + keys + `) AS q(k) WHERE q.k IS NOT NULL
+      ORDER BY key
+    ) AS k
+  ) AS l`
+}
+
 // uniqueKeyExpr is the stored unique key of a job enqueued now with key and a period
 // in microseconds: the key itself, or with a period the key and the number of the
 // period (of the statement's clock, aligned to the Unix epoch) it falls in. It reads
@@ -37,31 +53,34 @@ func newEnqueueStatements(b *builder) enqueueStatements {
 		// that includes the partition key. Ids are generated unique, so the primary key
 		// never conflicts.
 		insert: b.add("insert", `
-WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now, `+notifyColumn+`)
+WITH lk AS MATERIALIZED (`+sequenceLock("ARRAY[$16::text]")+`),
+t AS (SELECT coalesce($1::timestamptz, now()) AS now, `+notifyColumn+` FROM lk)
 INSERT INTO {{s}}.jobs (queue, kind, payload, priority, run_at, max_attempts, deduplication_key, metadata,
-                       unique_key, unique_states, created_at, updated_at)
+                       unique_key, unique_states, sequence_key, sequence_skip_failed, created_at, updated_at)
 SELECT $2, $3, $4::jsonb, $5, coalesce($6::timestamptz, t.now + $7::bigint * interval '1 microsecond'), $8, $9, $12::jsonb,
-       `+uniqueKeyExpr("$13::text", "$14::bigint")+`, string_to_array($15::text, ',')::{{s}}.job_status[], t.now, t.now
+       `+uniqueKeyExpr("$13::text", "$14::bigint")+`, string_to_array($15::text, ',')::{{s}}.job_status[],
+       $16::text, coalesce($17::bool, false), t.now, t.now
 FROM t
 WHERE t.notified >= 0
 ON CONFLICT DO NOTHING
 RETURNING id`),
 
 		insertMany: b.add("insert_many", `
-WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now, clock_timestamp() AS ts, `+notifyColumn+`),
+WITH lk AS MATERIALIZED (`+sequenceLock("$16::text[]")+`),
+t AS MATERIALIZED (SELECT coalesce($1::timestamptz, now()) AS now, clock_timestamp() AS ts, `+notifyColumn+` FROM lk),
 input AS MATERIALIZED (
   SELECT {{s}}.uuid_v7((SELECT ts FROM t), i.ord) AS id, i.*
   FROM unnest($2::text[], $3::text[], $4::jsonb[], $5::int[], $6::timestamptz[], $7::bigint[], $8::int[], $9::text[], $12::jsonb[],
-              $13::text[], $14::bigint[], $15::text[])
+              $13::text[], $14::bigint[], $15::text[], $16::text[], $17::bool[])
        WITH ORDINALITY AS i(queue, kind, payload, priority, run_at, delay_us, max_attempts, dedup, metadata,
-                            ukey, uperiod_us, ustates, ord)
+                            ukey, uperiod_us, ustates, seq, seq_skip, ord)
 ),
 ins AS (
   INSERT INTO {{s}}.jobs (id, queue, kind, payload, priority, run_at, max_attempts, deduplication_key, metadata,
-                          unique_key, unique_states, created_at, updated_at)
+                          unique_key, unique_states, sequence_key, sequence_skip_failed, created_at, updated_at)
   SELECT input.id, queue, kind, payload, priority, coalesce(run_at, t.now + delay_us * interval '1 microsecond'),
          max_attempts, dedup, metadata, `+uniqueKeyExpr("ukey", "uperiod_us")+`,
-         string_to_array(ustates, ',')::{{s}}.job_status[], t.now, t.now
+         string_to_array(ustates, ',')::{{s}}.job_status[], seq, coalesce(seq_skip, false), t.now, t.now
   FROM input, t
   WHERE t.notified >= 0
   ORDER BY ord
@@ -102,6 +121,10 @@ type InsertParams struct {
 	UniqueKey    *string
 	UniqueStates []string
 	UniquePeriod time.Duration
+	// SequenceKey, when set, runs the job after every earlier job of its sequence;
+	// SequenceSkipFailed lets later jobs pass it should it fail.
+	SequenceKey        *string
+	SequenceSkipFailed bool
 }
 
 // InsertResult tells whether a job was inserted, and its id (or the id of the job
@@ -128,7 +151,7 @@ func (s *Store) Insert(ctx context.Context, db DBTX, now *time.Time, p InsertPar
 		var id string
 		err := db.QueryRow(ctx, s.enqueue.insert.sql, Now(now), p.Queue, p.Kind, string(p.Payload), p.Priority,
 			p.RunAt, micros(p.Delay), p.MaxAttempts, p.DedupKey, ch, qs, jsonOrNil(p.Metadata),
-			ukey, uperiod, ustates).Scan(&id)
+			ukey, uperiod, ustates, p.SequenceKey, p.SequenceSkipFailed).Scan(&id)
 		if err == nil {
 			return InsertResult{ID: id, Inserted: true}, nil
 		}
@@ -212,16 +235,18 @@ func (s *Store) insertMany(ctx context.Context, db DBTX, now *time.Time, ps []In
 	runAts, delays := make([]*time.Time, n), make([]int64, n)
 	keys, metas := make([]*string, n), make([]*string, n)
 	ukeys, uperiods, ustates := make([]*string, n), make([]int64, n), make([]*string, n)
+	seqs, seqSkips := make([]*string, n), make([]bool, n)
 	for i := range ps {
 		p := &ps[i]
 		queues[i], kinds[i], payloads[i] = p.Queue, p.Kind, string(p.Payload)
 		prios[i], maxes[i] = int32(p.Priority), int32(p.MaxAttempts)
 		runAts[i], delays[i], keys[i], metas[i] = p.RunAt, micros(p.Delay), p.DedupKey, jsonOrNil(p.Metadata)
 		ukeys[i], uperiods[i], ustates[i] = p.unique()
+		seqs[i], seqSkips[i] = p.SequenceKey, p.SequenceSkipFailed
 	}
 	ch, qs := nt.args()
 	rows, err := db.Query(ctx, s.enqueue.insertMany.sql, Now(now), queues, kinds, payloads, prios, runAts, delays, maxes, keys, ch, qs, metas,
-		ukeys, uperiods, ustates)
+		ukeys, uperiods, ustates, seqs, seqSkips)
 	if err != nil {
 		return nil, err
 	}

@@ -32,12 +32,20 @@ func newLeaseStatements(b *builder) leaseStatements {
 		// rows other claimers hold, and lease them under a fresh token in the same statement.
 		// A paused queue claims nothing: the pause check does not depend on the row, so
 		// it runs once per statement (a one-time filter on a primary-key probe of queues).
+		// A job of a sequence waits while an earlier job of its sequence can still run
+		// (or failed and blocks): one probe of jobs_sequence_idx, made only for jobs that
+		// have a sequence key.
 		claim: b.add("claim", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now, `+asyncCommit+`),
 claimed AS (
   SELECT id FROM {{s}}.jobs
   WHERE status = 'pending' AND queue = $2 AND run_at <= (SELECT now FROM t)
     AND NOT EXISTS (SELECT 1 FROM {{s}}.queues p WHERE p.name = $2 AND p.paused_at IS NOT NULL)
+    AND (sequence_key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM {{s}}.jobs e
+      WHERE e.sequence_key = jobs.sequence_key AND e.id < jobs.id
+        AND e.status IN ('pending', 'running', 'failed')
+        AND (e.status <> 'failed' OR NOT e.sequence_skip_failed)))
   ORDER BY priority DESC, run_at, id
   LIMIT $5
   FOR UPDATE SKIP LOCKED
