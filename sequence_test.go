@@ -79,6 +79,11 @@ func TestSequenceHeadOnly(t *testing.T) {
 			if got := claimedIDs(e); len(got) != 0 {
 				t.Fatalf("a failed head blocks its sequence, but %v was claimed", got)
 			}
+			s, err := e.client.Stats(e.ctx, nil)
+			e.must(err)
+			if n := s.Queue("default").BlockedSequences; n != 1 {
+				t.Errorf("Stats shows %d blocked sequences, want 1", n)
+			}
 			_, err = e.client.JobRetry(e.ctx, a2)
 			e.must(err)
 			if got := claimedIDs(e); fmt.Sprint(got) != fmt.Sprint([]string{a2}) {

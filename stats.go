@@ -24,6 +24,9 @@ type QueueStats struct {
 	Cancelled int64
 	// Paused is true while the queue is paused (Client.QueuePause).
 	Paused bool
+	// BlockedSequences counts sequences (EnqueueOpts.Sequence) whose failed job, in
+	// this queue, holds up later jobs until an operator retries or cancels it.
+	BlockedSequences int64
 	// Retrying counts pending jobs that already ran at least once: jobs waiting out
 	// a retry backoff, or reclaimed after a lost lease. Counted from the database,
 	// so it covers every worker process; a rising figure means failing handlers.
@@ -87,6 +90,8 @@ type Stats struct {
 	Queues []QueueStats
 	Recent RecentStats
 	Outbox OutboxStats
+	// Schedules counts the periodic schedules (docs/scheduling.md).
+	Schedules ScheduleStats
 	// FinishedEstimated is true when the finished counts come from a sample.
 	FinishedEstimated bool
 	Process           ProcessCounters
@@ -176,6 +181,18 @@ func (c *Client) Stats(ctx context.Context, opts *StatsOpts) (*Stats, error) {
 			q.RecentSucceeded, q.RecentFailed, q.RecentCancelled = rq.Succeeded, rq.Failed, rq.Cancelled
 		}
 	}
+	blocked, err := c.store.BlockedSequences(ctx, c.pool)
+	if err != nil {
+		return nil, fmt.Errorf("counting blocked sequences: %w", wrapPgError(err))
+	}
+	for name, n := range blocked {
+		q := byQueue[name]
+		if q == nil {
+			q = &QueueStats{Queue: name}
+			byQueue[name] = q
+		}
+		q.BlockedSequences = n
+	}
 	settings, err := c.store.QueueSettings(ctx, c.pool)
 	if err != nil {
 		return nil, fmt.Errorf("reading queue settings: %w", wrapPgError(err))
@@ -196,6 +213,9 @@ func (c *Client) Stats(ctx context.Context, opts *StatsOpts) (*Stats, error) {
 		return nil, fmt.Errorf("reading outbox stats: %w", wrapPgError(err))
 	}
 	s.Outbox = OutboxStats{Unpublished: ob.Unpublished, OldestUnpublishedAge: ob.OldestUnpublished, Dead: ob.Dead}
+	if s.Schedules, err = c.scheduleStats(ctx); err != nil {
+		return nil, err
+	}
 	for _, q := range byQueue {
 		s.Queues = append(s.Queues, *q)
 	}

@@ -10,6 +10,7 @@
 //	skiplock_oldest_due_age_seconds{queue}           gauge: the queue's health signal; alert on it
 //	skiplock_expired_leases{queue}                   gauge: running jobs whose lease ran out
 //	skiplock_queue_paused{queue}                     gauge: 1 while the queue is paused
+//	skiplock_sequences_blocked{queue}                gauge: sequences held up by a failed job
 //	skiplock_jobs_retrying{queue}                    gauge: pending jobs that already ran (retry backoff), all processes
 //	skiplock_jobs_finished_recent{queue,state}       gauge: jobs finished within the recent window, all processes
 //	skiplock_recent_window_seconds                   gauge: that window (Options.Stats.RecentWindow, default 1m)
@@ -147,6 +148,7 @@ func New(c *skiplock.Client, opts Options) *Metrics {
 	d("oldest_due_age_seconds", "Age of the oldest due pending job: the queue's health signal.", "queue")
 	d("expired_leases", "Running jobs whose lease has run out (the reclaimer's work).", "queue")
 	d("queue_paused", "1 while the queue is paused (no client claims its jobs).", "queue")
+	d("sequences_blocked", "Sequences whose failed job holds up later jobs until an operator retries or cancels it.", "queue")
 	d("jobs_retrying", "Pending jobs that already ran at least once (waiting out a retry backoff), from the database.", "queue")
 	d("jobs_finished_recent", "Jobs of every process that finished within the recent window (skiplock_recent_window_seconds), from the database.", "queue", "state")
 	d("recent_window_seconds", "The window of skiplock_jobs_finished_recent.")
@@ -247,6 +249,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 				paused = 1
 			}
 			gauge("queue_paused", paused, q.Queue)
+			gauge("sequences_blocked", float64(q.BlockedSequences), q.Queue)
 			for state, n := range map[string]int64{"succeeded": q.RecentSucceeded, "failed": q.RecentFailed, "cancelled": q.RecentCancelled} {
 				gauge("jobs_finished_recent", float64(n), q.Queue, state)
 			}

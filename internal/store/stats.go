@@ -17,7 +17,7 @@ import (
 )
 
 type statsStatements struct {
-	live, pages, finishedSample, finishedExact, recent, outbox stmt
+	live, pages, finishedSample, finishedExact, recent, outbox, blockedSequences stmt
 }
 
 func newStatsStatements(b *builder) statsStatements {
@@ -46,6 +46,17 @@ SELECT coalesce(p.queue, r.queue),
        coalesce(r.running, 0), coalesce(r.expired, 0), coalesce(p.retrying, 0)
 FROM p FULL JOIN r ON p.queue = r.queue
 ORDER BY 1`),
+
+		// Sequences held up by a failed job (not SkipFailed) with later jobs waiting,
+		// per queue of the failed job: ranges of jobs_sequence_idx, which holds only
+		// jobs of sequences.
+		blockedSequences: b.add("stats_blocked_sequences", `
+SELECT f.queue, count(DISTINCT f.sequence_key)
+FROM {{s}}.jobs f
+WHERE f.sequence_key IS NOT NULL AND f.status = 'failed' AND NOT f.sequence_skip_failed
+  AND EXISTS (SELECT 1 FROM {{s}}.jobs n
+              WHERE n.sequence_key = f.sequence_key AND n.id > f.id AND n.status = 'pending')
+GROUP BY 1`),
 
 		// The heap's size in pages, over every partition in the partitioned layout.
 		pages: b.add("stats_pages", `
@@ -217,4 +228,23 @@ func (s *Store) OutboxHealth(ctx context.Context, db DBTX, now *time.Time) (Outb
 	err := db.QueryRow(ctx, s.stats.outbox.sql, Now(now)).Scan(&o.Unpublished, &age, &o.Dead)
 	o.OldestUnpublished = secondsDuration(age)
 	return o, err
+}
+
+// BlockedSequences counts, per queue, the sequences a failed job holds up.
+func (s *Store) BlockedSequences(ctx context.Context, db DBTX) (map[string]int64, error) {
+	rows, err := db.Query(ctx, s.stats.blockedSequences.sql)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var q string
+		var n int64
+		if err := rows.Scan(&q, &n); err != nil {
+			return nil, err
+		}
+		out[q] = n
+	}
+	return out, rows.Err()
 }
