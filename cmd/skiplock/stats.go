@@ -20,6 +20,9 @@ type queueJSON struct {
 	Cancelled           int64   `json:"cancelled"`
 	ExpiredLeases       int64   `json:"expired_leases"`
 	OldestDueAgeSeconds float64 `json:"oldest_due_age_seconds"`
+	Paused              bool    `json:"paused"`
+	Retrying            int64   `json:"retrying"`
+	BlockedSequences    int64   `json:"blocked_sequences"`
 }
 
 // statsJSON is Stats as the CLI prints it: durations in seconds (encoding/json
@@ -47,7 +50,8 @@ func statsToJSON(s *skiplock.Stats, took time.Duration) statsJSON {
 	for _, q := range s.Queues {
 		j.Queues = append(j.Queues, queueJSON{Queue: q.Queue, Pending: q.Pending, Due: q.Due, Running: q.Running,
 			Succeeded: q.Succeeded, Failed: q.Failed, Cancelled: q.Cancelled, ExpiredLeases: q.ExpiredLeases,
-			OldestDueAgeSeconds: q.OldestDueAge.Seconds()})
+			OldestDueAgeSeconds: q.OldestDueAge.Seconds(), Paused: q.Paused, Retrying: q.Retrying,
+			BlockedSequences: q.BlockedSequences})
 	}
 	j.FinishedEstimated = s.FinishedEstimated
 	j.Recent.WindowSeconds = s.Recent.Window.Seconds()
@@ -117,10 +121,15 @@ func printStats(w io.Writer, s *skiplock.Stats, took time.Duration) {
 	if s.FinishedEstimated {
 		est = "~"
 	}
-	fmt.Fprintln(tw, "QUEUE\tPENDING\tDUE\tOLDEST_DUE\tRUNNING\tEXPIRED\tSUCCEEDED\tFAILED\tCANCELLED")
+	fmt.Fprintln(tw, "QUEUE\tSTATE\tPENDING\tDUE\tOLDEST_DUE\tRUNNING\tEXPIRED\tRETRYING\tBLOCKED_SEQ\tSUCCEEDED\tFAILED\tCANCELLED")
 	for _, q := range s.Queues {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%d\t%d\t%s%d\t%s%d\t%s%d\n", q.Queue, q.Pending, q.Due, q.OldestDueAge.Round(time.Millisecond),
-			q.Running, q.ExpiredLeases, est, q.Succeeded, est, q.Failed, est, q.Cancelled)
+		state := "active"
+		if q.Paused {
+			state = "paused"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%s%d\t%s%d\t%s%d\n", q.Queue, state, q.Pending, q.Due,
+			q.OldestDueAge.Round(time.Millisecond), q.Running, q.ExpiredLeases, q.Retrying, q.BlockedSequences,
+			est, q.Succeeded, est, q.Failed, est, q.Cancelled)
 	}
 	tw.Flush()
 	r := s.Recent
