@@ -116,6 +116,25 @@ type Config struct {
 	// jobs and that their deduplication keys are free again at once. Default false.
 	DeleteOnSuccess bool
 	Retention       RetentionConfig // deletes finished jobs, maintains partitions; defaults in RetentionConfig
+	// Periodic declares schedules (docs/scheduling.md): the first scheduler run of a
+	// started client writes them to the database — adding the missing, updating those
+	// whose definition differs, never touching a schedule's pause — and from then on
+	// one client at a time fires them. Names must be unique. Default none.
+	Periodic []PeriodicJob
+	// PeriodicRemoveUndeclared makes that first run also delete the schedules that a
+	// Config declared before and this one does not; schedules added at run time
+	// (ScheduleAdd, the CLI) are never deleted. Set it only where one codebase declares
+	// all the schema's schedules. Default false.
+	PeriodicRemoveUndeclared bool
+	// SchedulerInterval is how often the scheduler looks for due schedules (one client
+	// at a time, by advisory lock), and so how late, at most, a fire time is enqueued
+	// (its job's run_at is the fire time itself). Default 1s, the finest resolution a
+	// spec has, jittered; negative disables the scheduler in this client.
+	SchedulerInterval time.Duration
+	// SchedulerMisfireGrace is how late a fire time may be found and still fire as on
+	// time; older ones are missed and follow their schedule's MisfirePolicy. Default
+	// 1m: well above the scheduler's own lateness (an interval, or a failover).
+	SchedulerMisfireGrace time.Duration
 }
 
 func (c *Config) withDefaults() (Config, error) {
@@ -176,6 +195,13 @@ func (c *Config) withDefaults() (Config, error) {
 		cfg.Workers = NewWorkers()
 	}
 	cfg.Retention = cfg.Retention.withDefaults()
+	if cfg.SchedulerInterval == 0 {
+		cfg.SchedulerInterval = time.Second
+	}
+	if cfg.SchedulerMisfireGrace == 0 {
+		cfg.SchedulerMisfireGrace = time.Minute
+	}
+	cfg.Periodic = append([]PeriodicJob(nil), c.Periodic...)
 	if len(c.Queues) > 0 && c.Workers == nil {
 		return cfg, invalid("Config.Workers", "must be set when Queues is: every job of a worked queue needs a registered worker (skiplock.NewWorkers + AddWorker)")
 	}
@@ -186,6 +212,7 @@ func (c *Config) withDefaults() (Config, error) {
 		{"Config.CompletionBatchDelay", cfg.CompletionBatchDelay},
 		{"Config.ShutdownTimeout", cfg.ShutdownTimeout},
 		{"Config.Retention.PartitionLockTimeout", cfg.Retention.PartitionLockTimeout},
+		{"Config.SchedulerMisfireGrace", cfg.SchedulerMisfireGrace},
 	} {
 		if d.v < 0 {
 			return cfg, invalid(d.field, "%s is negative", d.v)
@@ -208,6 +235,9 @@ func (c *Config) withDefaults() (Config, error) {
 		return cfg, invalid("Config.JobTimeout", "%s is negative", cfg.JobTimeout)
 	case c.Retention.BatchSize < 0 || c.Retention.MaxBatches < 0:
 		return cfg, invalid("Config.Retention", "BatchSize and MaxBatches must not be negative")
+	}
+	if err := validatePeriodic(&cfg); err != nil {
+		return cfg, err
 	}
 	for name, q := range cfg.Queues {
 		if err := ident.ValidateQueue(name); err != nil {

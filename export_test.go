@@ -2,7 +2,11 @@ package skiplock
 
 import (
 	"context"
+	"fmt"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/maint"
 	"github.com/skiplock/skiplock/internal/store"
 )
 
@@ -43,4 +47,47 @@ func (c *Client) RunMaintenanceOnceForTest(ctx context.Context, name string) (ra
 		}
 	}
 	return false, invalid("service", "unknown maintenance service %q", name)
+}
+
+// RunSchedulerAndDieForTest runs one scheduler pass under the service's lock in a
+// transaction on a connection of its own, then closes that connection instead of
+// committing — a client killed mid-fire — and returns how many jobs the pass had
+// inserted before it died.
+func (c *Client) RunSchedulerAndDieForTest(ctx context.Context) (fired int, err error) {
+	conn, err := c.pool.Acquire(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Release()
+	defer conn.Conn().Close(ctx) // the server rolls the transaction back
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if ok, err := c.store.TryServiceLock(ctx, tx, "scheduler"); err != nil || !ok {
+		return 0, fmt.Errorf("scheduler lock: %v %v", ok, err)
+	}
+	res, err := c.scheduler().Run(ctx, tx)
+	return res.Fired, err
+}
+
+// RunSchedulerUnlockedForTest runs one scheduler pass in a transaction of its own
+// without the service's advisory lock, so that only the schedules' row locks stand
+// between racing passes; it returns how many jobs it inserted.
+func (c *Client) RunSchedulerUnlockedForTest(ctx context.Context) (fired, duplicates int, err error) {
+	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		res, err := c.scheduler().Run(ctx, tx)
+		fired, duplicates = res.Fired, res.Duplicates
+		return err
+	})
+	return fired, duplicates, err
+}
+
+// NextFireForTest returns the first fire time of spec in zone tz after t.
+func NextFireForTest(spec, tz string, t time.Time) (time.Time, error) {
+	s, err := maint.ParseSpec(spec, tz)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return s.Next(t), nil
 }

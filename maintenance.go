@@ -21,6 +21,7 @@ func (c *Client) services() []maint.Service {
 	if c.cfg.Retention.Interval > 0 {
 		out = append(out, c.retention())
 	}
+	out = append(out, c.schedulerServices()...)
 	return out
 }
 

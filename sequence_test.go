@@ -162,7 +162,7 @@ func TestSequencesNeverOverlap(t *testing.T) {
 		c := e.newClient(skiplock.Config{ID: fmt.Sprintf("survivor-%d", i), Workers: ws, Clock: realClock{},
 			Queues:          map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 8}},
 			ReclaimInterval: 100 * time.Millisecond, PollInterval: 20 * time.Millisecond,
-			RetryPolicy:     skiplock.ExponentialBackoff{Base: time.Millisecond, Max: 5 * time.Millisecond}})
+			RetryPolicy: skiplock.ExponentialBackoff{Base: time.Millisecond, Max: 5 * time.Millisecond}})
 		startClient(t, c)
 	}
 	waitFor(t, 3*time.Minute, "every sequence to finish", func() bool {

@@ -53,8 +53,8 @@ func (s *Store) RolesSQL(n RoleNames) (string, error) {
 		// Inbox.Claim inserts; Inbox.Prune selects FOR UPDATE (which needs UPDATE) and deletes.
 		"GRANT SELECT, INSERT, DELETE, UPDATE (processed_at) ON "+t("inbox"))
 	section(n.Worker, "claims, heartbeats and finishes jobs; reclaims expired leases; deletes finished jobs (retention);\n"+
-		"-- reads stats; pauses and resumes queues. It cannot insert jobs, change a payload, or touch the outbox\n"+
-		"-- beyond reading its health.",
+		"-- reads stats; pauses and resumes queues; runs the periodic scheduler, which inserts the schedules' jobs.\n"+
+		"-- It cannot change a payload, or touch the outbox beyond reading its health.",
 		"GRANT SELECT, DELETE ON "+t("jobs"),
 		"GRANT UPDATE (status, run_at, attempts, max_attempts, lease_until, lease_token, worker_id, last_error, updated_at) ON "+t("jobs"),
 		"GRANT SELECT (id, created_at, published_at, dead_at) ON "+t("outbox"),
@@ -64,12 +64,17 @@ func (s *Store) RolesSQL(n RoleNames) (string, error) {
 		// Start checks the schema's migrations; the claim reads whether its queue is
 		// paused, and the operator's pause and resume write it.
 		"GRANT SELECT ON "+t("schema_migrations"),
-		"GRANT SELECT, INSERT, UPDATE ON "+t("queues"))
+		"GRANT SELECT, INSERT, UPDATE ON "+t("queues"),
+		// The scheduler writes the declared schedules (and deletes undeclared ones),
+		// locks due ones FOR UPDATE, advances them and inserts their jobs through the
+		// ordinary insert (SELECT on jobs covers RETURNING and the dedup lookup).
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON "+t("schedules"),
+		"GRANT INSERT ON "+t("jobs"))
 	section(n.Relay, "claims, publishes and marks outbox events; prunes published ones; requeues dead ones.",
 		"GRANT SELECT, DELETE ON "+t("outbox"),
 		"GRANT UPDATE (available_at, attempts, relay_until, relay_token, published_at, dead_at, last_error) ON "+t("outbox"))
 	section(n.Dashboard, "reads everything, changes nothing (stats, job and outbox listings, metrics).",
 		"GRANT SELECT ON "+strings.Join([]string{t("jobs"), t("outbox"), t("inbox"), t("job_dedup"), t("partitioning"),
-			t("schema_migrations"), t("queues")}, ", "))
+			t("schema_migrations"), t("queues"), t("schedules")}, ", "))
 	return b.String(), nil
 }

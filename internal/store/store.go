@@ -75,6 +75,7 @@ type Store struct {
 	retention retentionStatements
 	service   serviceStatements
 	queues    queueStatements
+	schedules scheduleStatements
 
 	all []stmt // every statement, as builder.add recorded them (SQL and the tests)
 }
@@ -102,6 +103,7 @@ func New(schema string) (*Store, error) {
 		retention: newRetentionStatements(b),
 		service:   newServiceStatements(b),
 		queues:    newQueueStatements(b),
+		schedules: newScheduleStatements(b),
 	}
 	s.all = b.all
 	return s, nil
