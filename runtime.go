@@ -113,6 +113,13 @@ func (c *Client) Start(ctx context.Context) error {
 	if err := c.checkSchema(ctx); err != nil {
 		return err
 	}
+	// Declared schedules are written before Start returns, so a mistake surfaces here
+	// and ScheduleList shows them at once (the scheduler checks again on its first run).
+	if len(c.cfg.Periodic) > 0 || c.cfg.PeriodicRemoveUndeclared {
+		if err := c.reconcileSchedules(ctx); err != nil {
+			return fmt.Errorf("skiplock: writing Config.Periodic: %w", err)
+		}
+	}
 	r := &runtime{
 		c:         c,
 		producers: map[string]*producer{},
