@@ -24,14 +24,14 @@ type MisfirePolicy string
 
 const (
 	// MisfireSkip drops missed fire times: the schedule goes on with the next one.
-	MisfireSkip MisfirePolicy = maint.MisfireSkip
+	MisfireSkip MisfirePolicy = "skip"
 	// MisfireRunOnce enqueues one job for all the missed fire times (for the newest
 	// of them), unless a fire time on time is due in the same run and stands for them.
 	// The default.
-	MisfireRunOnce MisfirePolicy = maint.MisfireRunOnce
+	MisfireRunOnce MisfirePolicy = "run_once"
 	// MisfireCatchUp enqueues one job per missed fire time, at most
 	// PeriodicJob.MaxCatchUp of them (the newest).
-	MisfireCatchUp MisfirePolicy = maint.MisfireCatchUp
+	MisfireCatchUp MisfirePolicy = "catch_up"
 )
 
 // MisfirePolicies lists the valid misfire policies.
@@ -42,9 +42,9 @@ type ScheduleSource string
 
 const (
 	// ScheduleFromConfig schedules were declared in a client's Config.Periodic.
-	ScheduleFromConfig ScheduleSource = store.ScheduleSourceConfig
+	ScheduleFromConfig ScheduleSource = "config"
 	// ScheduleFromAPI schedules were added at run time (ScheduleAdd, the CLI).
-	ScheduleFromAPI ScheduleSource = store.ScheduleSourceAPI
+	ScheduleFromAPI ScheduleSource = "api"
 )
 
 // Limits of a schedule's definition.

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/maint"
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 // runScheduler runs one scheduler pass of c and reports whether it held the lock.
@@ -741,5 +743,20 @@ func TestSchedulerRoles(t *testing.T) {
 	}
 	if _, err := d.SchedulePause(e.ctx, "declared"); !denied(err) {
 		t.Fatalf("dashboard pauses a schedule: %v, want permission denied", err)
+	}
+}
+
+// The public policy and source names are the strings the scheduler and the store use
+// (the root spells them out so godoc shows their values).
+func TestScheduleConstantsMatchTheStore(t *testing.T) {
+	t.Parallel()
+	for pub, internal := range map[string]string{
+		string(skiplock.MisfireSkip): maint.MisfireSkip, string(skiplock.MisfireRunOnce): maint.MisfireRunOnce,
+		string(skiplock.MisfireCatchUp):     maint.MisfireCatchUp,
+		string(skiplock.ScheduleFromConfig): store.ScheduleSourceConfig, string(skiplock.ScheduleFromAPI): store.ScheduleSourceAPI,
+	} {
+		if pub != internal {
+			t.Errorf("%q != %q", pub, internal)
+		}
 	}
 }
