@@ -19,6 +19,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/skiplock/skiplock"
 	"github.com/spf13/cobra"
 )
 
@@ -235,4 +236,36 @@ func addEnum(cmd *cobra.Command, f *enumFlag, name, short, usage string) {
 func addEnumList(cmd *cobra.Command, f *enumListFlag, name, usage string) {
 	cmd.Flags().Var(f, name, usage)
 	_ = cmd.RegisterFlagCompletionFunc(name, cobra.FixedCompletions(f.valid, cobra.ShellCompDirectiveNoFileComp))
+}
+
+// newEachNameCmd builds a command that applies one action to every name it is given,
+// in order, and reports each ("paused mail"): queues pause|resume, schedules
+// pause|resume|delete. act returns the error to report for a name.
+func newEachNameCmd(db *dbFlags, group, verb, what, short string,
+	act func(cmd *cobra.Command, c *skiplock.Client, name string) error) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   verb + " <" + what + ">...",
+		Short: short,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return usagef(cmd, "%s %s: name at least one %s", group, verb, what)
+			}
+			return nil
+		},
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		c, done, err := db.client(cmd, 2)
+		if err != nil {
+			return err
+		}
+		defer done()
+		for _, name := range args {
+			if err := act(cmd, c, name); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%sd %s\n", verb, name) // paused, resumed, deleted
+		}
+		return nil
+	}
+	return cmd
 }

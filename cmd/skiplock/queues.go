@@ -78,36 +78,17 @@ func newQueuePauseCmd(db *dbFlags, pause bool) *cobra.Command {
 	if pause {
 		verb, short = "pause", "pause queues for every client: no new claims (running jobs finish; enqueue still works)"
 	}
-	cmd := &cobra.Command{
-		Use:   verb + " <queue>...",
-		Short: short,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return usagef(cmd, "queues %s: name at least one queue", verb)
+	return newEachNameCmd(db, "queues", verb, "queue", short, func(cmd *cobra.Command, c *skiplock.Client, name string) error {
+		act := c.QueueResume
+		if pause {
+			act = c.QueuePause
+		}
+		if err := act(cmd.Context(), name); err != nil {
+			if errors.Is(err, skiplock.ErrInvalid) {
+				return usagef(cmd, "%v", err)
 			}
-			return nil
-		},
-	}
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		c, done, err := db.client(cmd, 2)
-		if err != nil {
 			return err
 		}
-		defer done()
-		for _, q := range args {
-			act := c.QueueResume
-			if pause {
-				act = c.QueuePause
-			}
-			if err := act(cmd.Context(), q); err != nil {
-				if errors.Is(err, skiplock.ErrInvalid) {
-					return usagef(cmd, "%v", err)
-				}
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%sd %s\n", verb, q)
-		}
 		return nil
-	}
-	return cmd
+	})
 }

@@ -249,36 +249,21 @@ func newSchedulesActCmd(db *dbFlags, verb string) *cobra.Command {
 		"resume": "resume paused schedules: they fire again from their next fire time after now (no backlog)",
 		"delete": "delete schedules (their jobs stay; a schedule declared in a Config returns when such a client starts)",
 	}[verb]
-	cmd := &cobra.Command{
-		Use:   verb + " <name>...",
-		Short: short,
-		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return usagef(cmd, "schedules %s: name at least one schedule", verb)
-			}
-			return nil
-		},
-	}
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		c, done, err := db.client(cmd, 2)
-		if err != nil {
-			return err
+	return newEachNameCmd(db, "schedules", verb, "schedule", short, func(cmd *cobra.Command, c *skiplock.Client, name string) error {
+		var err error
+		switch verb {
+		case "pause":
+			_, err = c.SchedulePause(cmd.Context(), name)
+		case "resume":
+			_, err = c.ScheduleResume(cmd.Context(), name)
+		default:
+			_, err = c.ScheduleDelete(cmd.Context(), name)
 		}
-		defer done()
-		act := map[string]func(string) error{
-			"pause":  func(n string) error { _, err := c.SchedulePause(cmd.Context(), n); return err },
-			"resume": func(n string) error { _, err := c.ScheduleResume(cmd.Context(), n); return err },
-			"delete": func(n string) error { _, err := c.ScheduleDelete(cmd.Context(), n); return err },
-		}[verb]
-		for _, name := range args {
-			if err := act(name); err != nil {
-				return scheduleErr(cmd, name, err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%sd %s\n", verb, name)
+		if err != nil {
+			return scheduleErr(cmd, name, err)
 		}
 		return nil
-	}
-	return cmd
+	})
 }
 
 func newSchedulesTriggerCmd(db *dbFlags) *cobra.Command {
