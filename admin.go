@@ -25,6 +25,12 @@ type ListParams struct {
 	States []JobState
 	Queue  string
 	Kind   string
+	// Tag keeps the jobs that carry this tag.
+	Tag string
+	// Search keeps the jobs whose payload or last error contains this text
+	// (case-insensitive). It reads every row the other filters leave: narrow it
+	// with a state, queue or kind on large tables.
+	Search string
 	// AfterID continues a listing after the last id of the previous page.
 	AfterID string
 	// Limit is the page size. Default 100, at most 10,000.
@@ -42,7 +48,7 @@ func (c *Client) JobList(ctx context.Context, p ListParams) ([]*Job, error) {
 	if ctx == nil {
 		return nil, invalid("ctx", "must not be nil")
 	}
-	sp := store.ListParams{Queue: p.Queue, Kind: p.Kind, AfterID: p.AfterID, Limit: p.Limit}
+	sp := store.ListParams{Queue: p.Queue, Kind: p.Kind, AfterID: p.AfterID, Limit: p.Limit, Tag: p.Tag, Search: p.Search}
 	for _, s := range p.States {
 		if _, err := ParseJobState(string(s)); err != nil {
 			return nil, err

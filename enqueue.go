@@ -61,6 +61,9 @@ type EnqueueOpts struct {
 	// characters, at most MaxMetadataKeyLen bytes), values valid UTF-8 without NUL of
 	// at most MaxMetadataValueLen bytes. Default none.
 	Metadata map[string]string
+	// Tags label the job for operators: the dashboard and JobList filter by tag. At
+	// most MaxTags of MaxTagLen bytes, no control characters. Default none.
+	Tags []string
 	// Sequence, when set, makes the job run only after every earlier job of its
 	// sequence has finished: see SequenceOpts.
 	Sequence *SequenceOpts
@@ -437,6 +440,9 @@ func (c *Client) insertParams(j *EnqueueParams) (store.InsertParams, error) {
 		return store.InsertParams{}, err
 	}
 	if err := sequenceParams(o.Sequence, &p); err != nil {
+		return store.InsertParams{}, err
+	}
+	if p.Tags, err = validateTags(o.Tags); err != nil {
 		return store.InsertParams{}, err
 	}
 	return p, nil

@@ -127,7 +127,7 @@ func (r *runtime) classify(job *Job, err error, ctx context.Context) (o store.Ou
 	)
 	switch {
 	case err == nil:
-		o.Action = store.ActionComplete
+		o.Action, o.Output = store.ActionComplete, job.output
 	case errors.Is(context.Cause(ctx), errShutdown):
 		// Cut off by shutdown: back to pending at once with the attempt given back, as
 		// if it had never been claimed.

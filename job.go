@@ -34,17 +34,29 @@ type Job struct {
 	MaxAttempts int `json:"max_attempts"`
 	// LeaseToken is the fencing token of the current claim; every write that finishes
 	// the job must present it. Empty unless running.
-	LeaseToken       string    `json:"lease_token,omitempty"`
-	LeaseUntil       time.Time `json:"lease_until,omitzero"`
-	WorkerID         string    `json:"worker_id,omitempty"`
-	DeduplicationKey string    `json:"deduplication_key,omitempty"`
-	LastError        string    `json:"last_error,omitempty"`
+	LeaseToken string    `json:"lease_token,omitempty"`
+	LeaseUntil time.Time `json:"lease_until,omitzero"`
+	// WorkerID is the client holding the lease while the job runs, and the one that
+	// ran it once it succeeded.
+	WorkerID         string `json:"worker_id,omitempty"`
+	DeduplicationKey string `json:"deduplication_key,omitempty"`
+	LastError        string `json:"last_error,omitempty"`
 	// Metadata is what EnqueueOpts.Metadata (and Config.EnqueueHooks) attached.
-	Metadata  map[string]string `json:"metadata,omitempty"`
-	CreatedAt time.Time         `json:"created_at"`
-	UpdatedAt time.Time         `json:"updated_at"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// Tags are EnqueueOpts.Tags.
+	Tags []string `json:"tags,omitempty"`
+	// Output is what the handler recorded with SetOutput, stored with its success.
+	Output json.RawMessage `json:"output,omitempty"`
+	// History lists the job's finished attempts, oldest first (the newest MaxHistory).
+	History []AttemptRecord `json:"history,omitempty"`
+	// TxID is the id of the transaction that enqueued the job (0 for jobs enqueued
+	// before skiplock recorded it): JobsByTx lists everything that transaction wrote.
+	TxID      int64     `json:"txid,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 
-	completedInTx bool // CompleteTx wrote this claim's completion in the handler's transaction
+	completedInTx bool   // CompleteTx wrote this claim's completion in the handler's transaction
+	output        []byte // SetOutput's JSON, written with the success
 }
 
 // IdempotencyKey is stable across every attempt of this job: pass it to external APIs
@@ -60,6 +72,22 @@ func fromRow(r *store.Job) *Job {
 	}
 	if r.LeaseToken != nil {
 		j.LeaseToken = *r.LeaseToken
+	}
+	j.Tags, j.Output, j.History = r.Tags, r.Output, history(r.History)
+	if r.Status == store.StatusSucceeded && r.AttemptedAt != nil {
+		// A success is not appended to the stored history (that would cost every
+		// completion a JSON rewrite): its record is the row itself.
+		last := AttemptRecord{Attempt: r.Attempts, StartedAt: *r.AttemptedAt, FinishedAt: r.UpdatedAt, Outcome: "succeeded"}
+		if r.WorkerID != nil {
+			last.WorkerID = *r.WorkerID
+		}
+		j.History = append(j.History, last)
+		if len(j.History) > MaxHistory {
+			j.History = j.History[len(j.History)-MaxHistory:]
+		}
+	}
+	if r.TxID != nil {
+		j.TxID = *r.TxID
 	}
 	if len(r.Metadata) > 0 {
 		_ = json.Unmarshal(r.Metadata, &j.Metadata) // written by insertParams as a JSON object of strings

@@ -144,6 +144,9 @@ func (c *Client) finishOne(ctx context.Context, job *Job, o store.Outcome) (JobS
 		return "", invalid("job", "must not be nil")
 	}
 	o.Lease, o.Delay = job.lease(), clampDelay(o.Delay)
+	if o.Action == store.ActionComplete {
+		o.Output = job.output
+	}
 	res, err := c.finish(ctx, []store.Outcome{o})
 	if err != nil {
 		return "", fmt.Errorf("finishing job %s (%s): %w", o.ID, o.Action, wrapPgError(err))

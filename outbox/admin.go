@@ -36,7 +36,27 @@ func record(e *store.OutboxEvent) *Record {
 	if e.LastError != nil {
 		r.LastError = *e.LastError
 	}
+	if e.TxID != nil {
+		r.TxID = *e.TxID
+	}
 	return r
+}
+
+// EventsByTx returns the events the transaction txid wrote (see Record.TxID), oldest
+// first: with Client.JobsByTx, everything one business transaction wrote.
+func (a Admin) EventsByTx(ctx context.Context, db skiplock.DB, txid int64) ([]*Record, error) {
+	if err := a.o.check(ctx, db); err != nil {
+		return nil, err
+	}
+	evs, err := a.o.store.OutboxByTx(ctx, db, txid)
+	if err != nil {
+		return nil, fmt.Errorf("listing the outbox events of transaction %d: %w", txid, wrapDB(err, "txid"))
+	}
+	out := make([]*Record, len(evs))
+	for i, e := range evs {
+		out[i] = record(e)
+	}
+	return out, nil
 }
 
 // Get returns one event, or ErrNotFound.

@@ -77,6 +77,10 @@ type Record struct {
 	LastError string `json:"last_error,omitempty"`
 	// CreatedAt is the writing transaction's time.
 	CreatedAt time.Time `json:"created_at"`
+	// TxID is the id of the transaction that wrote the event (0 for events written
+	// before skiplock recorded it): Admin.EventsByTx and the root's Client.JobsByTx
+	// list everything one business transaction wrote.
+	TxID int64 `json:"txid,omitempty"`
 }
 
 // checkName applies the shared name rule (internal/validate) to an event field.

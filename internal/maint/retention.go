@@ -29,6 +29,20 @@ type RetentionSettings struct {
 	PartitionLockTimeout time.Duration
 }
 
+// longest returns the longest retention window of the finished states; ok is false
+// when a state is kept forever.
+func (s RetentionSettings) longest() (time.Duration, bool) {
+	var longest time.Duration
+	for _, st := range store.FinishedStatuses {
+		w, ok := s.window(st)
+		if !ok {
+			return 0, false
+		}
+		longest = max(longest, w, s.OutboxPublished)
+	}
+	return longest, true
+}
+
 // window returns the retention of a finished state; ok is false for "keep forever".
 func (s RetentionSettings) window(status string) (time.Duration, bool) {
 	d := s.Windows[status]
@@ -56,6 +70,7 @@ type KeptPartition struct {
 type RetentionResult struct {
 	Succeeded, Failed, Cancelled int64
 	OutboxPublished              int64
+	Lineage                      int64 // tx_lineage rows pruned
 	Partitioned                  bool
 	PartitionsCreated            []string
 	PartitionsDropped            []string
@@ -157,6 +172,21 @@ func (r *Retention) Run(ctx context.Context) (res RetentionResult, err error) {
 		}
 		if !more {
 			return res, nil
+		}
+	}
+	// Lineage rows outlive nothing they point at: they go one day after the longest
+	// retention window; with any state kept forever, they are kept too. Their
+	// batches have their own MaxBatches budget, so they never starve job deletes.
+	if longest, ok := cfg.longest(); ok {
+		for n := 0; n < cfg.MaxBatches; n++ {
+			pruned, err := r.Store.PruneLineage(ctx, r.Pool, store.NowParam(r.Clock), longest+grace+24*time.Hour, cfg.BatchSize)
+			res.Lineage += pruned
+			if err != nil {
+				return res, fmt.Errorf("retention: pruning lineage: %w", err)
+			}
+			if pruned < int64(cfg.BatchSize) {
+				break
+			}
 		}
 	}
 	if cfg.OutboxPublished > 0 {

@@ -5,11 +5,26 @@ package store
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 )
+
+// MaxHistory is how many attempts a job's attempt_history keeps (the newest).
+const MaxHistory = 20
+
+// historyAppend is the expression that appends one finished attempt of the job row
+// alias j to its attempt_history, keeping the newest MaxHistory: the attempt number,
+// when the claim started it (attempted_at) and when it ended (t.now), the worker, the
+// outcome and the error text (bounded by the caller's text policy).
+func historyAppend(j, outcome, errText string) string {
+	return `jsonb_path_query_array(coalesce(` + j + `.attempt_history, '[]'::jsonb) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+      'attempt', ` + j + `.attempts, 'started_at', ` + j + `.attempted_at, 'finished_at', t.now,
+      'worker_id', ` + j + `.worker_id, 'outcome', ` + outcome + `, 'error', ` + errText + `))),
+      '$[last - ` + strconv.Itoa(MaxHistory-1) + ` to last]')`
+}
 
 // finishUpdate is the fenced UPDATE that applies outcomes from the relation o.
 // (A redundant "j.id = ANY($2)" was tried to steer the planner to the primary key; it
@@ -36,9 +51,14 @@ SET status = (CASE o.action
              END,
     attempts = CASE WHEN o.action = 'snooze' THEN j.attempts - 1 ELSE j.attempts END,
     last_error = CASE WHEN o.action IN ('retry', 'fail', 'cancel') THEN o.error ELSE j.last_error END,
+    output = CASE WHEN o.action = 'complete' THEN o.output ELSE j.output END,
+    attempt_history = CASE WHEN o.action = 'complete' THEN j.attempt_history
+                      ELSE ` + historyAppend("j", `CASE o.action
+                WHEN 'fail' THEN 'failed' WHEN 'cancel' THEN 'cancelled' WHEN 'snooze' THEN 'snoozed'
+                ELSE CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'retried' END END`, "o.error") + ` END,
     lease_until = NULL,
     lease_token = NULL,
-    worker_id = NULL,
+    worker_id = CASE WHEN o.action = 'complete' THEN j.worker_id END,
     updated_at = t.now
 FROM ` + o + `, t
 WHERE j.id = o.id AND j.lease_token = o.token
@@ -60,14 +80,14 @@ func newFinishStatements(b *builder) finishStatements {
 		// snooze: pending after the delay and the claim's attempt given back.
 		finish: b.add("finish", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
-`+finishUpdate("unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[]) AS o(id, token, action, delay_us, error)")),
+`+finishUpdate("unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[], $7::jsonb[]) AS o(id, token, action, delay_us, error, output)")),
 
 		// finish_delete is finish for clients that delete succeeded jobs at once instead
 		// of keeping them for retention: completions become fenced DELETEs, the other
 		// outcomes the same UPDATE as finish.
 		finishDelete: b.add("finish_delete", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
-o AS (SELECT * FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[]) AS o(id, token, action, delay_us, error)),
+o AS (SELECT * FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[], $7::jsonb[]) AS o(id, token, action, delay_us, error, output)),
 del AS (
   DELETE FROM {{s}}.jobs AS j USING o
   WHERE o.action = 'complete' AND j.id = o.id AND j.lease_token = o.token
@@ -100,6 +120,7 @@ type Outcome struct {
 	Action Action
 	Delay  time.Duration // retry and snooze
 	Error  string        // retry, fail, cancel
+	Output []byte        // complete: the handler's JSON output, or nil
 }
 
 // Finish applies outcomes in one statement and returns, for each job it changed, the
@@ -117,14 +138,16 @@ func (s *Store) FinishDeleting(ctx context.Context, db DBTX, now *time.Time, out
 func (s *Store) runFinish(ctx context.Context, db DBTX, now *time.Time, outs []Outcome, st stmt) (map[string]string, error) {
 	n := len(outs)
 	ids, tokens, actions, delays, errs := make([]string, n), make([]string, n), make([]string, n), make([]int64, n), make([]*string, n)
+	outputs := make([]*string, n)
 	for i, o := range outs {
 		ids[i], tokens[i], actions[i], delays[i] = o.ID, o.Token, string(o.Action), micros(o.Delay)
 		if o.Error != "" {
 			e := o.Error
 			errs[i] = &e
 		}
+		outputs[i] = jsonOrNil(o.Output)
 	}
-	rows, err := db.Query(ctx, st.sql, Now(now), ids, tokens, actions, delays, errs)
+	rows, err := db.Query(ctx, st.sql, Now(now), ids, tokens, actions, delays, errs, outputs)
 	if err != nil {
 		return nil, err
 	}

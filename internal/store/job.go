@@ -37,13 +37,19 @@ type Job struct {
 	DeduplicationKey *string
 	LastError        *string
 	Metadata         []byte // JSON object, nil when none
+	Tags             []string
+	Output           []byte // JSON, nil when none
+	History          []byte // JSON array of attempt records, nil when none
+	TxID             *int64 // the writing transaction's id; nil for jobs older than the column
+	AttemptedAt      *time.Time
 	CreatedAt        time.Time
 	UpdatedAt        time.Time
 }
 
 // jobColumns lists what statements returning jobs select, in scanJob's order.
 const jobColumns = `id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
-  lease_until, lease_token, worker_id, deduplication_key, last_error, metadata, created_at, updated_at`
+  lease_until, lease_token, worker_id, deduplication_key, last_error, metadata,
+  tags, output, attempt_history, txid::text::bigint, attempted_at, created_at, updated_at`
 
 // prefixed returns jobColumns qualified by the table alias p.
 func prefixed(p string) string {
@@ -58,7 +64,7 @@ func scanJob(row pgx.Row) (*Job, error) {
 	var j Job
 	err := row.Scan(&j.ID, &j.Queue, &j.Kind, &j.Payload, &j.Status, &j.Priority, &j.RunAt, &j.Attempts,
 		&j.MaxAttempts, &j.LeaseUntil, &j.LeaseToken, &j.WorkerID, &j.DeduplicationKey, &j.LastError,
-		&j.Metadata, &j.CreatedAt, &j.UpdatedAt)
+		&j.Metadata, &j.Tags, &j.Output, &j.History, &j.TxID, &j.AttemptedAt, &j.CreatedAt, &j.UpdatedAt)
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +74,7 @@ func scanJob(row pgx.Row) (*Job, error) {
 func collectJobs(rows pgx.Rows, err error) ([]*Job, error) { return collect(rows, err, scanJob) }
 
 type jobStatements struct {
-	get, list                            stmt
+	get, list, byTx, runNow              stmt
 	adminRetry, adminCancel, adminDelete stmt
 }
 
@@ -83,8 +89,24 @@ WHERE ($1::text[] IS NULL OR status::text = ANY($1))
   AND ($2::text IS NULL OR queue = $2)
   AND ($3::text IS NULL OR kind = $3)
   AND ($4::uuid IS NULL OR id > $4)
+  AND ($6::text IS NULL OR tags @> ARRAY[$6::text])
+  AND ($7::text IS NULL OR strpos(lower(payload::text), lower($7)) > 0 OR strpos(lower(last_error), lower($7)) > 0)
 ORDER BY id
 LIMIT $5`),
+
+		// Everything one transaction wrote: one range of the lineage table's index, then
+		// the jobs by primary key.
+		byTx: b.add("jobs_by_tx", `
+SELECT `+jobColumns+` FROM {{s}}.jobs
+WHERE id = ANY(ARRAY(SELECT job_id FROM {{s}}.tx_lineage WHERE txid = $1::bigint::text::xid8 AND job_id IS NOT NULL))
+ORDER BY id`),
+
+		// Run a pending job now (an operator's "run now").
+		runNow: b.add("admin_run_now", `
+WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
+UPDATE {{s}}.jobs AS j SET run_at = t.now, updated_at = t.now
+FROM t WHERE j.id = $2 AND j.status = 'pending'
+RETURNING `+prefixed("j")),
 
 		// A human retries a failed or cancelled job: due now, with at least one attempt left.
 		adminRetry: b.add("admin_retry", `
@@ -122,6 +144,8 @@ type ListParams struct {
 	Kind     string
 	AfterID  string
 	Limit    int
+	Tag      string // jobs carrying this tag
+	Search   string // text in the payload or last_error, case-insensitive
 }
 
 // List returns jobs matching p, ordered by id (oldest first).
@@ -130,7 +154,18 @@ func (s *Store) List(ctx context.Context, db DBTX, p ListParams) ([]*Job, error)
 	if len(p.Statuses) > 0 {
 		statuses = p.Statuses
 	}
-	return collectJobs(db.Query(ctx, s.jobs.list.sql, statuses, nullable(p.Queue), nullable(p.Kind), nullable(p.AfterID), p.Limit))
+	return collectJobs(db.Query(ctx, s.jobs.list.sql, statuses, nullable(p.Queue), nullable(p.Kind), nullable(p.AfterID), p.Limit,
+		nullable(p.Tag), nullable(p.Search)))
+}
+
+// JobsByTx returns the jobs the transaction txid wrote, oldest first.
+func (s *Store) JobsByTx(ctx context.Context, db DBTX, txid int64) ([]*Job, error) {
+	return collectJobs(db.Query(ctx, s.jobs.byTx.sql, txid))
+}
+
+// AdminRunNow makes a pending job due now.
+func (s *Store) AdminRunNow(ctx context.Context, db DBTX, now *time.Time, id string) (*Job, error) {
+	return scanJob(db.QueryRow(ctx, s.jobs.runNow.sql, Now(now), id))
 }
 
 // AdminRetry makes a failed or cancelled job pending and due now.

@@ -56,6 +56,7 @@ SET status = 'running',
     lease_until = t.now + $4::bigint * interval '1 microsecond',
     lease_token = gen_random_uuid(),
     worker_id = $3,
+    attempted_at = t.now,
     updated_at = t.now
 FROM t
 WHERE j.id = ANY(ARRAY(SELECT id FROM claimed)) AND t.async IS NOT NULL

@@ -15,7 +15,8 @@ import (
 
 // outboxColumns lists what the claim and Get return, in scanOutboxEvent's order.
 const outboxColumns = `id, aggregate_type, aggregate_id, event_type, destination, payload, headers,
-  attempts, max_attempts, available_at, relay_until, relay_token, published_at, dead_at, last_error, created_at`
+  attempts, max_attempts, available_at, relay_until, relay_token, published_at, dead_at, last_error, created_at,
+  txid::text::bigint`
 
 func outboxPrefixed(p string) string {
 	cols := strings.Split(strings.ReplaceAll(outboxColumns, "\n", ""), ",")
@@ -57,7 +58,7 @@ const orderedPredicate = `
         AND e.published_at IS NULL AND e.id < o.id)`
 
 type outboxStatements struct {
-	insert, claim, claimOrdered, finish, get, listDead, listPending, listPublished, requeue, prunePublished, pruneDead, counts stmt
+	insert, claim, claimOrdered, finish, get, listDead, listPending, listPublished, byTx, requeue, prunePublished, pruneDead, counts stmt
 }
 
 func newOutboxStatements(b *builder) outboxStatements {
@@ -143,6 +144,13 @@ WHERE dead_at IS NOT NULL AND published_at IS NULL
 ORDER BY dead_at, id
 LIMIT $3`),
 
+		// The events one transaction wrote: one range of the lineage table's index, then
+		// the events by primary key.
+		byTx: b.add("outbox_by_tx", `
+SELECT `+outboxColumns+` FROM {{s}}.outbox
+WHERE id = ANY(ARRAY(SELECT event_id FROM {{s}}.tx_lineage WHERE txid = $1::bigint::text::xid8 AND event_id IS NOT NULL))
+ORDER BY id`),
+
 		// Pending (not yet published, not dead) events, oldest first, keyset-paged by
 		// (created_at, id): a range of outbox_unpublished_idx.
 		listPending: b.add("outbox_list_pending", `
@@ -220,13 +228,14 @@ type OutboxEvent struct {
 	DeadAt        *time.Time
 	LastError     *string
 	CreatedAt     time.Time
+	TxID          *int64 // the writing transaction's id; nil for events older than the column
 }
 
 func scanOutboxEvent(row pgx.Row) (*OutboxEvent, error) {
 	var e OutboxEvent
 	err := row.Scan(&e.ID, &e.AggregateType, &e.AggregateID, &e.EventType, &e.Destination, &e.Payload, &e.Headers,
 		&e.Attempts, &e.MaxAttempts, &e.AvailableAt, &e.RelayUntil, &e.RelayToken, &e.PublishedAt, &e.DeadAt,
-		&e.LastError, &e.CreatedAt)
+		&e.LastError, &e.CreatedAt, &e.TxID)
 	if err != nil {
 		return nil, err
 	}
@@ -433,4 +442,9 @@ func (s *Store) OutboxCount(ctx context.Context, db DBTX) (OutboxCounts, error) 
 	var c OutboxCounts
 	err := db.QueryRow(ctx, s.outbox.counts.sql).Scan(&c.Pending, &c.Published, &c.Dead)
 	return c, err
+}
+
+// OutboxByTx returns the events the transaction txid wrote, oldest first.
+func (s *Store) OutboxByTx(ctx context.Context, db DBTX, txid int64) ([]*OutboxEvent, error) {
+	return collectOutboxEvents(db.Query(ctx, s.outbox.byTx.sql, txid))
 }

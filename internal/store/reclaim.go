@@ -31,6 +31,7 @@ SET status = (CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending
     run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at
                   ELSE t.now + r.delay_us * interval '1 microsecond' END,
     last_error = 'lease expired on worker ' || coalesce(j.worker_id, '?') || ' (attempt ' || j.attempts || ')',
+    attempt_history = `+historyAppend("j", "'lease_expired'", "'lease expired'")+`,
     lease_until = NULL,
     lease_token = NULL,
     worker_id = NULL,

@@ -11,7 +11,7 @@ import (
 )
 
 type retentionStatements struct {
-	deleteFinished stmt
+	deleteFinished, pruneLineage stmt
 }
 
 func newRetentionStatements(b *builder) retentionStatements {
@@ -34,7 +34,27 @@ WITH doomed AS (
 DELETE FROM {{s}}.jobs AS j
 USING doomed
 WHERE j.id = doomed.id AND j.status = $2::{{s}}.job_status`),
+
+		// One batch of lineage rows older than $2 microseconds (by the BRIN index on
+		// created_at): the jobs and events they point at are past every retention
+		// window by then.
+		pruneLineage: b.add("retention_prune_lineage", `
+DELETE FROM {{s}}.tx_lineage
+WHERE ctid = ANY(ARRAY(
+  SELECT ctid FROM {{s}}.tx_lineage
+  WHERE created_at < coalesce($1::timestamptz, now()) - $2::bigint * interval '1 microsecond'
+  LIMIT $3))`),
 	}
+}
+
+// PruneLineage deletes up to limit lineage rows older than olderThan and returns how
+// many it deleted.
+func (s *Store) PruneLineage(ctx context.Context, db DBTX, now *time.Time, olderThan time.Duration, limit int) (int64, error) {
+	tag, err := db.Exec(ctx, s.retention.pruneLineage.sql, Now(now), micros(olderThan), limit)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
 }
 
 // FinishedStatuses are the states retention deletes.

@@ -56,7 +56,8 @@ func (s *Store) RolesSQL(n RoleNames) (string, error) {
 		"-- reads stats; pauses and resumes queues; runs the periodic scheduler, which inserts the schedules' jobs.\n"+
 		"-- It cannot change a payload, or touch the outbox beyond reading its health.",
 		"GRANT SELECT, DELETE ON "+t("jobs"),
-		"GRANT UPDATE (status, run_at, attempts, max_attempts, lease_until, lease_token, worker_id, last_error, updated_at) ON "+t("jobs"),
+		"GRANT UPDATE (status, run_at, attempts, max_attempts, lease_until, lease_token, worker_id, last_error, updated_at,\n"+
+			"  attempted_at, output, attempt_history) ON "+t("jobs"),
 		"GRANT SELECT (id, created_at, published_at, dead_at) ON "+t("outbox"),
 		// The retention service reads the partition settings (partition DDL itself
 		// needs the owner: run `skiplock retention run` as the migrator).
@@ -69,12 +70,14 @@ func (s *Store) RolesSQL(n RoleNames) (string, error) {
 		// locks due ones FOR UPDATE, advances them and inserts their jobs through the
 		// ordinary insert (SELECT on jobs covers RETURNING and the dedup lookup).
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON "+t("schedules"),
+		// Lineage lookups (JobsByTx) and retention's pruning of the lineage table.
+		"GRANT SELECT, DELETE ON "+t("tx_lineage"),
 		"GRANT INSERT ON "+t("jobs"))
 	section(n.Relay, "claims, publishes and marks outbox events; prunes published ones; requeues dead ones.",
 		"GRANT SELECT, DELETE ON "+t("outbox"),
 		"GRANT UPDATE (available_at, attempts, relay_until, relay_token, published_at, dead_at, last_error) ON "+t("outbox"))
 	section(n.Dashboard, "reads everything, changes nothing (stats, job and outbox listings, metrics).",
 		"GRANT SELECT ON "+strings.Join([]string{t("jobs"), t("outbox"), t("inbox"), t("job_dedup"), t("partitioning"),
-			t("schema_migrations"), t("queues"), t("schedules")}, ", "))
+			t("schema_migrations"), t("queues"), t("schedules"), t("tx_lineage")}, ", "))
 	return b.String(), nil
 }

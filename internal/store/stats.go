@@ -17,7 +17,7 @@ import (
 )
 
 type statsStatements struct {
-	live, pages, finishedSample, finishedExact, recent, outbox, blockedSequences stmt
+	live, pages, finishedSample, finishedExact, recent, outbox, blockedSequences, throughput stmt
 }
 
 func newStatsStatements(b *builder) statsStatements {
@@ -57,6 +57,19 @@ WHERE f.sequence_key IS NOT NULL AND f.status = 'failed' AND NOT f.sequence_skip
   AND EXISTS (SELECT 1 FROM {{s}}.jobs n
               WHERE n.sequence_key = f.sequence_key AND n.id > f.id AND n.status = 'pending')
 GROUP BY 1`),
+
+		// Jobs finished within the last $2 microseconds, per queue, bucket of $3
+		// microseconds (aligned to the Unix epoch) and state: ranges of
+		// jobs_retention_idx, like stats_recent.
+		throughput: b.add("stats_throughput", `
+WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
+SELECT queue, to_timestamp(floor(extract(epoch FROM updated_at) * 1000000 / $3::bigint) * $3::bigint / 1000000.0),
+       status::text, count(*)
+FROM {{s}}.jobs
+WHERE status IN ('succeeded', 'failed', 'cancelled')
+  AND updated_at >= (SELECT now FROM t) - $2::bigint * interval '1 microsecond'
+GROUP BY 1, 2, 3
+ORDER BY 1, 2`),
 
 		// The heap's size in pages, over every partition in the partitioned layout.
 		pages: b.add("stats_pages", `
@@ -245,6 +258,32 @@ func (s *Store) BlockedSequences(ctx context.Context, db DBTX) (map[string]int64
 			return nil, err
 		}
 		out[q] = n
+	}
+	return out, rows.Err()
+}
+
+// ThroughputCount is how many jobs of a queue reached a finished state in a bucket.
+type ThroughputCount struct {
+	Queue  string
+	Start  time.Time
+	Status string
+	Count  int64
+}
+
+// Throughput counts the jobs that finished within window, per queue, bucket and state.
+func (s *Store) Throughput(ctx context.Context, db DBTX, now *time.Time, window, bucket time.Duration) ([]ThroughputCount, error) {
+	rows, err := db.Query(ctx, s.stats.throughput.sql, Now(now), micros(window), micros(bucket))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []ThroughputCount
+	for rows.Next() {
+		var c ThroughputCount
+		if err := rows.Scan(&c.Queue, &c.Start, &c.Status, &c.Count); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
 	}
 	return out, rows.Err()
 }

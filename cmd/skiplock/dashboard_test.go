@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skiplock/skiplock/internal/pgtest"
+)
+
+// The dashboard refuses, as a usage error before touching the database, to listen
+// beyond loopback without authentication, and weak or malformed credentials.
+func TestDashboardUsageErrors(t *testing.T) {
+	t.Parallel()
+	db := closedURL(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--listen", "0.0.0.0:8080"}, "--listen 0.0.0.0:8080 is reachable beyond this host: give --token or --basic-auth"},
+		{[]string{"--listen", ":8080"}, "--listen :8080 is reachable beyond this host"},
+		{[]string{"--listen", "[::]:8080"}, "is reachable beyond this host"},
+		{[]string{"--listen", "10.1.2.3:8080"}, "is reachable beyond this host"},
+		{[]string{"--listen", "dashboard.internal:8080"}, "is reachable beyond this host"},
+		{[]string{"--listen", "nonsense"}, `--listen "nonsense"`},
+		{[]string{"--token", "short"}, "--token is 5 characters: use at least 16"},
+		{[]string{"--basic-auth", "nocolon"}, "--basic-auth wants user:password"},
+		{[]string{"--basic-auth", "user:"}, "--basic-auth wants user:password"},
+		{[]string{"--base-path", "admin"}, `--base-path "admin" must start with /`},
+		{[]string{"--refresh", "-1s"}, "--refresh -1s: want 0 or more"},
+	} {
+		var out, errb bytes.Buffer
+		code := execute(ctx, &out, &errb, append([]string{"dashboard", "--database-url", db}, tc.args...)...)
+		if code != 2 || !strings.Contains(errb.String(), tc.want) || !strings.Contains(errb.String(), "Run 'skiplock dashboard --help' for usage.") {
+			t.Errorf("dashboard %v: exit %d\n%s\nwant %q", tc.args, code, errb.String(), tc.want)
+		}
+	}
+	// Accepted command lines get as far as the database (closed here: exit 1).
+	for _, args := range [][]string{
+		{"--listen", "127.0.0.1:0"},
+		{"--listen", "localhost:0"},
+		{"--listen", "[::1]:0"},
+		{"--listen", "0.0.0.0:0", "--token", "0123456789abcdef"},
+		{"--listen", ":0", "--basic-auth", "ops:pw"},
+	} {
+		var out, errb bytes.Buffer
+		if code := execute(ctx, &out, &errb, append([]string{"dashboard", "--database-url", db}, args...)...); code != 1 {
+			t.Errorf("dashboard %v: exit %d, want 1 (no database)\n%s", args, code, errb.String())
+		}
+	}
+}
+
+// The token may come from the environment (not parallel: it sets a variable).
+func TestDashboardTokenFromEnvironment(t *testing.T) {
+	db := closedURL(t)
+	t.Setenv("SKIPLOCK_DASHBOARD_TOKEN", "0123456789abcdef")
+	var out, errb bytes.Buffer
+	if code := execute(context.Background(), &out, &errb, "dashboard", "--database-url", db, "--listen", "0.0.0.0:0"); code != 1 {
+		t.Errorf("exit %d, want 1 (no database)\n%s", code, errb.String())
+	}
+	t.Setenv("SKIPLOCK_DASHBOARD_TOKEN", "short")
+	if code := execute(context.Background(), &out, &errb, "dashboard", "--database-url", db, "--listen", "0.0.0.0:0"); code != 2 {
+		t.Errorf("a short token from the environment: exit %d, want 2\n%s", code, errb.String())
+	}
+}
+
+func TestDashboardHelp(t *testing.T) {
+	t.Parallel()
+	var out, errb bytes.Buffer
+	code := execute(context.Background(), &out, &errb, "dashboard", "--help")
+	if code != 0 || errb.Len() != 0 {
+		t.Fatalf("exit %d\n%s", code, errb.String())
+	}
+	for _, want := range []string{"--listen", "--token", "--basic-auth", "--read-only", "--redact-payloads", "read-only"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("help lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// `skiplock dashboard --token` serves the dashboard: a page asks for the token, and
+// answers with it.
+func TestDashboardServes(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	stderr := newAddrWatcher()
+	done := make(chan int, 1)
+	const token = "0123456789abcdef-test"
+	go func() {
+		done <- execute(ctx, io.Discard, stderr, "dashboard", "--listen", "127.0.0.1:0", "--token", token,
+			"--base-path", "/ops", "--database-url", pgtest.URL(t), "--schema", c.schema)
+	}()
+	var addr string
+	select {
+	case addr = <-stderr.addr:
+	case code := <-done:
+		t.Fatalf("dashboard exited %d before listening:\n%s", code, stderr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("dashboard never listened:\n%s", stderr.String())
+	}
+	addr, _, _ = strings.Cut(addr, "/")
+	get := func(auth string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/ops/queues", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", "Bearer "+auth)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(body)
+	}
+	if code, body := get(""); code != http.StatusUnauthorized || !strings.Contains(body, `data-testid="login-form"`) {
+		t.Errorf("without the token: %d\n%s", code, body)
+	}
+	if code, body := get(token); code != http.StatusOK || !strings.Contains(body, `href="/ops/jobs"`) {
+		t.Errorf("with the token: %d\n%s", code, body)
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("dashboard exited %d after cancel:\n%s", code, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "actions allowed to authenticated users") {
+		t.Errorf("stderr: %s", stderr.String())
+	}
+}

@@ -1,0 +1,586 @@
+package dashboard
+
+import (
+	"cmp"
+	"errors"
+	"html/template"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/outbox"
+)
+
+// route sends a request to its page or action. Paths are matched here rather than by
+// an http.ServeMux, whose redirects (cleaning a path, adding a slash) would not know
+// the prefix the dashboard is served under.
+func (h *handler) route(q *request) {
+	seg := strings.Split(strings.Trim(q.path, "/"), "/")
+	get := q.r.Method != http.MethodPost
+	switch {
+	case q.path == "/" && get:
+		h.overview(q)
+	case seg[0] == "jobs" && len(seg) == 1 && get:
+		h.jobs(q)
+	case seg[0] == "jobs" && len(seg) == 2 && seg[1] == "bulk":
+		h.bulk(q)
+	case seg[0] == "jobs" && len(seg) == 2 && get:
+		h.job(q, seg[1])
+	case seg[0] == "jobs" && len(seg) == 3 && !get:
+		h.jobAct(q, seg[1], seg[2])
+	case seg[0] == "queues" && len(seg) == 1 && get:
+		h.queues(q)
+	case seg[0] == "queues" && len(seg) == 2 && !get:
+		h.queueAct(q, seg[1])
+	case seg[0] == "schedules" && len(seg) == 1 && get:
+		h.schedules(q)
+	case seg[0] == "schedules" && len(seg) == 2 && !get:
+		h.scheduleAct(q, seg[1])
+	case seg[0] == "outbox" && h.ob == nil:
+		h.fail(q, http.StatusNotFound, "This dashboard shows no outbox.")
+	case seg[0] == "outbox" && len(seg) == 1 && get:
+		h.outboxList(q)
+	case seg[0] == "outbox" && len(seg) == 2 && seg[1] == "requeue-dead":
+		h.requeueDead(q)
+	case seg[0] == "outbox" && len(seg) == 2 && get:
+		h.event(q, seg[1])
+	case seg[0] == "outbox" && len(seg) == 3 && seg[2] == "requeue" && !get:
+		h.eventRequeue(q, seg[1])
+	case seg[0] == "tx" && len(seg) == 2 && get:
+		h.lineage(q, seg[1])
+	case q.path == "/logout" && !get:
+		h.logout(q)
+	default:
+		if !get && len(seg) > 0 && slices.Contains([]string{"", "jobs", "queues", "schedules", "outbox", "tx"}, seg[0]) && len(seg) <= 1 {
+			q.w.Header().Set("Allow", "GET, HEAD")
+			h.fail(q, http.StatusMethodNotAllowed, "This page takes no POST.")
+			return
+		}
+		h.fail(q, http.StatusNotFound, "No such page.")
+	}
+}
+
+// refuse answers 403 unless the viewer may perform action.
+func (h *handler) refuse(q *request, action string) bool {
+	if h.can(q.r, action) {
+		return false
+	}
+	h.fail(q, http.StatusForbidden, "You are not allowed to do this ("+action+").")
+	return true
+}
+
+// --- overview ---
+
+const (
+	chartWindow = time.Hour
+	chartBucket = 5 * time.Minute
+)
+
+type queueRow struct {
+	skiplock.QueueStats
+	PausedAt  time.Time
+	Sparkline template.HTML
+}
+
+type overviewData struct {
+	Queues      []queueRow
+	Recent      skiplock.RecentStats
+	Estimated   bool
+	Throughput  template.HTML
+	Failures    template.HTML
+	Outbox      *skiplock.OutboxStats
+	Schedules   skiplock.ScheduleStats
+	NextFireIn  time.Duration
+	ChartWindow time.Duration
+}
+
+func (h *handler) overview(q *request) {
+	s, err := h.c.Stats(q.ctx, &skiplock.StatsOpts{RecentWindow: chartWindow})
+	if err != nil {
+		h.failErr(q, err)
+		return
+	}
+	rows, err := h.queueRows(q, s)
+	if err != nil {
+		h.failErr(q, err)
+		return
+	}
+	now := h.now()
+	points, err := h.c.Throughput(q.ctx, chartWindow, chartBucket)
+	if err != nil {
+		h.failErr(q, err)
+		return
+	}
+	d := overviewData{Queues: rows, Recent: s.Recent, Estimated: s.FinishedEstimated, Schedules: s.Schedules, ChartWindow: chartWindow}
+	all := bucketize(points, now, chartWindow, chartBucket, "")
+	d.Throughput = barChart("chart-throughput", "Jobs succeeded per 5 minutes, last hour", all, []series{{"succeeded", "s-succeeded", all.succeeded}}, 640, 160)
+	d.Failures = barChart("chart-failures", "Jobs failed and cancelled per 5 minutes, last hour", all,
+		[]series{{"failed", "s-failed", all.failed}, {"cancelled", "s-cancelled", all.cancelled}}, 640, 160)
+	for i := range d.Queues {
+		b := bucketize(points, now, chartWindow, chartBucket, d.Queues[i].Queue)
+		d.Queues[i].Sparkline = sparkline(d.Queues[i].Queue, b)
+	}
+	if h.ob != nil {
+		d.Outbox = &s.Outbox
+	}
+	if !s.Schedules.NextFireAt.IsZero() {
+		d.NextFireIn = s.Schedules.NextFireAt.Sub(now)
+	}
+	h.render(q, http.StatusOK, "overview", "Overview", "overview", d)
+}
+
+// queueRows merges the queues with jobs (Stats) and those with settings (QueueList),
+// so a paused queue without jobs is listed too.
+func (h *handler) queueRows(q *request, s *skiplock.Stats) ([]queueRow, error) {
+	settings, err := h.c.QueueList(q.ctx)
+	if err != nil {
+		return nil, err
+	}
+	byName := map[string]*queueRow{}
+	var rows []*queueRow
+	for _, qs := range s.Queues {
+		r := &queueRow{QueueStats: qs}
+		byName[qs.Queue] = r
+		rows = append(rows, r)
+	}
+	for _, st := range settings {
+		r := byName[st.Name]
+		if r == nil {
+			r = &queueRow{QueueStats: skiplock.QueueStats{Queue: st.Name}}
+			byName[st.Name] = r
+			rows = append(rows, r)
+		}
+		r.Paused = st.Paused
+		r.PausedAt = st.PausedAt
+	}
+	slices.SortFunc(rows, func(a, b *queueRow) int { return cmp.Compare(a.Queue, b.Queue) })
+	out := make([]queueRow, len(rows))
+	for i, r := range rows {
+		out[i] = *r
+	}
+	return out, nil
+}
+
+// --- jobs ---
+
+// jobFilter is the jobs page's filter, read from and written to its query string.
+type jobFilter struct {
+	States []string
+	Queue  string
+	Kind   string
+	Tag    string
+	Search string
+}
+
+func parseFilter(v url.Values) (jobFilter, error) {
+	f := jobFilter{Queue: strings.TrimSpace(v.Get("queue")), Kind: strings.TrimSpace(v.Get("kind")),
+		Tag: strings.TrimSpace(v.Get("tag")), Search: strings.TrimSpace(v.Get("q"))}
+	for _, s := range v["state"] {
+		for _, s := range strings.Split(s, ",") {
+			if s = strings.TrimSpace(s); s == "" {
+				continue
+			}
+			if _, err := skiplock.ParseJobState(s); err != nil {
+				return f, err
+			}
+			if !slices.Contains(f.States, s) {
+				f.States = append(f.States, s)
+			}
+		}
+	}
+	return f, nil
+}
+
+func (f jobFilter) values() url.Values {
+	v := url.Values{}
+	if len(f.States) > 0 {
+		v.Set("state", strings.Join(f.States, ","))
+	}
+	for k, s := range map[string]string{"queue": f.Queue, "kind": f.Kind, "tag": f.Tag, "q": f.Search} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	return v
+}
+
+// Hidden lists the filter as name/value pairs for hidden form fields.
+func (f jobFilter) Hidden() [][2]string {
+	var out [][2]string
+	v := f.values()
+	for _, k := range []string{"state", "queue", "kind", "tag", "q"} {
+		if s := v.Get(k); s != "" {
+			out = append(out, [2]string{k, s})
+		}
+	}
+	return out
+}
+
+// Empty reports whether the filter matches every job.
+func (f jobFilter) Empty() bool { return len(f.values()) == 0 }
+
+// HasState reports whether the filter selects state (for the state selector).
+func (f jobFilter) HasState(s string) bool { return slices.Contains(f.States, s) }
+
+// params builds the listing's parameters; states, when not nil, replace the filter's.
+func (f jobFilter) params(states []string) skiplock.ListParams {
+	p := skiplock.ListParams{Queue: f.Queue, Kind: f.Kind, Tag: f.Tag, Search: f.Search}
+	if states == nil {
+		states = f.States
+	}
+	for _, s := range states {
+		p.States = append(p.States, skiplock.JobState(s))
+	}
+	return p
+}
+
+func (h *handler) jobsURL(q *request, f jobFilter, extra url.Values) string {
+	v := f.values()
+	for k, s := range extra {
+		v[k] = s
+	}
+	if len(v) == 0 {
+		return q.prefix + "/jobs"
+	}
+	return q.prefix + "/jobs?" + v.Encode()
+}
+
+type jobRow struct {
+	*skiplock.Job
+	URL  string
+	Tags []string
+}
+
+type bulkLink struct {
+	Action jobAction
+	URL    string
+}
+
+type jobsData struct {
+	Filter         jobFilter
+	States         []string
+	Queues         []string
+	Jobs           []jobRow
+	NextURL        string
+	FirstURL       string
+	ClearURL       string
+	Bulk           []bulkLink
+	SearchDisabled bool // payloads are redacted for this viewer, so their text is not searchable
+}
+
+func (h *handler) jobs(q *request) {
+	f, err := parseFilter(q.r.URL.Query())
+	if err != nil {
+		h.failErr(q, err)
+		return
+	}
+	d := jobsData{Filter: f, ClearURL: q.prefix + "/jobs"}
+	if !h.showPayloads(q.r) {
+		d.SearchDisabled = true
+		if f.Search != "" {
+			h.fail(q, http.StatusForbidden, "Searching job arguments needs permission to see payloads.")
+			return
+		}
+	}
+	for _, s := range skiplock.JobStates {
+		d.States = append(d.States, string(s))
+	}
+	p := f.params(nil)
+	after := q.r.URL.Query().Get("after")
+	p.AfterID, p.Limit = after, h.opts.PageSize+1
+	list, err := h.c.JobList(q.ctx, p)
+	if err != nil {
+		h.failErr(q, err)
+		return
+	}
+	if len(list) > h.opts.PageSize {
+		list = list[:h.opts.PageSize]
+		d.NextURL = h.jobsURL(q, f, url.Values{"after": {list[len(list)-1].ID}})
+	}
+	if after != "" {
+		d.FirstURL = h.jobsURL(q, f, nil)
+	}
+	for _, j := range list {
+		d.Jobs = append(d.Jobs, jobRow{Job: j, URL: q.prefix + "/jobs/" + j.ID, Tags: j.Tags})
+	}
+	if s, err := h.c.Stats(q.ctx, &skiplock.StatsOpts{SamplePages: -1, RecentWindow: -1}); err == nil {
+		for _, qs := range s.Queues {
+			d.Queues = append(d.Queues, qs.Queue)
+		}
+	}
+	for _, a := range jobActions {
+		if h.can(q.r, a.Bulk) {
+			v := f.values()
+			v.Set("action", a.Name)
+			d.Bulk = append(d.Bulk, bulkLink{Action: a, URL: q.prefix + "/jobs/bulk?" + v.Encode()})
+		}
+	}
+	h.render(q, http.StatusOK, "jobs", "Jobs", "jobs", d)
+}
+
+type metaPair struct{ Key, Value string }
+
+type attemptRow struct {
+	skiplock.AttemptRecord
+	Took time.Duration
+}
+
+type jobData struct {
+	Job        *skiplock.Job
+	Args       string
+	Output     string
+	Redacted   bool
+	Metadata   []metaPair
+	Tags       []string
+	History    []attemptRow
+	LineageURL string
+	TxID       int64
+	Actions    []jobAction
+	RunAtIn    time.Duration
+}
+
+func (h *handler) job(q *request, id string) {
+	j, err := h.c.JobGet(q.ctx, id)
+	if err != nil {
+		h.failErr(q, err)
+		return
+	}
+	d := jobData{Job: j, Tags: j.Tags, TxID: j.TxID}
+	if h.showPayloads(q.r) {
+		d.Args, d.Output = pretty(j.Payload), pretty(j.Output)
+	} else {
+		d.Redacted = true
+	}
+	for k, v := range j.Metadata {
+		d.Metadata = append(d.Metadata, metaPair{k, v})
+	}
+	slices.SortFunc(d.Metadata, func(a, b metaPair) int { return cmp.Compare(a.Key, b.Key) })
+	for _, a := range j.History {
+		r := attemptRow{AttemptRecord: a}
+		if !a.FinishedAt.IsZero() && !a.StartedAt.IsZero() {
+			r.Took = a.FinishedAt.Sub(a.StartedAt)
+		}
+		d.History = append(d.History, r)
+	}
+	if d.TxID != 0 {
+		d.LineageURL = q.prefix + "/tx/" + strconv.FormatInt(d.TxID, 10)
+	}
+	for _, a := range jobActions {
+		if slices.Contains(a.From, j.State) && h.can(q.r, a.Single) {
+			d.Actions = append(d.Actions, a)
+		}
+	}
+	if j.State == skiplock.StatePending {
+		d.RunAtIn = j.RunAt.Sub(h.now())
+	}
+	h.render(q, http.StatusOK, "job", "Job "+j.ID, "jobs", d)
+}
+
+// --- queues ---
+
+type queuesData struct{ Queues []queueRow }
+
+func (h *handler) queues(q *request) {
+	s, err := h.c.Stats(q.ctx, &skiplock.StatsOpts{SamplePages: -1, RecentWindow: -1})
+	if err != nil {
+		h.failErr(q, err)
+		return
+	}
+	rows, err := h.queueRows(q, s)
+	if err != nil {
+		h.failErr(q, err)
+		return
+	}
+	h.render(q, http.StatusOK, "queues", "Queues", "queues", queuesData{Queues: rows})
+}
+
+// --- schedules ---
+
+type scheduleRow struct {
+	*skiplock.Schedule
+	PayloadText string
+	Redacted    bool
+	LastJobURL  string
+	NextIn      time.Duration
+}
+
+type schedulesData struct{ Schedules []scheduleRow }
+
+func (h *handler) schedules(q *request) {
+	list, err := h.c.ScheduleList(q.ctx)
+	if err != nil {
+		h.failErr(q, err)
+		return
+	}
+	show, now := h.showPayloads(q.r), h.now()
+	var d schedulesData
+	for _, s := range list {
+		r := scheduleRow{Schedule: s, Redacted: !show}
+		if show {
+			r.PayloadText = oneLine(120, string(s.Payload))
+		}
+		if s.LastJobID != "" {
+			r.LastJobURL = q.prefix + "/jobs/" + s.LastJobID
+		}
+		if !s.NextFireAt.IsZero() {
+			r.NextIn = s.NextFireAt.Sub(now)
+		}
+		d.Schedules = append(d.Schedules, r)
+	}
+	h.render(q, http.StatusOK, "schedules", "Schedules", "schedules", d)
+}
+
+// --- outbox ---
+
+type eventRow struct {
+	*outbox.Record
+	URL   string
+	State outbox.State
+}
+
+func eventState(r *outbox.Record) outbox.State {
+	switch {
+	case r.PublishedAt != nil:
+		return outbox.StatePublished
+	case r.DeadAt != nil:
+		return outbox.StateDead
+	}
+	return outbox.StatePending
+}
+
+type outboxTab struct {
+	State  outbox.State
+	URL    string
+	Active bool
+}
+
+type outboxData struct {
+	State   outbox.State
+	Tabs    []outboxTab
+	Events  []eventRow
+	Stats   skiplock.OutboxStats
+	NextURL string
+	First   string
+	// RequeueDeadURL is the confirmation page of requeueing every dead event, when allowed.
+	RequeueDeadURL string
+}
+
+func (h *handler) outboxList(q *request) {
+	v := q.r.URL.Query()
+	state := outbox.State(cmp.Or(v.Get("state"), string(outbox.StatePending)))
+	if !slices.Contains(outbox.States, state) {
+		h.fail(q, http.StatusBadRequest, "Unknown outbox state "+strconv.Quote(string(state))+": pending, dead or published.")
+		return
+	}
+	d := outboxData{State: state}
+	for _, s := range outbox.States {
+		d.Tabs = append(d.Tabs, outboxTab{State: s, URL: q.prefix + "/outbox?state=" + string(s), Active: s == state})
+	}
+	s, err := h.c.Stats(q.ctx, &skiplock.StatsOpts{SamplePages: -1, RecentWindow: -1})
+	if err != nil {
+		h.failErr(q, err)
+		return
+	}
+	d.Stats = s.Outbox
+	admin, db := h.ob.Admin(), h.c.Pool()
+	var after *outbox.Record
+	if id := v.Get("after"); id != "" {
+		if after, err = admin.Get(q.ctx, db, id); err != nil {
+			if errors.Is(err, outbox.ErrNotFound) {
+				h.fail(q, http.StatusNotFound, "The event this page continued after is gone; start from the first page.")
+				return
+			}
+			h.failErr(q, err)
+			return
+		}
+		d.First = q.prefix + "/outbox?state=" + string(state)
+	}
+	list, err := admin.List(q.ctx, db, state, after, h.opts.PageSize+1)
+	if err != nil {
+		h.failErr(q, err)
+		return
+	}
+	if len(list) > h.opts.PageSize {
+		list = list[:h.opts.PageSize]
+		d.NextURL = q.prefix + "/outbox?" + url.Values{"state": {string(state)}, "after": {list[len(list)-1].ID}}.Encode()
+	}
+	for _, r := range list {
+		d.Events = append(d.Events, eventRow{Record: r, URL: q.prefix + "/outbox/" + r.ID, State: eventState(r)})
+	}
+	if state == outbox.StateDead && len(list) > 0 && h.can(q.r, ActionOutboxRequeueDead) {
+		d.RequeueDeadURL = q.prefix + "/outbox/requeue-dead"
+	}
+	h.render(q, http.StatusOK, "outbox", "Outbox", "outbox", d)
+}
+
+type eventData struct {
+	Event      *outbox.Record
+	State      outbox.State
+	LineageURL string
+	Payload    string
+	Headers    []metaPair
+	Redacted   bool
+}
+
+func (h *handler) event(q *request, id string) {
+	r, err := h.ob.Admin().Get(q.ctx, h.c.Pool(), id)
+	if err != nil {
+		h.failErr(q, err)
+		return
+	}
+	d := eventData{Event: r, State: eventState(r)}
+	if r.TxID != 0 {
+		d.LineageURL = q.prefix + "/tx/" + strconv.FormatInt(r.TxID, 10)
+	}
+	if h.showPayloads(q.r) {
+		d.Payload = pretty(r.Payload)
+		for k, v := range r.Headers {
+			d.Headers = append(d.Headers, metaPair{k, v})
+		}
+		slices.SortFunc(d.Headers, func(a, b metaPair) int { return cmp.Compare(a.Key, b.Key) })
+	} else {
+		d.Redacted = true
+	}
+	h.render(q, http.StatusOK, "event", "Event "+r.ID, "outbox", d)
+}
+
+// --- lineage ---
+
+type lineageData struct {
+	TxID   int64
+	Jobs   []jobRow
+	Events []eventRow
+	Outbox bool
+}
+
+func (h *handler) lineage(q *request, s string) {
+	txid, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || txid <= 0 {
+		h.fail(q, http.StatusBadRequest, "A transaction id is a positive number.")
+		return
+	}
+	d := lineageData{TxID: txid, Outbox: h.ob != nil}
+	jobs, err := h.c.JobsByTx(q.ctx, txid)
+	if err != nil {
+		h.failErr(q, err)
+		return
+	}
+	for _, j := range jobs {
+		d.Jobs = append(d.Jobs, jobRow{Job: j, URL: q.prefix + "/jobs/" + j.ID, Tags: j.Tags})
+	}
+	if h.ob != nil {
+		evs, err := h.ob.Admin().EventsByTx(q.ctx, h.c.Pool(), txid)
+		if err != nil {
+			h.failErr(q, err)
+			return
+		}
+		for _, r := range evs {
+			d.Events = append(d.Events, eventRow{Record: r, URL: q.prefix + "/outbox/" + r.ID, State: eventState(r)})
+		}
+	}
+	h.render(q, http.StatusOK, "lineage", "Transaction "+s, "jobs", d)
+}
