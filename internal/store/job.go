@@ -52,13 +52,27 @@ const jobColumns = `id, queue, kind, payload, status, priority, run_at, attempts
   tags, output, attempt_history, txid::text::bigint, attempted_at, created_at, updated_at`
 
 // prefixed returns jobColumns qualified by the table alias p.
-func prefixed(p string) string {
+func prefixed(p string) string { return prefixedExcept(p, nil) }
+
+// prefixedExcept is prefixed with the named columns replaced by the given
+// expressions (in place, so scanJob's order holds).
+func prefixedExcept(p string, replace map[string]string) string {
 	cols := strings.Split(strings.ReplaceAll(jobColumns, "\n", ""), ",")
 	for i, c := range cols {
-		cols[i] = p + "." + strings.TrimSpace(c)
+		c = strings.TrimSpace(c)
+		if r, ok := replace[c]; ok {
+			cols[i] = r
+			continue
+		}
+		cols[i] = p + "." + c
 	}
 	return strings.Join(cols, ", ")
 }
+
+// claimReturns is what the claim returns of each job: everything a handler reads, but
+// not the output and attempt history of earlier attempts (up to MaxHistory records
+// and a 64 KiB output per job, read back on every claim for nobody).
+var claimReturns = prefixedExcept("j", map[string]string{"output": "NULL::jsonb", "attempt_history": "NULL::jsonb"})
 
 func scanJob(row pgx.Row) (*Job, error) {
 	var j Job

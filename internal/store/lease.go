@@ -60,7 +60,7 @@ SET status = 'running',
     updated_at = t.now
 FROM t
 WHERE j.id = ANY(ARRAY(SELECT id FROM claimed)) AND t.async IS NOT NULL
-RETURNING `+prefixed("j")),
+RETURNING `+claimReturns),
 
 		// Heartbeat renews every listed lease that is still held and unexpired. It never
 		// touches the token.
