@@ -4,7 +4,9 @@ export PATH := /usr/local/go/bin:$(PATH)
 
 .PHONY: demo test deps vet lint bench chaos soak build
 
-demo: deps
+## demo needs only the PostgreSQL server binaries, not the test suite's brokers and browser.
+demo:
+	@SKIPLOCK_DEPS=postgres bash scripts/deps.sh
 	$(GO) run ./cmd/skiplock demo
 
 build:
