@@ -103,6 +103,35 @@ func TestEveryPageRenders(t *testing.T) {
 
 // The least-privilege dashboard role (SELECT only) renders every page; an action
 // it lacks the grants for is refused with a 403 that says so.
+// The write variant — the dashboard's grants plus the worker's — renders every page
+// and may act.
+func TestWriterRoleActs(t *testing.T) {
+	t.Parallel()
+	f := seed(t)
+	pool := writerRolePool(t, f.client.Schema())
+	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: f.client.Schema()})
+	must(t, err)
+	t.Cleanup(c.Close)
+	h, err := dashboard.New(c, nil, dashboard.Options{Authorize: allowAll})
+	must(t, err)
+	b := serve(t, h, "", false)
+	for path := range f.pages() {
+		if strings.HasPrefix(path, "/outbox") {
+			continue // no outbox given
+		}
+		wantStatus(t, path, b.get(path), http.StatusOK)
+	}
+	r := b.act("/jobs/"+f.jobs[skiplock.StateFailed]+"/retry", nil)
+	if r.code >= 400 {
+		t.Fatalf("retry as the writer role: status %d\n%s", r.code, r.body)
+	}
+	j, err := f.client.JobGet(context.Background(), f.jobs[skiplock.StateFailed])
+	must(t, err)
+	if j.State != skiplock.StatePending {
+		t.Errorf("the retried job is %s", j.State)
+	}
+}
+
 func TestReadOnlyRoleRendersEveryPage(t *testing.T) {
 	t.Parallel()
 	f := seed(t)

@@ -244,13 +244,27 @@ func wantStatus(t *testing.T, what string, r response, code int) {
 // only the dashboard grants of docs/roles.md on schema.
 func dashboardRolePool(t *testing.T, schema string) *pgxpool.Pool {
 	t.Helper()
+	return rolePool(t, schema, "_dash", func(role string) skiplock.RoleNames { return skiplock.RoleNames{Dashboard: role} })
+}
+
+// writerRolePool is dashboardRolePool for the dashboard's write variant: a role
+// with the dashboard's and the worker's grants (docs/dashboard.md).
+func writerRolePool(t *testing.T, schema string) *pgxpool.Pool {
+	t.Helper()
+	return rolePool(t, schema, "_dashw", func(role string) skiplock.RoleNames {
+		return skiplock.RoleNames{Dashboard: role, Worker: role}
+	})
+}
+
+func rolePool(t *testing.T, schema, suffix string, names func(role string) skiplock.RoleNames) *pgxpool.Pool {
+	t.Helper()
 	ctx := context.Background()
 	admin := skiplocktest.Pool(t)
-	role := schema + "_dash"
+	role := schema + suffix
 	_, err := admin.Exec(ctx, `CREATE ROLE "`+role+`" NOLOGIN`)
 	must(t, err)
 	t.Cleanup(func() { admin.Exec(context.Background(), `DROP OWNED BY "`+role+`"; DROP ROLE "`+role+`"`) })
-	ddl, err := skiplock.RolesSQL(schema, skiplock.RoleNames{Dashboard: role})
+	ddl, err := skiplock.RolesSQL(schema, names(role))
 	must(t, err)
 	_, err = admin.Exec(ctx, ddl)
 	must(t, err)
