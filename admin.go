@@ -31,6 +31,9 @@ type ListParams struct {
 	// (case-insensitive). It reads every row the other filters leave: narrow it
 	// with a state, queue or kind on large tables.
 	Search string
+	// Metadata keeps the jobs whose metadata has every one of these entries. Like
+	// Search it is not indexed: narrow it with a state, queue or kind on large tables.
+	Metadata map[string]string
 	// AfterID continues a listing after the last id of the previous page.
 	AfterID string
 	// Limit is the page size. Default 100, at most 10,000.
@@ -49,6 +52,13 @@ func (c *Client) JobList(ctx context.Context, p ListParams) ([]*Job, error) {
 		return nil, invalid("ctx", "must not be nil")
 	}
 	sp := store.ListParams{Queue: p.Queue, Kind: p.Kind, AfterID: p.AfterID, Limit: p.Limit, Tag: p.Tag, Search: p.Search}
+	if len(p.Metadata) > 0 {
+		meta, err := encodeMetadata(p.Metadata)
+		if err != nil {
+			return nil, err
+		}
+		sp.Metadata = meta
+	}
 	for _, s := range p.States {
 		if _, err := ParseJobState(string(s)); err != nil {
 			return nil, err

@@ -51,6 +51,11 @@ func TestJobRecord(t *testing.T) {
 	if got := list(skiplock.ListParams{Search: "CAROL@"}); len(got) != 1 || got[0] != other.ID {
 		t.Errorf("by text in the payload: %v", got)
 	}
+	meta, err := e.client.Enqueue(e.ctx, emailArgs{}, &skiplock.EnqueueOpts{Metadata: map[string]string{"tenant": "acme", "req": "r-9"}})
+	e.must(err)
+	if got := list(skiplock.ListParams{Metadata: map[string]string{"tenant": "acme"}}); len(got) != 1 || got[0] != meta.ID {
+		t.Errorf("by metadata: %v", got)
+	}
 
 	// Lineage: one transaction's jobs and events.
 	j0, err := e.client.JobGet(e.ctx, txJobs[0])

@@ -105,6 +105,7 @@ WHERE ($1::text[] IS NULL OR status::text = ANY($1))
   AND ($4::uuid IS NULL OR id > $4)
   AND ($6::text IS NULL OR tags @> ARRAY[$6::text])
   AND ($7::text IS NULL OR strpos(lower(payload::text), lower($7)) > 0 OR strpos(lower(last_error), lower($7)) > 0)
+  AND ($8::jsonb IS NULL OR metadata @> $8::jsonb)
 ORDER BY id
 LIMIT $5`),
 
@@ -160,6 +161,7 @@ type ListParams struct {
 	Limit    int
 	Tag      string // jobs carrying this tag
 	Search   string // text in the payload or last_error, case-insensitive
+	Metadata []byte // a JSON object the job's metadata must contain, or nil
 }
 
 // List returns jobs matching p, ordered by id (oldest first).
@@ -169,7 +171,7 @@ func (s *Store) List(ctx context.Context, db DBTX, p ListParams) ([]*Job, error)
 		statuses = p.Statuses
 	}
 	return collectJobs(db.Query(ctx, s.jobs.list.sql, statuses, nullable(p.Queue), nullable(p.Kind), nullable(p.AfterID), p.Limit,
-		nullable(p.Tag), nullable(p.Search)))
+		nullable(p.Tag), nullable(p.Search), jsonOrNil(p.Metadata)))
 }
 
 // JobsByTx returns the jobs the transaction txid wrote, oldest first.
