@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -127,19 +125,7 @@ the worker role's grants, outbox requeues the relay role's.`,
 		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "serving the dashboard on http://%s%s/ for schema %s; %s\n",
 			ln.Addr(), strings.TrimRight(basePath, "/"), c.Schema(), mode)
-		errc := make(chan error, 1)
-		go func() { errc <- srv.Serve(ln) }()
-		select {
-		case err := <-errc:
-			return err
-		case <-ctx.Done():
-		}
-		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(shut); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
+		return serveUntilDone(ctx, srv, ln)
 	}
 	return cmd
 }

@@ -12,13 +12,7 @@ import (
 )
 
 // jobStates are the states a job can be in, the valid values of jobs list --state.
-var jobStates = func() []string {
-	out := make([]string, len(skiplock.JobStates))
-	for i, s := range skiplock.JobStates {
-		out[i] = string(s)
-	}
-	return out
-}()
+var jobStates = names(skiplock.JobStates)
 
 func newJobsCmd(db *dbFlags) *cobra.Command {
 	return group("jobs", "list, show, retry, cancel or delete jobs",

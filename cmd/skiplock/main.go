@@ -13,11 +13,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/skiplock/skiplock"
 	"github.com/spf13/cobra"
@@ -269,4 +272,31 @@ func newEachNameCmd(db *dbFlags, group, verb, what, short string,
 		return nil
 	}
 	return cmd
+}
+
+// names lists a string-typed enum's values as strings (the valid values of a flag).
+func names[T ~string](values []T) []string {
+	out := make([]string, len(values))
+	for i, v := range values {
+		out[i] = string(v)
+	}
+	return out
+}
+
+// serveUntilDone serves srv on ln until ctx ends (SIGINT, SIGTERM), then shuts it
+// down, giving requests in flight 5 seconds.
+func serveUntilDone(ctx context.Context, srv *http.Server, ln net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shut); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
 }

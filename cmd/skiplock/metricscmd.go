@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -70,19 +68,7 @@ metrics with skiplock_stats_up 0.`,
 		}
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		fmt.Fprintf(cmd.ErrOrStderr(), "serving /metrics, /healthz and /readyz on http://%s for schema %s at %s\n", ln.Addr(), schema, where)
-		errc := make(chan error, 1)
-		go func() { errc <- srv.Serve(ln) }()
-		select {
-		case err := <-errc:
-			return err
-		case <-ctx.Done():
-		}
-		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(shut); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
+		return serveUntilDone(ctx, srv, ln)
 	}
 	return cmd
 }

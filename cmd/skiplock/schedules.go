@@ -10,13 +10,7 @@ import (
 )
 
 // misfirePolicies are the valid values of --misfire.
-var misfirePolicies = func() []string {
-	out := make([]string, len(skiplock.MisfirePolicies))
-	for i, m := range skiplock.MisfirePolicies {
-		out[i] = string(m)
-	}
-	return out
-}()
+var misfirePolicies = names(skiplock.MisfirePolicies)
 
 func newSchedulesCmd(db *dbFlags) *cobra.Command {
 	return group("schedules", "list, show, add, update, pause, resume, delete or trigger periodic schedules",
