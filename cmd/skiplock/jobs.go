@@ -57,16 +57,11 @@ func newJobsListCmd(db *dbFlags) *cobra.Command {
 	cmd.Flags().StringVar(&after, "after", "", "continue after this id (the last of the previous page)")
 	pages.register(cmd)
 	out := newOutputFlag(cmd)
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		c, done, err := db.client(cmd, 2)
-		if err != nil {
-			return err
-		}
-		defer done()
+	cmd.RunE = withClient(db, func(cmd *cobra.Command, c *skiplock.Client, _ []string) error {
 		p := f.params()
 		p.AfterID, p.Limit = after, pages.limit
 		return jobsList(cmd, c, p, pages.all, out)
-	}
+	})
 	return cmd
 }
 
@@ -112,12 +107,7 @@ func newJobsShowCmd(db *dbFlags) *cobra.Command {
 		Args:  exactArgs(1, "one job id"),
 	}
 	out := newOutputFlag(cmd)
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		c, done, err := db.client(cmd, 2)
-		if err != nil {
-			return err
-		}
-		defer done()
+	cmd.RunE = withClient(db, func(cmd *cobra.Command, c *skiplock.Client, args []string) error {
 		j, err := c.JobGet(cmd.Context(), args[0])
 		if errors.Is(err, skiplock.ErrNotFound) {
 			return fmt.Errorf("no job %s", args[0])
@@ -143,7 +133,7 @@ func newJobsShowCmd(db *dbFlags) *cobra.Command {
 			fmt.Fprintf(tw, "%s\t%s\n", kv[0], kv[1])
 		}
 		return tw.Flush()
-	}
+	})
 	return cmd
 }
 

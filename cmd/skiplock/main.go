@@ -257,12 +257,7 @@ func newEachNameCmd(db *dbFlags, group, verb, what, short string,
 			return nil
 		},
 	}
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		c, done, err := db.client(cmd, 2)
-		if err != nil {
-			return err
-		}
-		defer done()
+	cmd.RunE = withClient(db, func(cmd *cobra.Command, c *skiplock.Client, args []string) error {
 		for _, name := range args {
 			if err := act(cmd, c, name); err != nil {
 				return err
@@ -270,7 +265,7 @@ func newEachNameCmd(db *dbFlags, group, verb, what, short string,
 			fmt.Fprintf(cmd.OutOrStdout(), "%sd %s\n", verb, name) // paused, resumed, deleted
 		}
 		return nil
-	}
+	})
 	return cmd
 }
 
@@ -299,4 +294,17 @@ func serveUntilDone(ctx context.Context, srv *http.Server, ln net.Listener) erro
 		return err
 	}
 	return nil
+}
+
+// withClient makes a RunE that opens a client on the command's database, runs f with
+// it, and closes it.
+func withClient(db *dbFlags, f func(cmd *cobra.Command, c *skiplock.Client, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		c, done, err := db.client(cmd, 2)
+		if err != nil {
+			return err
+		}
+		defer done()
+		return f(cmd, c, args)
+	}
 }

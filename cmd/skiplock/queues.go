@@ -21,12 +21,7 @@ func newQueuesListCmd(db *dbFlags) *cobra.Command {
 		Args:  noArgs,
 	}
 	out := newOutputFlag(cmd)
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		c, done, err := db.client(cmd, 2)
-		if err != nil {
-			return err
-		}
-		defer done()
+	cmd.RunE = withClient(db, func(cmd *cobra.Command, c *skiplock.Client, _ []string) error {
 		s, err := c.Stats(cmd.Context(), &skiplock.StatsOpts{SamplePages: -1, RecentWindow: -1})
 		if err != nil {
 			return err
@@ -69,7 +64,7 @@ func newQueuesListCmd(db *dbFlags) *cobra.Command {
 				(time.Duration(v.OldestDueSecs * float64(time.Second))).Round(time.Second))
 		}
 		return tw.Flush()
-	}
+	})
 	return cmd
 }
 

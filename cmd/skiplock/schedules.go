@@ -58,12 +58,7 @@ func newSchedulesListCmd(db *dbFlags) *cobra.Command {
 		Args:  noArgs,
 	}
 	out := newOutputFlag(cmd)
-	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		c, done, err := db.client(cmd, 2)
-		if err != nil {
-			return err
-		}
-		defer done()
+	cmd.RunE = withClient(db, func(cmd *cobra.Command, c *skiplock.Client, _ []string) error {
 		list, err := c.ScheduleList(cmd.Context())
 		if err != nil {
 			return err
@@ -83,7 +78,7 @@ func newSchedulesListCmd(db *dbFlags) *cobra.Command {
 				next, tsOrDash(s.LastFireAt), s.Source, oneLine(s.LastError, 60))
 		}
 		return tw.Flush()
-	}
+	})
 	return cmd
 }
 
@@ -94,18 +89,13 @@ func newSchedulesShowCmd(db *dbFlags) *cobra.Command {
 		Args:  exactArgs(1, "one schedule name"),
 	}
 	out := newOutputFlag(cmd)
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		c, done, err := db.client(cmd, 2)
-		if err != nil {
-			return err
-		}
-		defer done()
+	cmd.RunE = withClient(db, func(cmd *cobra.Command, c *skiplock.Client, args []string) error {
 		s, err := c.ScheduleGet(cmd.Context(), args[0])
 		if err != nil {
 			return scheduleErr(cmd, args[0], err)
 		}
 		return printSchedule(cmd, out, s)
-	}
+	})
 	return cmd
 }
 
@@ -208,13 +198,11 @@ func newSchedulesWriteCmd(db *dbFlags, add bool) *cobra.Command {
 		}
 		return nil
 	}
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		c, done, err := db.client(cmd, 2)
-		if err != nil {
-			return err
-		}
-		defer done()
-		var s *skiplock.Schedule
+	cmd.RunE = withClient(db, func(cmd *cobra.Command, c *skiplock.Client, args []string) error {
+		var (
+			s   *skiplock.Schedule
+			err error
+		)
 		if add {
 			p := skiplock.PeriodicJob{Name: args[0]}
 			f.apply(cmd, &p, true)
@@ -232,7 +220,7 @@ func newSchedulesWriteCmd(db *dbFlags, add bool) *cobra.Command {
 			return scheduleErr(cmd, args[0], err)
 		}
 		return printSchedule(cmd, out, s)
-	}
+	})
 	return cmd
 }
 
@@ -267,12 +255,7 @@ func newSchedulesTriggerCmd(db *dbFlags) *cobra.Command {
 		Args:  exactArgs(1, "one schedule name"),
 	}
 	out := newOutputFlag(cmd)
-	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		c, done, err := db.client(cmd, 2)
-		if err != nil {
-			return err
-		}
-		defer done()
+	cmd.RunE = withClient(db, func(cmd *cobra.Command, c *skiplock.Client, args []string) error {
 		res, err := c.ScheduleTrigger(cmd.Context(), args[0])
 		if err != nil {
 			return scheduleErr(cmd, args[0], err)
@@ -282,7 +265,7 @@ func newSchedulesTriggerCmd(db *dbFlags) *cobra.Command {
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "triggered %s: job %s\n", args[0], res.ID)
 		return nil
-	}
+	})
 	return cmd
 }
 

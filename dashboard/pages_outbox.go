@@ -1,0 +1,163 @@
+package dashboard
+
+// The outbox pages (pending, dead and published lists; one event) and the lineage page.
+import (
+	"cmp"
+	"errors"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/outbox"
+)
+
+type eventRow struct {
+	*outbox.Record
+	URL   string
+	State outbox.State
+}
+
+func eventState(r *outbox.Record) outbox.State {
+	switch {
+	case r.PublishedAt != nil:
+		return outbox.StatePublished
+	case r.DeadAt != nil:
+		return outbox.StateDead
+	}
+	return outbox.StatePending
+}
+
+type outboxTab struct {
+	State  outbox.State
+	URL    string
+	Active bool
+}
+
+type outboxData struct {
+	State   outbox.State
+	Tabs    []outboxTab
+	Events  []eventRow
+	Stats   skiplock.OutboxStats
+	NextURL string
+	First   string
+	// RequeueDeadURL is the confirmation page of requeueing every dead event, when allowed.
+	RequeueDeadURL string
+}
+
+func (h *handler) outboxList(q *request) {
+	v := q.r.URL.Query()
+	state := outbox.State(cmp.Or(v.Get("state"), string(outbox.StatePending)))
+	if !slices.Contains(outbox.States, state) {
+		h.fail(q, http.StatusBadRequest, "Unknown outbox state "+strconv.Quote(string(state))+": pending, dead or published.")
+		return
+	}
+	d := outboxData{State: state}
+	for _, s := range outbox.States {
+		d.Tabs = append(d.Tabs, outboxTab{State: s, URL: q.prefix + "/outbox?state=" + string(s), Active: s == state})
+	}
+	s, err := h.c.Stats(q.ctx, &skiplock.StatsOpts{SamplePages: -1, RecentWindow: -1})
+	if err != nil {
+		h.failErr(q, err)
+		return
+	}
+	d.Stats = s.Outbox
+	admin, db := h.ob.Admin(), h.c.Pool()
+	var after *outbox.Record
+	if id := v.Get("after"); id != "" {
+		if after, err = admin.Get(q.ctx, db, id); err != nil {
+			if errors.Is(err, outbox.ErrNotFound) {
+				h.fail(q, http.StatusNotFound, "The event this page continued after is gone; start from the first page.")
+				return
+			}
+			h.failErr(q, err)
+			return
+		}
+		d.First = q.prefix + "/outbox?state=" + string(state)
+	}
+	list, err := admin.List(q.ctx, db, state, after, h.opts.PageSize+1)
+	if err != nil {
+		h.failErr(q, err)
+		return
+	}
+	if len(list) > h.opts.PageSize {
+		list = list[:h.opts.PageSize]
+		d.NextURL = q.prefix + "/outbox?" + url.Values{"state": {string(state)}, "after": {list[len(list)-1].ID}}.Encode()
+	}
+	for _, r := range list {
+		d.Events = append(d.Events, eventRow{Record: r, URL: q.prefix + "/outbox/" + r.ID, State: eventState(r)})
+	}
+	if state == outbox.StateDead && len(list) > 0 && h.can(q.r, ActionOutboxRequeueDead) {
+		d.RequeueDeadURL = q.prefix + "/outbox/requeue-dead"
+	}
+	h.render(q, http.StatusOK, "outbox", "Outbox", "outbox", d)
+}
+
+type eventData struct {
+	Event      *outbox.Record
+	State      outbox.State
+	LineageURL string
+	Payload    string
+	Headers    []metaPair
+	Redacted   bool
+}
+
+func (h *handler) event(q *request, id string) {
+	r, err := h.ob.Admin().Get(q.ctx, h.c.Pool(), id)
+	if err != nil {
+		h.failErr(q, err)
+		return
+	}
+	d := eventData{Event: r, State: eventState(r)}
+	if r.TxID != 0 {
+		d.LineageURL = q.prefix + "/tx/" + strconv.FormatInt(r.TxID, 10)
+	}
+	if h.showPayloads(q.r) {
+		d.Payload = pretty(r.Payload)
+		for k, v := range r.Headers {
+			d.Headers = append(d.Headers, metaPair{k, v})
+		}
+		slices.SortFunc(d.Headers, func(a, b metaPair) int { return cmp.Compare(a.Key, b.Key) })
+	} else {
+		d.Redacted = true
+	}
+	h.render(q, http.StatusOK, "event", "Event "+r.ID, "outbox", d)
+}
+
+// --- lineage ---
+
+type lineageData struct {
+	TxID   int64
+	Jobs   []jobRow
+	Events []eventRow
+	Outbox bool
+}
+
+func (h *handler) lineage(q *request, s string) {
+	txid, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || txid <= 0 {
+		h.fail(q, http.StatusBadRequest, "A transaction id is a positive number.")
+		return
+	}
+	d := lineageData{TxID: txid, Outbox: h.ob != nil}
+	jobs, err := h.c.JobsByTx(q.ctx, txid)
+	if err != nil {
+		h.failErr(q, err)
+		return
+	}
+	for _, j := range jobs {
+		d.Jobs = append(d.Jobs, jobRow{Job: j, URL: q.prefix + "/jobs/" + j.ID, Tags: j.Tags})
+	}
+	if h.ob != nil {
+		evs, err := h.ob.Admin().EventsByTx(q.ctx, h.c.Pool(), txid)
+		if err != nil {
+			h.failErr(q, err)
+			return
+		}
+		for _, r := range evs {
+			d.Events = append(d.Events, eventRow{Record: r, URL: q.prefix + "/outbox/" + r.ID, State: eventState(r)})
+		}
+	}
+	h.render(q, http.StatusOK, "lineage", "Transaction "+s, "jobs", d)
+}
