@@ -121,6 +121,11 @@ type Config struct {
 	// whose definition differs, never touching a schedule's pause — and from then on
 	// one client at a time fires them. Names must be unique. Default none.
 	Periodic []PeriodicJob
+	// Limits are set (LimitSet) when the client starts, replacing limits with the
+	// same Queue or Kind and Key; limits set otherwise are left alone, so the
+	// database — not any one Config — holds the truth every client enforces
+	// (docs/limits.md). Default none.
+	Limits []Limit
 	// PeriodicRemoveUndeclared makes that first run also delete the schedules that a
 	// Config declared before and this one does not; schedules added at run time
 	// (ScheduleAdd, the CLI) are never deleted. Set it only where one codebase declares
@@ -202,6 +207,7 @@ func (c *Config) withDefaults() (Config, error) {
 		cfg.SchedulerMisfireGrace = time.Minute
 	}
 	cfg.Periodic = append([]PeriodicJob(nil), c.Periodic...)
+	cfg.Limits = append([]Limit(nil), c.Limits...)
 	if len(c.Queues) > 0 && c.Workers == nil {
 		return cfg, invalid("Config.Workers", "must be set when Queues is: every job of a worked queue needs a registered worker (skiplock.NewWorkers + AddWorker)")
 	}
@@ -238,6 +244,11 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if err := validatePeriodic(&cfg); err != nil {
 		return cfg, err
+	}
+	for i, l := range cfg.Limits {
+		if err := l.Validate(); err != nil {
+			return cfg, fmt.Errorf("Config.Limits[%d]: %w", i, err)
+		}
 	}
 	for name, q := range cfg.Queues {
 		if err := ident.ValidateQueue(name); err != nil {
@@ -378,6 +389,7 @@ type counters struct {
 	inserted, succeeded, failed, retried, snoozed, cancelled, leaseLost, reclaimed atomic.Int64
 	claims, claimed, flushes, flushed                                              atomic.Int64
 	claimNanos, flushNanos                                                         atomic.Int64
+	throttled                                                                      atomic.Int64
 }
 
 // ErrNotMigrated is matched by errors from a database whose schema lacks skiplock's

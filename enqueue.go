@@ -64,6 +64,11 @@ type EnqueueOpts struct {
 	// Tags label the job for operators: the dashboard and JobList filter by tag. At
 	// most MaxTags of MaxTagLen bytes, no control characters. Default none.
 	Tags []string
+	// ConcurrencyKey is the key per-key limits count the job under (Limit with a
+	// Key): a tenant, an API account. At most MaxConcurrencyKeyLen bytes, no control
+	// characters, not EachKey. Default none: only limits on the whole queue or kind
+	// apply.
+	ConcurrencyKey string
 	// Sequence, when set, makes the job run only after every earlier job of its
 	// sequence has finished: see SequenceOpts.
 	Sequence *SequenceOpts
@@ -445,6 +450,10 @@ func (c *Client) insertParams(j *EnqueueParams) (store.InsertParams, error) {
 	if p.Tags, err = validateTags(o.Tags); err != nil {
 		return store.InsertParams{}, err
 	}
+	if err := validateConcurrencyKey("concurrency_key", o.ConcurrencyKey); err != nil {
+		return store.InsertParams{}, err
+	}
+	p.ConcurrencyKey = o.ConcurrencyKey
 	return p, nil
 }
 

@@ -45,6 +45,8 @@ type Job struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Tags are EnqueueOpts.Tags.
 	Tags []string `json:"tags,omitempty"`
+	// ConcurrencyKey is EnqueueOpts.ConcurrencyKey.
+	ConcurrencyKey string `json:"concurrency_key,omitempty"`
 	// Output is what the handler recorded with SetOutput, stored with its success.
 	Output json.RawMessage `json:"output,omitempty"`
 	// History lists the job's finished attempts, oldest first (the newest MaxHistory).
@@ -74,6 +76,7 @@ func fromRow(r *store.Job) *Job {
 		j.LeaseToken = *r.LeaseToken
 	}
 	j.Tags, j.Output, j.History = r.Tags, r.Output, history(r.History)
+	j.ConcurrencyKey = r.ConcurrencyKey
 	if r.Status == store.StatusSucceeded && r.AttemptedAt != nil {
 		// A success is not appended to the stored history (that would cost every
 		// completion a JSON rewrite): its record is the row itself.

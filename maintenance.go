@@ -22,8 +22,13 @@ func (c *Client) services() []maint.Service {
 		out = append(out, c.retention())
 	}
 	out = append(out, c.schedulerServices()...)
+	out = append(out, &maint.LimitSweeper{Store: c.store, Every: limitSweepInterval, Clock: c.cfg.Clock})
 	return out
 }
+
+// limitSweepInterval paces the rate-window sweeper: windows are small, and an idle
+// one costs a row until it is swept.
+const limitSweepInterval = time.Minute
 
 func (c *Client) newRunner() *maint.Runner {
 	return &maint.Runner{Store: c.store, Pool: c.pool, Log: c.log,

@@ -3,6 +3,7 @@ package skiplock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/skiplock/skiplock/internal/ident"
@@ -34,6 +35,7 @@ func (c *Client) Manual() *Manual { return &Manual{c: c} }
 // Claim leases up to limit due jobs of queue to this client (worker id Config.ID) for
 // Config.LeaseDuration, each under a fresh lease token. Jobs come back in claim order:
 // priority (high first), then run_at, then id. Two claimers never receive the same job.
+// Limits apply (LimitSet): Claim leaves pending the jobs they hold back.
 func (m *Manual) Claim(ctx context.Context, queue string, limit int) ([]*Job, error) {
 	c := m.c
 	if ctx == nil {
@@ -45,9 +47,19 @@ func (m *Manual) Claim(ctx context.Context, queue string, limit int) ([]*Job, er
 	if limit < 1 {
 		return nil, invalid("limit", "must be at least 1")
 	}
-	rows, err := c.store.Claim(ctx, c.pool, store.NowParam(c.cfg.Clock), store.ClaimParams{
-		Queue: queue, WorkerID: c.cfg.ID, Limit: limit, Lease: c.cfg.LeaseDuration,
-	})
+	qs, anyKind, err := c.store.LimitScopes(ctx, c.pool)
+	if err != nil {
+		return nil, fmt.Errorf("claiming jobs from queue %q: reading limits: %w", queue, wrapPgError(err))
+	}
+	p := store.ClaimParams{Queue: queue, WorkerID: c.cfg.ID, Limit: limit, Lease: c.cfg.LeaseDuration}
+	var rows []*store.Job
+	if anyKind || slices.Contains(qs, queue) {
+		var res store.LimitedClaim
+		res, err = c.store.ClaimLimited(ctx, c.pool, store.NowParam(c.cfg.Clock), p)
+		rows = res.Jobs
+	} else {
+		rows, err = c.store.Claim(ctx, c.pool, store.NowParam(c.cfg.Clock), p)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("claiming jobs from queue %q: %w", queue, wrapPgError(err))
 	}

@@ -53,6 +53,11 @@ func (p *producer) observe(d time.Duration) {
 // rather than one job per freed slot.
 func (r *runtime) claimSize(p *producer) (int, bool) {
 	capacity := p.capacity()
+	if r.limited(p.queue) {
+		// A claimed job holds a limit's slot from its claim on: prefetching would
+		// hold slots idle that other clients could use.
+		capacity = p.cfg.MaxWorkers
+	}
 	free := min(capacity-int(p.active.Load()), capacity+r.c.cfg.CompletionBatchSize-int(p.held.Load()))
 	if free <= 0 {
 		return 0, false
@@ -67,6 +72,10 @@ func (r *runtime) claimSize(p *producer) (int, bool) {
 type claimResult struct {
 	short bool // fewer rows than asked: the queue has no more due jobs now
 	err   error
+	// throttled: due jobs were left because a limit held them back. A slot freed by
+	// this client, or retryIn (when a rate window is full), is worth another claim.
+	throttled bool
+	retryIn   time.Duration
 }
 
 // produce keeps one claim statement at a time in flight for its queue. A claim locks
@@ -82,12 +91,17 @@ func (r *runtime) produce(p *producer) {
 	backoff := 100 * time.Millisecond
 	poll := time.NewTimer(hostclock.Jitter(c.cfg.PollInterval))
 	defer poll.Stop()
+	retryTimer := time.NewTimer(time.Hour) // a full rate window's wait
+	retryTimer.Stop()
+	defer retryTimer.Stop()
 	results := make(chan claimResult, 1)
 	claiming, empty := false, false
 	// woken records a wake-up (NOTIFY) that arrived after the claim in flight began:
 	// its snapshot may predate the job it announces, so a short result from it must
 	// not put the producer to sleep.
 	woken := false
+	// throttle is the last claim's throttling, which the producer waits on while empty.
+	throttle := claimResult{}
 	defer func() { // a claim in flight still hands its jobs over
 		if claiming {
 			<-results
@@ -102,12 +116,30 @@ func (r *runtime) produce(p *producer) {
 				}
 			}
 			poll.Reset(hostclock.Jitter(c.cfg.PollInterval))
+			var freed chan struct{}
+			var retry <-chan time.Time
+			if throttle.throttled {
+				// Only a slot freed from now on may admit a job: drop the signal the
+				// throttled claim itself left.
+				select {
+				case <-p.slot:
+				default:
+				}
+				freed = p.slot
+				if throttle.retryIn > 0 {
+					retryTimer.Reset(throttle.retryIn)
+					retry = retryTimer.C
+				}
+			}
 			select {
 			case <-p.wake:
 			case <-poll.C:
+			case <-freed:
+			case <-retry:
 			case <-r.fetchCtx.Done():
 				return
 			}
+			retryTimer.Stop() // since Go 1.23 a stopped timer delivers nothing stale
 			empty = false
 		}
 		n, ok := r.claimSize(p)
@@ -126,6 +158,7 @@ func (r *runtime) produce(p *producer) {
 				c.failures.ok("claim")
 				backoff = 100 * time.Millisecond
 				empty = empty || (res.short && !woken)
+				throttle = res
 			case <-p.slot:
 			case <-p.wake:
 				empty, woken = false, true
@@ -150,9 +183,17 @@ func (r *runtime) claim(p *producer, n int) claimResult {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.fetchCtx), 30*time.Second)
 	defer cancel()
 	began := hostclock.Now()
-	rows, err := c.store.Claim(ctx, c.pool, store.NowParam(c.cfg.Clock), store.ClaimParams{
-		Queue: p.queue, WorkerID: c.cfg.ID, Limit: n, Lease: c.cfg.LeaseDuration,
-	})
+	var rows []*store.Job
+	var err error
+	res := claimResult{}
+	if r.limited(p.queue) {
+		rows, res, err = r.claimLimited(ctx, p, n)
+	} else {
+		rows, err = c.store.Claim(ctx, c.pool, store.NowParam(c.cfg.Clock), store.ClaimParams{
+			Queue: p.queue, WorkerID: c.cfg.ID, Limit: n, Lease: c.cfg.LeaseDuration,
+		})
+		res.short = len(rows) < n
+	}
 	c.metrics.claimNanos.Add(int64(hostclock.Since(began)))
 	for _, row := range rows {
 		r.hold(p, fromRow(row))
@@ -166,7 +207,7 @@ func (r *runtime) claim(p *producer, n int) claimResult {
 	}
 	c.metrics.claims.Add(1)
 	c.metrics.claimed.Add(int64(len(rows)))
-	return claimResult{short: len(rows) < n}
+	return res
 }
 
 // hold registers a claimed job (so the heartbeater renews its lease) and queues it

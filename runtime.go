@@ -58,6 +58,9 @@ type runtime struct {
 	stopped     chan struct{} // closed when shutdown has finished
 	abandonOnce sync.Once
 	abandon     chan struct{} // closed when a stopper gives up on running handlers
+
+	limits        atomic.Pointer[limitView] // which claims run limited (limiter.go)
+	limitsChanged chan struct{}             // a limits NOTIFY arrived
 }
 
 type inflight struct {
@@ -120,12 +123,17 @@ func (c *Client) Start(ctx context.Context) error {
 			return fmt.Errorf("skiplock: writing Config.Periodic: %w", err)
 		}
 	}
+	if err := c.applyConfigLimits(ctx); err != nil {
+		return err
+	}
 	r := &runtime{
 		c:         c,
 		producers: map[string]*producer{},
 		inflight:  map[string]*inflight{},
 		stopped:   make(chan struct{}),
 		abandon:   make(chan struct{}),
+
+		limitsChanged: make(chan struct{}, 1),
 	}
 	total := 0
 	for name, q := range c.cfg.Queues {
@@ -135,6 +143,9 @@ func (c *Client) Start(ctx context.Context) error {
 		total += active + c.cfg.CompletionBatchSize
 	}
 	r.outcomes = make(chan *inflight, total)
+	if err := r.refreshLimits(ctx); err != nil {
+		return fmt.Errorf("skiplock: reading limits: %w", wrapPgError(err))
+	}
 	base := context.WithoutCancel(ctx)
 	r.fetchCtx, r.stopFetch = context.WithCancel(base)
 	r.jobsCtx, r.cancelJobs = context.WithCancelCause(base)
@@ -146,6 +157,10 @@ func (c *Client) Start(ctx context.Context) error {
 			Channels:   []string{c.channel},
 			Logger:     c.log,
 			OnNotify: func(_, queue string) {
+				if queue == store.LimitsChanged {
+					signal(r.limitsChanged)
+					return
+				}
 				if p := r.producers[queue]; p != nil {
 					signal(p.wake)
 				}
@@ -171,7 +186,8 @@ func (c *Client) Start(ctx context.Context) error {
 			go r.executor(p)
 		}
 	}
-	r.bgWG.Add(2)
+	r.bgWG.Add(3)
+	go r.watchLimits()
 	go r.heartbeat()
 	go r.complete()
 	for _, svc := range c.services() {

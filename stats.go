@@ -64,6 +64,9 @@ type ProcessCounters struct {
 	ClaimStatements, Claimed, CompletionStatements, Completed int64
 	// ClaimTime and CompletionTime are the wall time spent in those statements.
 	ClaimTime, CompletionTime time.Duration
+	// Throttled counts due jobs a limited claim left pending because a limit held
+	// them back (a job held back by several claims counts once per claim).
+	Throttled int64
 }
 
 // RecentStats count the jobs of all queues that finished within Window: divide by
@@ -245,6 +248,7 @@ func (c *Client) Counters() ProcessCounters {
 		ClaimStatements: m.claims.Load(), Claimed: m.claimed.Load(),
 		CompletionStatements: m.flushes.Load(), Completed: m.flushed.Load(),
 		ClaimTime: time.Duration(m.claimNanos.Load()), CompletionTime: time.Duration(m.flushNanos.Load()),
+		Throttled:         m.throttled.Load(),
 		OperationFailures: map[string]int64{},
 	}
 	for _, op := range c.failures.snapshot() {

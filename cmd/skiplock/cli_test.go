@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 
@@ -51,6 +52,11 @@ func TestEveryCommandHelpAndBadFlag(t *testing.T) {
 	paths := commandPaths(newRootCmd())
 	if len(paths) < 25 {
 		t.Fatalf("only %d commands found: %v", len(paths), paths)
+	}
+	for _, want := range []string{"limits list", "limits set", "limits delete", "limits usage"} {
+		if !slices.ContainsFunc(paths, func(p []string) bool { return strings.Join(p, " ") == want }) {
+			t.Errorf("command %q is not registered", want)
+		}
 	}
 	for _, path := range paths {
 		name := strings.Join(append([]string{"skiplock"}, path...), " ")
@@ -124,6 +130,19 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"version", "now"}, `unexpected arguments ["now"]`},
 		{[]string{"help", "jobs", "lst"}, `help: unknown command "jobs lst"; valid: `},
 		{[]string{"metrics", "--min-interval", "often"}, `invalid argument "often" for "--min-interval"`},
+		{[]string{"limits"}, "skiplock: limits: missing command; valid: delete, list, set, usage"},
+		{[]string{"limits", "set", "--max-running", "5"}, "limits set: give exactly one of --queue and --kind"},
+		{[]string{"limits", "set", "--queue", "q", "--kind", "k", "--max-running", "5"}, "give exactly one of --queue and --kind"},
+		{[]string{"limits", "set", "--queue", "q"}, "give --max-running, --rate with --per, or both"},
+		{[]string{"limits", "set", "--queue", "q", "--per", "1s"}, "--rate and --per go together"},
+		{[]string{"limits", "set", "--queue", "q", "--rate", "5"}, "--rate and --per go together"},
+		{[]string{"limits", "set", "--queue", "q", "--rate", "5", "--per", "1us"}, "limits set: invalid per: 1µs is outside 1ms..24h"},
+		{[]string{"limits", "set", "--queue", "q", "--max-running", "-1"}, "limits set: invalid max_running: -1 is outside 0..1000000"},
+		{[]string{"limits", "set", "--queue", "q", "--max-running", "lots"}, `invalid argument "lots" for "--max-running"`},
+		{[]string{"limits", "set", "--queue", "a b", "--max-running", "1"}, "limits set: invalid queue"},
+		{[]string{"limits", "delete"}, "limits delete: give exactly one of --queue and --kind"},
+		{[]string{"limits", "delete", "--queue", "q", "--key", "a\x01"}, "limits delete: invalid key"},
+		{[]string{"limits", "usage", "now"}, `unexpected arguments ["now"]`},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Parallel()

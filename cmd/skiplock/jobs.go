@@ -129,7 +129,7 @@ func newJobsShowCmd(db *dbFlags) *cobra.Command {
 			{"attempt", fmt.Sprintf("%d of %d", j.Attempt, j.MaxAttempts)}, {"priority", fmt.Sprint(j.Priority)},
 			{"run_at", ts(j.RunAt)}, {"created_at", ts(j.CreatedAt)}, {"updated_at", ts(j.UpdatedAt)},
 			{"lease_until", ts(j.LeaseUntil)}, {"lease_token", j.LeaseToken}, {"worker_id", j.WorkerID},
-			{"deduplication_key", j.DeduplicationKey}, {"last_error", j.LastError}, {"payload", string(j.Payload)}} {
+			{"deduplication_key", j.DeduplicationKey}, {"concurrency_key", j.ConcurrencyKey}, {"last_error", j.LastError}, {"payload", string(j.Payload)}} {
 			fmt.Fprintf(tw, "%s\t%s\n", kv[0], kv[1])
 		}
 		return tw.Flush()

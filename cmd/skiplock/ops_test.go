@@ -244,3 +244,97 @@ func TestOutboxShowAndListStates(t *testing.T) {
 		t.Fatalf("a pending event listed as published:\n%s", out)
 	}
 }
+
+// limits set, list, usage and delete against a real database, and stats' limits
+// section; wrong values exit 2 and name what is wrong.
+func TestLimitsCommands(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	ctx := context.Background()
+	cl := c.client()
+	if out := c.must("stats"); strings.Contains(out, "limits:") {
+		t.Fatalf("stats shows a limits section without limits:\n%s", out)
+	}
+	if out := c.must("limits", "set", "--queue", "lq", "--max-running", "2"); out != "set limit queue lq max-running 2\n" {
+		t.Fatalf("limits set: %q", out)
+	}
+	c.must("limits", "set", "--queue", "lq", "--key", "*", "--max-running", "1")
+	var set map[string]any
+	if err := json.Unmarshal([]byte(c.must("limits", "set", "--kind", "sms", "--rate", "10", "--per", "1m", "-o", "json")), &set); err != nil {
+		t.Fatal(err)
+	}
+	if set["scope"] != "kind" || set["target"] != "sms" || set["rate"] != 10.0 || set["per_seconds"] != 60.0 {
+		t.Fatalf("limits set -o json: %v", set)
+	}
+	for _, args := range [][]string{
+		{"limits", "set", "--queue", "lq", "--per", "1s", "--max-running", "3"},
+		{"limits", "set", "--queue", "lq", "--kind", "sms", "--max-running", "3"},
+		{"limits", "set", "--queue", "lq", "--max-running", "0"},
+	} {
+		if _, errOut, code := c.run(ctx, args...); code != 2 || !strings.Contains(errOut, "limits set: ") {
+			t.Fatalf("%v: exit %d, want 2\n%s", args, code, errOut)
+		}
+	}
+
+	var ids []string
+	for _, key := range []string{"a", "a", "b", ""} {
+		res, err := cl.EnqueueRaw(ctx, "mail", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "lq", ConcurrencyKey: key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, res.ID)
+	}
+	jobs, err := cl.Manual().Claim(ctx, "lq", 10)
+	if err != nil || len(jobs) != 2 {
+		t.Fatalf("claim under a limit of 2: %d jobs, %v", len(jobs), err)
+	}
+
+	var list []map[string]any
+	if err := json.Unmarshal([]byte(c.must("limits", "list", "-o", "json")), &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 3 || list[0]["key"] != "" || list[1]["key"] != "*" || list[2]["scope"] != "kind" {
+		t.Fatalf("limits list -o json: %v", list)
+	}
+	if out := c.must("limits", "list"); !strings.Contains(out, "MAX_RUNNING") || !strings.Contains(out, "10/1m0s") {
+		t.Fatalf("limits list:\n%s", out)
+	}
+	var use []map[string]any
+	if err := json.Unmarshal([]byte(c.must("limits", "usage", "-o", "json")), &use); err != nil {
+		t.Fatal(err)
+	}
+	if len(use) < 2 || use[0]["bucket"] != "" || use[0]["running"] != 2.0 {
+		t.Fatalf("limits usage -o json: %v", use)
+	}
+	if out := c.must("limits", "usage"); !strings.Contains(out, "2/2") || !strings.Contains(out, "0/10 per 1m0s") {
+		t.Fatalf("limits usage:\n%s", out)
+	}
+	if out := c.must("stats"); !strings.Contains(out, "limits:") || !strings.Contains(out, "queue lq  ") ||
+		!strings.Contains(out, "running 2/2") || !strings.Contains(out, "busiest: running 1/1") {
+		t.Fatalf("stats' limits section:\n%s", out)
+	}
+	var st struct {
+		Limits []map[string]any `json:"limits"`
+	}
+	if err := json.Unmarshal([]byte(c.must("stats", "-o", "json")), &st); err != nil || len(st.Limits) != len(use) {
+		t.Fatalf("stats -o json limits: %v %v", err, st.Limits)
+	}
+	if out := c.must("jobs", "show", ids[0]); !strings.Contains(out, "concurrency_key") || !strings.Contains(out, "a\n") {
+		t.Fatalf("jobs show without the concurrency key:\n%s", out)
+	}
+
+	if out := c.must("limits", "delete", "--queue", "lq", "--key", "*"); out != "deleted limit queue lq key *\n" {
+		t.Fatalf("limits delete: %q", out)
+	}
+	if _, errOut, code := c.run(ctx, "limits", "delete", "--queue", "lq", "--key", "*"); code != 1 || !strings.Contains(errOut, "no limit queue lq key *") {
+		t.Fatalf("deleting a deleted limit: exit %d\n%s", code, errOut)
+	}
+	c.must("limits", "delete", "--queue", "lq")
+	c.must("limits", "delete", "--kind", "sms")
+	if out := c.must("limits", "list", "-o", "json"); strings.TrimSpace(out) != "[]" {
+		t.Fatalf("limits list after deleting every limit: %s", out)
+	}
+	if out := c.must("stats"); strings.Contains(out, "limits:") {
+		t.Fatalf("stats shows a limits section after every limit was deleted:\n%s", out)
+	}
+}

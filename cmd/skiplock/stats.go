@@ -42,10 +42,13 @@ type statsJSON struct {
 		LagSeconds  float64 `json:"lag_seconds"`
 		Dead        int64   `json:"dead"`
 	} `json:"outbox"`
-	TookSeconds float64 `json:"took_seconds"`
+	// Limits is each limit's use per bucket (limits usage), absent when there is no
+	// limit.
+	Limits      []limitUsageJSON `json:"limits,omitempty"`
+	TookSeconds float64          `json:"took_seconds"`
 }
 
-func statsToJSON(s *skiplock.Stats, took time.Duration) statsJSON {
+func statsToJSON(s *skiplock.Stats, lim *limitsRead, took time.Duration) statsJSON {
 	j := statsJSON{Queues: []queueJSON{}}
 	for _, q := range s.Queues {
 		j.Queues = append(j.Queues, queueJSON{Queue: q.Queue, Pending: q.Pending, Due: q.Due, Running: q.Running,
@@ -57,8 +60,28 @@ func statsToJSON(s *skiplock.Stats, took time.Duration) statsJSON {
 	j.Recent.WindowSeconds = s.Recent.Window.Seconds()
 	j.Recent.Succeeded, j.Recent.Failed, j.Recent.Cancelled = s.Recent.Succeeded, s.Recent.Failed, s.Recent.Cancelled
 	j.Outbox.Unpublished, j.Outbox.LagSeconds, j.Outbox.Dead = s.Outbox.Unpublished, s.Outbox.OldestUnpublishedAge.Seconds(), s.Outbox.Dead
+	for _, u := range lim.usage {
+		j.Limits = append(j.Limits, limitUsageToJSON(u))
+	}
 	j.TookSeconds = took.Seconds()
 	return j
+}
+
+// limitsRead is what stats shows of the limits: every limit and its buckets' use.
+type limitsRead struct {
+	limits []skiplock.Limit
+	usage  []skiplock.LimitUsage
+}
+
+// readLimits reads the limits and, when there are any, their usage.
+func readLimits(cmd *cobra.Command, c *skiplock.Client) (*limitsRead, error) {
+	var r limitsRead
+	var err error
+	if r.limits, err = c.LimitList(cmd.Context()); err != nil || len(r.limits) == 0 {
+		return &r, err
+	}
+	r.usage, err = c.LimitUsages(cmd.Context())
+	return &r, err
 }
 
 func newStatsCmd(db *dbFlags) *cobra.Command {
@@ -68,7 +91,7 @@ func newStatsCmd(db *dbFlags) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "stats [--watch 2s] [--exact]",
-		Short: "print per-queue counts, the oldest due job's age and the outbox lag",
+		Short: "print per-queue counts, the oldest due job's age, the outbox lag and the limits' use",
 		Args:  noArgs,
 	}
 	cmd.Flags().DurationVar(&watch, "watch", 0, "repeat every interval (e.g. 2s) until interrupted")
@@ -91,16 +114,20 @@ func newStatsCmd(db *dbFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			lim, err := readLimits(cmd, c)
+			if err != nil {
+				return err
+			}
 			took := time.Since(start)
 			if out.json() {
-				if err := printJSON(cmd.OutOrStdout(), statsToJSON(s, took)); err != nil {
+				if err := printJSON(cmd.OutOrStdout(), statsToJSON(s, lim, took)); err != nil {
 					return err
 				}
 			} else {
 				if watch > 0 {
 					fmt.Fprint(cmd.OutOrStdout(), "\033[H\033[2J")
 				}
-				printStats(cmd.OutOrStdout(), s, took)
+				printStats(cmd.OutOrStdout(), s, lim, took)
 			}
 			if watch <= 0 {
 				return nil
@@ -115,7 +142,7 @@ func newStatsCmd(db *dbFlags) *cobra.Command {
 	return cmd
 }
 
-func printStats(w io.Writer, s *skiplock.Stats, took time.Duration) {
+func printStats(w io.Writer, s *skiplock.Stats, lim *limitsRead, took time.Duration) {
 	tw := newTable(w)
 	est := ""
 	if s.FinishedEstimated {
@@ -137,6 +164,7 @@ func printStats(w io.Writer, s *skiplock.Stats, took time.Duration) {
 		r.Cancelled, float64(r.Succeeded+r.Failed+r.Cancelled)/max(r.Window.Seconds(), 1))
 	fmt.Fprintf(w, "outbox: %d unpublished, lag %s, %d dead\n", s.Outbox.Unpublished,
 		s.Outbox.OldestUnpublishedAge.Round(time.Millisecond), s.Outbox.Dead)
+	printLimits(w, lim.limits, lim.usage)
 	if s.FinishedEstimated {
 		fmt.Fprintln(w, "~ estimated from a sample of the table (--exact to count)")
 	}

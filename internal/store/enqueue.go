@@ -62,10 +62,10 @@ func insertSQL(sequence bool) string {
 	return `
 WITH ` + lock + `t AS (SELECT coalesce($1::timestamptz, now()) AS now, ` + notifyColumn + from + `)
 INSERT INTO {{s}}.jobs (queue, kind, payload, priority, run_at, max_attempts, deduplication_key, metadata,
-                       unique_key, unique_states, sequence_key, sequence_skip_failed, tags, created_at, updated_at)
+                       unique_key, unique_states, sequence_key, sequence_skip_failed, tags, concurrency_key, created_at, updated_at)
 SELECT $2, $3, $4::jsonb, $5, coalesce($6::timestamptz, t.now + $7::bigint * interval '1 microsecond'), $8, $9, $12::jsonb,
        ` + uniqueKeyExpr("$13::text", "$14::bigint") + `, string_to_array($15::text, ',')::{{s}}.job_status[],
-       $16::text, coalesce($17::bool, false), $18::text[], t.now, t.now
+       $16::text, coalesce($17::bool, false), $18::text[], $19::text, t.now, t.now
 FROM t
 WHERE t.notified >= 0
 ON CONFLICT DO NOTHING
@@ -80,17 +80,18 @@ WITH ` + lock + `t AS MATERIALIZED (SELECT coalesce($1::timestamptz, now()) AS n
 input AS MATERIALIZED (
   SELECT {{s}}.uuid_v7((SELECT ts FROM t), i.ord) AS id, i.*
   FROM unnest($2::text[], $3::text[], $4::jsonb[], $5::int[], $6::timestamptz[], $7::bigint[], $8::int[], $9::text[], $12::jsonb[],
-              $13::text[], $14::bigint[], $15::text[], $16::text[], $17::bool[], $18::text[])
+              $13::text[], $14::bigint[], $15::text[], $16::text[], $17::bool[], $18::text[], $19::text[])
        WITH ORDINALITY AS i(queue, kind, payload, priority, run_at, delay_us, max_attempts, dedup, metadata,
-                            ukey, uperiod_us, ustates, seq, seq_skip, tags, ord)
+                            ukey, uperiod_us, ustates, seq, seq_skip, tags, ckey, ord)
 ),
 ins AS (
   INSERT INTO {{s}}.jobs (id, queue, kind, payload, priority, run_at, max_attempts, deduplication_key, metadata,
-                          unique_key, unique_states, sequence_key, sequence_skip_failed, tags, created_at, updated_at)
+                          unique_key, unique_states, sequence_key, sequence_skip_failed, tags, concurrency_key,
+                          created_at, updated_at)
   SELECT input.id, queue, kind, payload, priority, coalesce(run_at, t.now + delay_us * interval '1 microsecond'),
          max_attempts, dedup, metadata, ` + uniqueKeyExpr("ukey", "uperiod_us") + `,
          string_to_array(ustates, ',')::{{s}}.job_status[], seq, coalesce(seq_skip, false),
-         string_to_array(tags, E'\x1f'), t.now, t.now
+         string_to_array(tags, E'\x1f'), ckey, t.now, t.now
   FROM input, t
   WHERE t.notified >= 0
   ORDER BY ord
@@ -154,6 +155,8 @@ type InsertParams struct {
 	SequenceSkipFailed bool
 	// Tags label the job; nil for none. A tag holds no control character.
 	Tags []string
+	// ConcurrencyKey is the key limits partition by; "" for none.
+	ConcurrencyKey string
 }
 
 // InsertResult tells whether a job was inserted, and its id (or the id of the job
@@ -184,7 +187,7 @@ func (s *Store) Insert(ctx context.Context, db DBTX, now *time.Time, p InsertPar
 		}
 		err := db.QueryRow(ctx, q, Now(now), p.Queue, p.Kind, string(p.Payload), p.Priority,
 			p.RunAt, micros(p.Delay), p.MaxAttempts, p.DedupKey, ch, qs, jsonOrNil(p.Metadata),
-			ukey, uperiod, ustates, p.SequenceKey, p.SequenceSkipFailed, p.Tags).Scan(&id)
+			ukey, uperiod, ustates, p.SequenceKey, p.SequenceSkipFailed, p.Tags, p.ConcurrencyKey).Scan(&id)
 		if err == nil {
 			return InsertResult{ID: id, Inserted: true}, nil
 		}
@@ -269,8 +272,10 @@ func (s *Store) insertMany(ctx context.Context, db DBTX, now *time.Time, ps []In
 	keys, metas := make([]*string, n), make([]*string, n)
 	ukeys, uperiods, ustates := make([]*string, n), make([]int64, n), make([]*string, n)
 	seqs, seqSkips, tags := make([]*string, n), make([]bool, n), make([]*string, n)
+	ckeys := make([]string, n)
 	for i := range ps {
 		p := &ps[i]
+		ckeys[i] = p.ConcurrencyKey
 		queues[i], kinds[i], payloads[i] = p.Queue, p.Kind, string(p.Payload)
 		prios[i], maxes[i] = int32(p.Priority), int32(p.MaxAttempts)
 		runAts[i], delays[i], keys[i], metas[i] = p.RunAt, micros(p.Delay), p.DedupKey, jsonOrNil(p.Metadata)
@@ -290,7 +295,7 @@ func (s *Store) insertMany(ctx context.Context, db DBTX, now *time.Time, ps []In
 		}
 	}
 	rows, err := db.Query(ctx, q, Now(now), queues, kinds, payloads, prios, runAts, delays, maxes, keys, ch, qs, metas,
-		ukeys, uperiods, ustates, seqs, seqSkips, tags)
+		ukeys, uperiods, ustates, seqs, seqSkips, tags, ckeys)
 	if err != nil {
 		return nil, err
 	}
@@ -398,7 +403,7 @@ type Copier interface {
 // database's now(). A non-nil now sets created_at and updated_at (an injected
 // clock); nil leaves them to the database.
 func (s *Store) CopyInsert(ctx context.Context, db Copier, ids [][16]byte, ps []InsertParams, withRunAt bool, now *time.Time) error {
-	cols := []string{"id", "queue", "kind", "payload", "priority", "max_attempts", "metadata", "tags"}
+	cols := []string{"id", "queue", "kind", "payload", "priority", "max_attempts", "metadata", "tags", "concurrency_key"}
 	if withRunAt {
 		cols = append(cols, "run_at")
 	}
@@ -420,7 +425,7 @@ func (s *Store) CopyInsert(ctx context.Context, db Copier, ids [][16]byte, ps []
 		if p.Tags != nil {
 			tags = p.Tags
 		}
-		row := []any{ids[i], p.Queue, p.Kind, json.RawMessage(p.Payload), int32(p.Priority), int32(p.MaxAttempts), meta, tags}
+		row := []any{ids[i], p.Queue, p.Kind, json.RawMessage(p.Payload), int32(p.Priority), int32(p.MaxAttempts), meta, tags, p.ConcurrencyKey}
 		if withRunAt {
 			row = append(row, *p.RunAt)
 		}

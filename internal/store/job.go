@@ -42,6 +42,7 @@ type Job struct {
 	History          []byte // JSON array of attempt records, nil when none
 	TxID             *int64 // the writing transaction's id; nil for jobs older than the column
 	AttemptedAt      *time.Time
+	ConcurrencyKey   string
 	CreatedAt        time.Time
 	UpdatedAt        time.Time
 }
@@ -49,7 +50,7 @@ type Job struct {
 // jobColumns lists what statements returning jobs select, in scanJob's order.
 const jobColumns = `id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
   lease_until, lease_token, worker_id, deduplication_key, last_error, metadata,
-  tags, output, attempt_history, txid::text::bigint, attempted_at, created_at, updated_at`
+  tags, output, attempt_history, txid::text::bigint, attempted_at, concurrency_key, created_at, updated_at`
 
 // prefixed returns jobColumns qualified by the table alias p.
 func prefixed(p string) string { return prefixedExcept(p, nil) }
@@ -78,7 +79,7 @@ func scanJob(row pgx.Row) (*Job, error) {
 	var j Job
 	err := row.Scan(&j.ID, &j.Queue, &j.Kind, &j.Payload, &j.Status, &j.Priority, &j.RunAt, &j.Attempts,
 		&j.MaxAttempts, &j.LeaseUntil, &j.LeaseToken, &j.WorkerID, &j.DeduplicationKey, &j.LastError,
-		&j.Metadata, &j.Tags, &j.Output, &j.History, &j.TxID, &j.AttemptedAt, &j.CreatedAt, &j.UpdatedAt)
+		&j.Metadata, &j.Tags, &j.Output, &j.History, &j.TxID, &j.AttemptedAt, &j.ConcurrencyKey, &j.CreatedAt, &j.UpdatedAt)
 	if err != nil {
 		return nil, err
 	}

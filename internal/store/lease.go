@@ -34,18 +34,16 @@ func newLeaseStatements(b *builder) leaseStatements {
 		// it runs once per statement (a one-time filter on a primary-key probe of queues).
 		// A job of a sequence waits while an earlier job of its sequence can still run
 		// (or failed and blocks): one probe of jobs_sequence_idx, made only for jobs that
-		// have a sequence key.
+		// have a sequence key. A job some limit governs is left to the limited claim
+		// (limits.go): see unlimited.
 		claim: b.add("claim", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now, `+asyncCommit+`),
 claimed AS (
   SELECT id FROM {{s}}.jobs
   WHERE status = 'pending' AND queue = $2 AND run_at <= (SELECT now FROM t)
     AND NOT EXISTS (SELECT 1 FROM {{s}}.queues p WHERE p.name = $2 AND p.paused_at IS NOT NULL)
-    AND (sequence_key IS NULL OR NOT EXISTS (
-      SELECT 1 FROM {{s}}.jobs e
-      WHERE e.sequence_key = jobs.sequence_key AND e.id < jobs.id
-        AND e.status IN ('pending', 'running', 'failed')
-        AND (e.status <> 'failed' OR NOT e.sequence_skip_failed)))
+    AND `+sequenceReady("jobs")+`
+    AND `+unlimited+`
   ORDER BY priority DESC, run_at, id
   LIMIT $5
   FOR UPDATE SKIP LOCKED
@@ -62,15 +60,21 @@ FROM t
 WHERE j.id = ANY(ARRAY(SELECT id FROM claimed)) AND t.async IS NOT NULL
 RETURNING `+claimReturns),
 
-		// Heartbeat renews every listed lease that is still held and unexpired. It never
-		// touches the token.
+		// Heartbeat renews every listed lease that is still held and has more than a
+		// margin ($5) left. It never touches the token. The margin keeps a renewal from
+		// reviving a lease that expired while the statement ran: a limited claim that
+		// saw the lease expired (and gave its slot to another job) could not see a
+		// renewal committed a moment later. With the margin, that takes a heartbeat
+		// statement running longer than the margin, not a heartbeat arriving within
+		// microseconds of the expiry.
 		heartbeat: b.add("heartbeat", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now, `+asyncCommit+`)
 UPDATE {{s}}.jobs AS j
 SET lease_until = t.now + $4::bigint * interval '1 microsecond',
     updated_at = t.now
 FROM unnest($2::uuid[], $3::uuid[]) AS h(id, token), t
-WHERE j.id = h.id AND j.lease_token = h.token AND j.lease_until > t.now AND t.async IS NOT NULL
+WHERE j.id = h.id AND j.lease_token = h.token AND j.lease_until > t.now + $5::bigint * interval '1 microsecond'
+  AND t.async IS NOT NULL
 RETURNING j.id`),
 	}
 }
@@ -116,10 +120,10 @@ type Lease struct {
 }
 
 // Heartbeat renews the given leases for d and returns the ids it renewed; a missing id
-// means that lease is lost.
+// means that lease is lost — or had less than HeartbeatMargin(d) left.
 func (s *Store) Heartbeat(ctx context.Context, db DBTX, now *time.Time, leases []Lease, d time.Duration) (map[string]bool, error) {
 	ids, tokens := splitLeases(leases)
-	rows, err := db.Query(ctx, s.lease.heartbeat.sql, Now(now), ids, tokens, micros(d))
+	rows, err := db.Query(ctx, s.lease.heartbeat.sql, Now(now), ids, tokens, micros(d), micros(HeartbeatMargin(d)))
 	if err != nil {
 		return nil, err
 	}
@@ -133,6 +137,10 @@ func (s *Store) Heartbeat(ctx context.Context, db DBTX, now *time.Time, leases [
 	}
 	return m, nil
 }
+
+// HeartbeatMargin is how much of a lease of duration d must be left for a heartbeat
+// to renew it: a tenth, at most a second (heartbeats come at most every d/2).
+func HeartbeatMargin(d time.Duration) time.Duration { return min(d/10, time.Second) }
 
 func splitLeases(leases []Lease) (ids, tokens []string) {
 	ids, tokens = make([]string, len(leases)), make([]string, len(leases))

@@ -75,6 +75,7 @@ func (s *Store) ConvertToPartitioned(ctx context.Context, tx pgx.Tx, p ConvertPa
 		`ALTER INDEX {{s}}.jobs_retention_idx RENAME TO jobs_legacy_retention_idx`,
 		`ALTER INDEX {{s}}.jobs_sequence_idx RENAME TO jobs_legacy_sequence_idx`,
 		`ALTER INDEX {{s}}.jobs_tags_idx RENAME TO jobs_legacy_tags_idx`,
+		`ALTER INDEX {{s}}.jobs_group_ready_idx RENAME TO jobs_legacy_group_ready_idx`,
 		`CREATE TABLE {{s}}.jobs (LIKE {{s}}.jobs_legacy INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMMENTS)
 		   PARTITION BY RANGE (id)`,
 		`ALTER TABLE {{s}}.jobs ADD CONSTRAINT jobs_pkey PRIMARY KEY (id)`,
@@ -85,6 +86,8 @@ func (s *Store) ConvertToPartitioned(ctx context.Context, tx pgx.Tx, p ConvertPa
 		`CREATE INDEX jobs_sequence_idx ON {{s}}.jobs (sequence_key, id)
 		   WHERE sequence_key IS NOT NULL AND status IN ('pending', 'running', 'failed')`,
 		`CREATE INDEX jobs_tags_idx ON {{s}}.jobs USING gin (tags) WHERE tags IS NOT NULL`,
+		`CREATE INDEX jobs_group_ready_idx ON {{s}}.jobs (queue, kind, concurrency_key, priority DESC, run_at, id)
+		   WHERE status = 'pending'`,
 		// Finding the job that holds a key (the insert statements' follow-up query).
 		`CREATE INDEX jobs_dedup_lookup_idx ON {{s}}.jobs (kind, deduplication_key) WHERE deduplication_key IS NOT NULL`,
 		`ALTER TABLE {{s}}.jobs ATTACH PARTITION {{s}}.jobs_legacy FOR VALUES FROM (MINVALUE) TO (` + to + `)`,

@@ -53,7 +53,7 @@ func (s *Store) RolesSQL(n RoleNames) (string, error) {
 		// Inbox.Claim inserts; Inbox.Prune selects FOR UPDATE (which needs UPDATE) and deletes.
 		"GRANT SELECT, INSERT, DELETE, UPDATE (processed_at) ON "+t("inbox"))
 	section(n.Worker, "claims, heartbeats and finishes jobs; reclaims expired leases; deletes finished jobs (retention);\n"+
-		"-- reads stats; pauses and resumes queues; runs the periodic scheduler, which inserts the schedules' jobs.\n"+
+		"-- reads stats; pauses and resumes queues; sets limits; runs the periodic scheduler, which inserts the schedules' jobs.\n"+
 		"-- It cannot change a payload, or touch the outbox beyond reading its health.",
 		"GRANT SELECT, DELETE ON "+t("jobs"),
 		"GRANT UPDATE (status, run_at, attempts, max_attempts, lease_until, lease_token, worker_id, last_error, updated_at,\n"+
@@ -72,12 +72,15 @@ func (s *Store) RolesSQL(n RoleNames) (string, error) {
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON "+t("schedules"),
 		// Lineage lookups (JobsByTx) and retention's pruning of the lineage table.
 		"GRANT SELECT, DELETE ON "+t("tx_lineage"),
+		// Every claim reads the limits; Config.Limits and the operator write them; a
+		// limited claim logs its starts in the rate windows, which the sweeper prunes.
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON "+t("limits")+", "+t("limit_windows"),
 		"GRANT INSERT ON "+t("jobs"))
 	section(n.Relay, "claims, publishes and marks outbox events; prunes published ones; requeues dead ones.",
 		"GRANT SELECT, DELETE ON "+t("outbox"),
 		"GRANT UPDATE (available_at, attempts, relay_until, relay_token, published_at, dead_at, last_error) ON "+t("outbox"))
 	section(n.Dashboard, "reads everything, changes nothing (stats, job and outbox listings, metrics).",
 		"GRANT SELECT ON "+strings.Join([]string{t("jobs"), t("outbox"), t("inbox"), t("job_dedup"), t("partitioning"),
-			t("schema_migrations"), t("queues"), t("schedules"), t("tx_lineage")}, ", "))
+			t("schema_migrations"), t("queues"), t("schedules"), t("tx_lineage"), t("limits"), t("limit_windows")}, ", "))
 	return b.String(), nil
 }

@@ -76,6 +76,7 @@ type Store struct {
 	service   serviceStatements
 	queues    queueStatements
 	schedules scheduleStatements
+	limits    limitStatements
 
 	all []stmt // every statement, as builder.add recorded them (SQL and the tests)
 }
@@ -104,6 +105,7 @@ func New(schema string) (*Store, error) {
 		service:   newServiceStatements(b),
 		queues:    newQueueStatements(b),
 		schedules: newScheduleStatements(b),
+		limits:    newLimitStatements(b),
 	}
 	s.all = b.all
 	return s, nil

@@ -73,10 +73,25 @@ CREATE TABLE {s}.chaos_transitions (
   latest_claim uuid,
   stale        boolean NOT NULL,
   app          text NOT NULL DEFAULT current_setting('application_name'),
-  at           timestamptz NOT NULL DEFAULT clock_timestamp()
+  at           timestamptz NOT NULL DEFAULT clock_timestamp(),
+  -- For the flow-control audit (limitaudit.go): a claim's own time (the claim's
+  -- attempted_at), and on a transition out of 'running' the lease it ended under.
+  claimed_at      timestamptz,
+  old_lease_until timestamptz
 );
 CREATE INDEX ON {s}.chaos_transitions (job_id, seq);
 CREATE INDEX ON {s}.chaos_transitions (old_token);
+-- A lease extended after it had expired (a heartbeat racing its expiry): the job
+-- held no slot from expired_at until this write, and holds one again from it. Rows
+-- share chaos_transitions' sequence, so seq orders them among the job's transitions.
+CREATE TABLE {s}.chaos_revivals (
+  seq        bigint PRIMARY KEY DEFAULT nextval(pg_get_serial_sequence('{s}.chaos_transitions', 'seq')),
+  job_id     uuid NOT NULL,
+  token      uuid,
+  expired_at timestamptz NOT NULL,
+  lease_until timestamptz NOT NULL,
+  at         timestamptz NOT NULL DEFAULT clock_timestamp()
+);
 
 -- Every change of status or token (a heartbeat changes neither and is skipped). A
 -- transition out of 'running' is stale when the token it replaced is not the token
@@ -88,6 +103,10 @@ DECLARE
   latest uuid;
 BEGIN
   IF OLD.status = NEW.status AND OLD.lease_token IS NOT DISTINCT FROM NEW.lease_token THEN
+    IF NEW.status = 'running' AND NEW.lease_until > OLD.lease_until AND OLD.lease_until <= clock_timestamp() THEN
+      INSERT INTO {s}.chaos_revivals (job_id, token, expired_at, lease_until)
+      VALUES (NEW.id, NEW.lease_token, OLD.lease_until, NEW.lease_until);
+    END IF;
     RETURN NULL;
   END IF;
   IF OLD.status = 'running' THEN
@@ -95,11 +114,14 @@ BEGIN
     WHERE t.job_id = NEW.id AND t.new_status = 'running' AND t.old_status <> 'running'
     ORDER BY t.seq DESC LIMIT 1;
   END IF;
-  INSERT INTO {s}.chaos_transitions (job_id, old_status, new_status, old_token, new_token, new_attempts, worker, latest_claim, stale)
+  INSERT INTO {s}.chaos_transitions (job_id, old_status, new_status, old_token, new_token, new_attempts, worker, latest_claim, stale,
+                                     claimed_at, old_lease_until)
   VALUES (NEW.id, OLD.status, NEW.status, OLD.lease_token, NEW.lease_token, NEW.attempts,
           coalesce(NEW.worker_id, OLD.worker_id), latest,
           OLD.status = 'running' AND (OLD.lease_token IS DISTINCT FROM latest
-                                      OR (NEW.status = 'running' AND NEW.lease_token IS DISTINCT FROM OLD.lease_token)));
+                                      OR (NEW.status = 'running' AND NEW.lease_token IS DISTINCT FROM OLD.lease_token)),
+          CASE WHEN NEW.status = 'running' AND NEW.lease_token IS DISTINCT FROM OLD.lease_token THEN NEW.attempted_at END,
+          CASE WHEN OLD.status = 'running' THEN OLD.lease_until END);
   RETURN NULL;
 END
 $$;

@@ -1,0 +1,474 @@
+package store
+
+// Flow control: the limits table, and the limited claim that honours it.
+//
+// A limited claim is a pipeline of three statements in one implicit transaction (one
+// round trip): a transaction-scoped advisory lock that serialises limited claims of
+// the schema, the claim, and a status query. The lock is its own statement on
+// purpose: under READ COMMITTED each statement takes its snapshot when it starts, so
+// the claim that follows the lock sees every limited claim committed before it —
+// a lock taken inside the claim would be acquired after its snapshot, and two claims
+// could both see the same free slot.
+//
+// Slots are not stored: a job holds one exactly while it is running under an
+// unexpired lease, so the claim counts them. A crashed worker's slot is free the
+// moment its lease runs out, whether or not the reclaimer has run yet — nothing can
+// leak. Rate limits keep a sliding log of starts per bucket (limit_windows).
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// LimitsChanged is the NOTIFY payload (on the jobs channel) that announces a change
+// of the limits table. Queue names cannot contain ':', so it never names a queue.
+const LimitsChanged = ":limits"
+
+// sequenceReady is the claim's condition that a job of a sequence may run: no earlier
+// job of its sequence can still run (or failed and blocks). a is the jobs alias.
+func sequenceReady(a string) string {
+	return `(` + a + `.sequence_key IS NULL OR NOT EXISTS (
+      SELECT 1 FROM {{s}}.jobs e
+      WHERE e.sequence_key = ` + a + `.sequence_key AND e.id < ` + a + `.id
+        AND e.status IN ('pending', 'running', 'failed')
+        AND (e.status <> 'failed' OR NOT e.sequence_skip_failed)))`
+}
+
+// unlimited is the plain claim's guard against limits it does not evaluate: a client
+// whose view of the limits table is stale (a NOTIFY lost, a limit set a moment ago)
+// claims nothing a limit governs, and picks the limited claim at its next refresh.
+// Both parts are one-time filters or a hashed array test per row.
+const unlimited = `NOT EXISTS (SELECT 1 FROM {{s}}.limits l WHERE l.scope = 'queue' AND l.target = $2)
+    AND jobs.kind <> ALL (ARRAY(SELECT l.target FROM {{s}}.limits l WHERE l.scope = 'kind'))`
+
+// limitEval returns CTEs that choose, among the candidates of relation cand (columns
+// id, queue, kind, ckey, priority, run_at, pos), the ones every applicable limit
+// admits, as <p>_pick(id, pos), at most $5, in pos order. It also defines <p>_cb (each
+// candidate's buckets) and <p>_av (each bucket's room now).
+//
+// Buckets: a limit with key ” is one bucket for its whole queue or kind ("wide"); a
+// per-key limit is one bucket per concurrency key ('*' unless the key has its own row).
+// Room = max_running − jobs running under a valid lease in the bucket, and
+// rate − starts in the bucket's window, whichever is smaller. Candidates are ranked
+// in claim order within each bucket, keyed buckets first and wide buckets among the
+// survivors, so a saturated key never uses up a queue-wide allowance it cannot take.
+func limitEval(p, cand string) string {
+	return p + `_cb AS MATERIALIZED (
+  SELECT c.id, c.pos, l.scope, l.target, CASE WHEN l.key = '' THEN '' ELSE c.ckey END AS bkey,
+         l.key = '' AS wide, l.max_running, l.rate, l.per_us
+  FROM ` + cand + ` c JOIN lim l
+    ON l.target = CASE l.scope WHEN 'queue' THEN c.queue ELSE c.kind END
+   AND (l.key = '' OR (c.ckey <> '' AND (l.key = c.ckey OR (l.key = '*' AND NOT EXISTS (
+        SELECT 1 FROM lim o WHERE o.scope = l.scope AND o.target = l.target AND o.key = c.ckey)))))
+),
+` + p + `_av AS MATERIALIZED (
+  SELECT b.scope, b.target, b.bkey,
+         least(coalesce(b.max_running - coalesce(rb.n, 0), 2147483647),
+               coalesce(b.rate - coalesce((
+                 SELECT sum(x.n) FROM {{s}}.limit_windows w, unnest(w.starts, w.counts) AS x(at, n)
+                 WHERE w.scope = b.scope AND w.target = b.target AND w.key = b.bkey
+                   AND x.at > (SELECT now FROM t) - b.per_us * interval '1 microsecond'), 0), 2147483647)) AS avail
+  FROM (SELECT DISTINCT scope, target, bkey, max_running, rate, per_us FROM ` + p + `_cb) b
+  LEFT JOIN runb rb ON rb.scope = b.scope AND rb.target = b.target AND rb.bkey = b.bkey
+),
+` + p + `_k1 AS MATERIALIZED (
+  SELECT cb.id, row_number() OVER (PARTITION BY cb.scope, cb.target, cb.bkey ORDER BY cb.pos) > av.avail AS over
+  FROM ` + p + `_cb cb JOIN ` + p + `_av av ON av.scope = cb.scope AND av.target = cb.target AND av.bkey = cb.bkey
+  WHERE NOT cb.wide
+),
+` + p + `_s1 AS MATERIALIZED (
+  SELECT c.id, c.pos FROM ` + cand + ` c
+  WHERE NOT EXISTS (SELECT 1 FROM ` + p + `_k1 k WHERE k.id = c.id AND k.over)
+),
+` + p + `_k2 AS MATERIALIZED (
+  SELECT cb.id, row_number() OVER (PARTITION BY cb.scope, cb.target, cb.bkey ORDER BY cb.pos) > av.avail AS over
+  FROM ` + p + `_cb cb JOIN ` + p + `_s1 s ON s.id = cb.id
+  JOIN ` + p + `_av av ON av.scope = cb.scope AND av.target = cb.target AND av.bkey = cb.bkey
+  WHERE cb.wide
+),
+` + p + `_pick AS MATERIALIZED (
+  SELECT s.id, s.pos FROM ` + p + `_s1 s
+  WHERE NOT EXISTS (SELECT 1 FROM ` + p + `_k2 k WHERE k.id = s.id AND k.over)
+  ORDER BY s.pos LIMIT $5
+)`
+}
+
+// limitedClaimSQL is the claim of a queue some limit governs. Parameters as the plain
+// claim ($1 now, $2 queue, $3 worker, $4 lease µs, $5 how many) and $6, the size of the
+// head window: the first $6 due jobs in claim order are the candidates. When they
+// yield fewer than $5 jobs only because their keys or kinds are saturated, and more
+// due jobs may lie behind them, the claim also takes up to 16 due jobs of every other
+// (kind, concurrency key) group of the queue (one index probe per group over
+// jobs_group_ready_idx) and chooses among both: a backlog of one saturated key never
+// hides the jobs of others.
+//
+// Its time is clock_timestamp(), read after the statement's snapshot: a start is then
+// never recorded earlier than the end of a job whose slot it took (now() is the
+// transaction's start, which precedes the wait for the lock).
+func limitedClaimSQL() string {
+	return `
+WITH RECURSIVE
+t AS MATERIALIZED (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now, ` + asyncCommit + `),
+lim AS MATERIALIZED (
+  SELECT scope, target, key, max_running, rate, per_us FROM {{s}}.limits
+  WHERE (scope = 'queue' AND target = $2) OR scope = 'kind'
+),
+runb AS MATERIALIZED (
+  SELECT v.scope, v.target, v.bkey, count(*) AS n
+  FROM {{s}}.jobs r
+  CROSS JOIN LATERAL (VALUES ('queue', r.queue, '', true), ('queue', r.queue, r.concurrency_key, false),
+                             ('kind', r.kind, '', true), ('kind', r.kind, r.concurrency_key, false)) AS v(scope, target, bkey, wide)
+  WHERE r.status = 'running' AND r.lease_until > (SELECT now FROM t) AND (v.wide OR r.concurrency_key <> '')
+  GROUP BY 1, 2, 3
+),
+head AS MATERIALIZED (
+  SELECT h.*, row_number() OVER (ORDER BY h.priority DESC, h.run_at, h.id) AS pos FROM (
+    SELECT jobs.id, jobs.queue, jobs.kind, jobs.concurrency_key AS ckey, jobs.priority, jobs.run_at
+    FROM {{s}}.jobs
+    WHERE jobs.status = 'pending' AND jobs.queue = $2 AND jobs.run_at <= (SELECT now FROM t)
+      AND NOT EXISTS (SELECT 1 FROM {{s}}.queues p WHERE p.name = $2 AND p.paused_at IS NOT NULL)
+      AND ` + sequenceReady("jobs") + `
+    ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
+    LIMIT $6
+  ) h
+),
+` + limitEval("h", "head") + `,
+fb AS MATERIALIZED (
+  SELECT (SELECT count(*) FROM head) >= $6
+     AND (SELECT count(*) FROM h_pick) < $5
+     AND NOT EXISTS (SELECT 1 FROM h_av a WHERE a.scope = 'queue' AND a.bkey = ''
+                     AND a.avail <= (SELECT count(*) FROM h_pick)) AS need
+),
+grp AS (
+  (SELECT g.kind, g.concurrency_key AS ckey FROM {{s}}.jobs g
+   WHERE g.status = 'pending' AND g.queue = $2 AND (SELECT need FROM fb)
+   ORDER BY g.kind, g.concurrency_key LIMIT 1)
+  UNION ALL
+  SELECT nx.kind, nx.ckey FROM grp
+  CROSS JOIN LATERAL (
+    SELECT g.kind, g.concurrency_key AS ckey FROM {{s}}.jobs g
+    WHERE g.status = 'pending' AND g.queue = $2 AND (g.kind, g.concurrency_key) > (grp.kind, grp.ckey)
+    ORDER BY g.kind, g.concurrency_key LIMIT 1
+  ) nx
+),
+extra AS MATERIALIZED (
+  SELECT e.* FROM grp
+  CROSS JOIN LATERAL (
+    SELECT jobs.id, jobs.queue, jobs.kind, jobs.concurrency_key AS ckey, jobs.priority, jobs.run_at
+    FROM {{s}}.jobs
+    WHERE jobs.status = 'pending' AND jobs.queue = $2 AND jobs.kind = grp.kind AND jobs.concurrency_key = grp.ckey
+      AND jobs.run_at <= (SELECT now FROM t) AND ` + sequenceReady("jobs") + `
+    ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
+    LIMIT 16
+  ) e
+  WHERE NOT EXISTS (SELECT 1 FROM h_av a WHERE a.avail <= 0 AND (
+          (a.scope = 'queue' AND grp.ckey <> '' AND a.bkey = grp.ckey) OR
+          (a.scope = 'kind' AND a.target = grp.kind AND (a.bkey = '' OR a.bkey = grp.ckey))))
+),
+allc AS MATERIALIZED (
+  SELECT u.*, row_number() OVER (ORDER BY u.priority DESC, u.run_at, u.id) AS pos FROM (
+    SELECT id, queue, kind, ckey, priority, run_at FROM head
+    UNION
+    SELECT id, queue, kind, ckey, priority, run_at FROM extra
+  ) u
+),
+` + limitEval("a", "allc") + `,
+pick AS (
+  SELECT id FROM h_pick WHERE NOT (SELECT need FROM fb)
+  UNION ALL
+  SELECT id FROM a_pick WHERE (SELECT need FROM fb)
+),
+rated AS (
+  SELECT id, scope, target, bkey, per_us FROM h_cb WHERE rate IS NOT NULL AND NOT (SELECT need FROM fb)
+  UNION ALL
+  SELECT id, scope, target, bkey, per_us FROM a_cb WHERE rate IS NOT NULL AND (SELECT need FROM fb)
+),
+claimed AS (
+  UPDATE {{s}}.jobs AS j
+  SET status = 'running',
+      attempts = j.attempts + 1,
+      lease_until = t.now + $4::bigint * interval '1 microsecond',
+      lease_token = gen_random_uuid(),
+      worker_id = $3,
+      attempted_at = t.now,
+      updated_at = t.now
+  FROM t
+  WHERE j.id = ANY(ARRAY(SELECT id FROM pick)) AND j.status = 'pending' AND t.async IS NOT NULL
+  RETURNING ` + claimReturns + `
+),
+logged AS (
+  INSERT INTO {{s}}.limit_windows AS w (scope, target, key, per_us, starts, counts)
+  SELECT r.scope, r.target, r.bkey, max(r.per_us), ARRAY[(SELECT now FROM t)], ARRAY[count(*)::int]
+  FROM rated r JOIN claimed c ON c.id = r.id
+  GROUP BY r.scope, r.target, r.bkey
+  ON CONFLICT (scope, target, key) DO UPDATE SET
+    per_us = excluded.per_us,
+    starts = ARRAY(SELECT x.at FROM unnest(w.starts, w.counts) AS x(at, n)
+                   WHERE x.at > excluded.starts[1] - excluded.per_us * interval '1 microsecond' ORDER BY x.at) || excluded.starts,
+    counts = ARRAY(SELECT x.n FROM unnest(w.starts, w.counts) AS x(at, n)
+                   WHERE x.at > excluded.starts[1] - excluded.per_us * interval '1 microsecond' ORDER BY x.at) || excluded.counts
+  RETURNING 1
+)
+SELECT * FROM claimed`
+}
+
+type limitStatements struct {
+	lock, claim, status       stmt
+	set, remove, list, scopes stmt
+	usage, sweep              stmt
+}
+
+func newLimitStatements(b *builder) limitStatements {
+	return limitStatements{
+		lock: b.add("limit_lock", `SELECT pg_advisory_xact_lock(hashtextextended('skiplock.limits.{{s}}', 0))`),
+
+		claim: b.add("limit_claim", limitedClaimSQL()),
+
+		// After a limited claim, in its transaction: how many due jobs of the queue are
+		// still waiting (at most $3), and in how many microseconds a full rate window of
+		// a limit on the queue or on any kind frees a start (its oldest start plus its
+		// period, less now: the database's clock, so host clock skew cannot shift
+		// it). NULL when no rate window is full.
+		status: b.add("limit_status", `
+WITH t AS (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now)
+SELECT
+  (SELECT count(*) FROM (
+     SELECT 1 FROM {{s}}.jobs
+     WHERE status = 'pending' AND queue = $2 AND run_at <= (SELECT now FROM t)
+     LIMIT $3) d),
+  (SELECT (extract(epoch FROM min(o.oldest + w.per_us * interval '1 microsecond') - (SELECT now FROM t)) * 1000000)::bigint
+   FROM {{s}}.limit_windows w
+   JOIN {{s}}.limits l ON l.scope = w.scope AND l.target = w.target
+     AND (l.key = w.key OR (l.key = '*' AND w.key <> ''))
+   CROSS JOIN LATERAL (
+     SELECT min(x.at) AS oldest, sum(x.n) AS n FROM unnest(w.starts, w.counts) AS x(at, n)
+     WHERE x.at > (SELECT now FROM t) - w.per_us * interval '1 microsecond') o
+   WHERE ((w.scope = 'queue' AND w.target = $2) OR w.scope = 'kind') AND l.rate IS NOT NULL
+     AND o.n >= l.rate)`),
+
+		// Setting a limit announces it on the jobs channel ($8) so clients switch to
+		// the limited claim at once (they also refresh on every poll).
+		set: b.add("limit_set", `
+WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
+INSERT INTO {{s}}.limits AS l (scope, target, key, max_running, rate, per_us, updated_at)
+SELECT $2, $3, $4, $5, $6, $7, t.now FROM t
+ON CONFLICT (scope, target, key) DO UPDATE SET
+  max_running = excluded.max_running, rate = excluded.rate, per_us = excluded.per_us, updated_at = excluded.updated_at
+RETURNING l.updated_at, (SELECT pg_notify($8, '`+LimitsChanged+`')) IS NULL`),
+
+		remove: b.add("limit_delete", `
+WITH d AS (
+  DELETE FROM {{s}}.limits WHERE scope = $1 AND target = $2 AND key = $3 RETURNING 1
+)
+SELECT count(*), (SELECT pg_notify($4, '`+LimitsChanged+`')) IS NULL FROM d`),
+
+		list: b.add("limit_list", `
+SELECT scope, target, key, max_running, rate, per_us, updated_at FROM {{s}}.limits
+ORDER BY scope DESC, target, key`),
+
+		// Which claims must be limited: the queues with a limit of their own, and
+		// whether any kind has one (a kind can be enqueued into any queue).
+		scopes: b.add("limit_scopes", `
+SELECT coalesce(array_agg(DISTINCT target) FILTER (WHERE scope = 'queue'), '{}'),
+       coalesce(bool_or(scope = 'kind'), false)
+FROM {{s}}.limits`),
+
+		// Usage of every bucket a limit defines: wide and single-key limits always,
+		// and for a '*' limit each key that runs jobs or started any within its window
+		// (keys with their own row excluded). running counts valid leases only.
+		usage: b.add("limit_usage", `
+WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
+run AS (
+  SELECT queue, kind, concurrency_key AS ckey, count(*) AS n FROM {{s}}.jobs
+  WHERE status = 'running' AND lease_until > (SELECT now FROM t)
+  GROUP BY 1, 2, 3
+),
+buckets AS (
+  SELECT l.scope, l.target, l.key AS lkey, l.key AS bkey, l.max_running, l.rate, l.per_us
+  FROM {{s}}.limits l WHERE l.key <> '*'
+  UNION
+  SELECT l.scope, l.target, '*', k.bkey, l.max_running, l.rate, l.per_us
+  FROM {{s}}.limits l
+  CROSS JOIN LATERAL (
+    SELECT r.ckey AS bkey FROM run r
+    WHERE r.ckey <> '' AND l.target = CASE l.scope WHEN 'queue' THEN r.queue ELSE r.kind END
+    UNION
+    SELECT w.key FROM {{s}}.limit_windows w WHERE w.scope = l.scope AND w.target = l.target AND w.key <> ''
+  ) k
+  WHERE l.key = '*' AND NOT EXISTS (
+    SELECT 1 FROM {{s}}.limits o WHERE o.scope = l.scope AND o.target = l.target AND o.key = k.bkey)
+)
+SELECT b.scope, b.target, b.lkey, b.bkey, b.max_running, b.rate, b.per_us,
+  coalesce((SELECT sum(r.n) FROM run r
+            WHERE b.target = CASE b.scope WHEN 'queue' THEN r.queue ELSE r.kind END
+              AND (b.bkey = '' OR r.ckey = b.bkey)), 0)::bigint,
+  coalesce((SELECT sum(x.n) FROM {{s}}.limit_windows w, unnest(w.starts, w.counts) AS x(at, n)
+            WHERE w.scope = b.scope AND w.target = b.target AND w.key = b.bkey
+              AND x.at > (SELECT now FROM t) - w.per_us * interval '1 microsecond'), 0)::bigint
+FROM buckets b
+ORDER BY b.scope DESC, b.target, b.lkey, b.bkey`),
+
+		// The sweeper deletes the windows of buckets that started nothing within their
+		// period, and those of limits that no longer exist.
+		sweep: b.add("limit_sweep", `
+WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
+DELETE FROM {{s}}.limit_windows w
+USING t
+WHERE w.starts[array_upper(w.starts, 1)] <= t.now - w.per_us * interval '1 microsecond'
+   OR NOT EXISTS (SELECT 1 FROM {{s}}.limits l WHERE l.scope = w.scope AND l.target = w.target AND l.rate IS NOT NULL)`),
+	}
+}
+
+// LimitRow is a row of the limits table. MaxRunning and Rate are 0 when unset.
+type LimitRow struct {
+	Scope, Target, Key string
+	MaxRunning         int
+	Rate               int
+	Per                time.Duration
+	UpdatedAt          time.Time
+}
+
+// LimitSet inserts or replaces a limit and notifies channel.
+func (s *Store) LimitSet(ctx context.Context, db DBTX, now *time.Time, r LimitRow, channel string) (time.Time, error) {
+	var at time.Time
+	var notified bool
+	err := db.QueryRow(ctx, s.limits.set.sql, Now(now), r.Scope, r.Target, r.Key,
+		positiveOrNil(r.MaxRunning), positiveOrNil(r.Rate), perOrNil(r), channel).Scan(&at, &notified)
+	return at, err
+}
+
+func positiveOrNil(n int) *int {
+	if n <= 0 {
+		return nil
+	}
+	return &n
+}
+
+func perOrNil(r LimitRow) *int64 {
+	if r.Rate <= 0 {
+		return nil
+	}
+	us := micros(r.Per)
+	return &us
+}
+
+// LimitDelete deletes a limit, notifying channel; it reports whether one existed.
+func (s *Store) LimitDelete(ctx context.Context, db DBTX, scope, target, key, channel string) (bool, error) {
+	var n int64
+	var notified bool
+	err := db.QueryRow(ctx, s.limits.remove.sql, scope, target, key, channel).Scan(&n, &notified)
+	return n > 0, err
+}
+
+// Limits lists the limits table.
+func (s *Store) Limits(ctx context.Context, db DBTX) ([]LimitRow, error) {
+	rows, err := db.Query(ctx, s.limits.list.sql)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (LimitRow, error) {
+		var r LimitRow
+		var maxRunning, rate *int
+		var per *int64
+		if err := row.Scan(&r.Scope, &r.Target, &r.Key, &maxRunning, &rate, &per, &r.UpdatedAt); err != nil {
+			return r, err
+		}
+		r.MaxRunning, r.Rate, r.Per = deref(maxRunning), deref(rate), time.Duration(deref(per))*time.Microsecond
+		return r, nil
+	})
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// LimitScopes tells which queues have limits of their own and whether any kind has
+// one.
+func (s *Store) LimitScopes(ctx context.Context, db DBTX) (queues []string, anyKind bool, err error) {
+	err = db.QueryRow(ctx, s.limits.scopes.sql).Scan(&queues, &anyKind)
+	return queues, anyKind, err
+}
+
+// LimitUsage is one bucket's use of its limit.
+type LimitUsage struct {
+	LimitRow
+	Bucket  string // the concurrency key the figures are for ('' for a wide limit)
+	Running int64  // jobs running under a valid lease
+	Started int64  // starts within the current window (rate limits)
+}
+
+// LimitUsages reports every bucket's usage (see the limit_usage statement).
+func (s *Store) LimitUsages(ctx context.Context, db DBTX, now *time.Time) ([]LimitUsage, error) {
+	rows, err := db.Query(ctx, s.limits.usage.sql, Now(now))
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (LimitUsage, error) {
+		var u LimitUsage
+		var maxRunning, rate *int
+		var per *int64
+		if err := row.Scan(&u.Scope, &u.Target, &u.Key, &u.Bucket, &maxRunning, &rate, &per, &u.Running, &u.Started); err != nil {
+			return u, err
+		}
+		u.MaxRunning, u.Rate, u.Per = deref(maxRunning), deref(rate), time.Duration(deref(per))*time.Microsecond
+		return u, nil
+	})
+}
+
+// LimitSweep deletes the rate windows that no longer hold a start.
+func (s *Store) LimitSweep(ctx context.Context, db DBTX, now *time.Time) (int64, error) {
+	tag, err := db.Exec(ctx, s.limits.sweep.sql, Now(now))
+	return tag.RowsAffected(), err
+}
+
+// Batcher runs a pipeline of statements in one round trip: *pgxpool.Pool, *pgx.Conn.
+type Batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// LimitedClaim is the outcome of ClaimLimited.
+type LimitedClaim struct {
+	Jobs []*Job
+	// Waiting is how many due jobs of the queue remain unclaimed (at most the claim's
+	// Limit): when the claim was short, they were held back by a limit.
+	Waiting int
+	// RetryIn, when set, is how soon a full rate window frees a start.
+	RetryIn *time.Duration
+}
+
+// ClaimLimited is Claim for a queue some limit governs: see limitedClaimSQL. The head
+// window is four times the limit, at least 64.
+func (s *Store) ClaimLimited(ctx context.Context, db Batcher, now *time.Time, p ClaimParams) (LimitedClaim, error) {
+	var out LimitedClaim
+	b := &pgx.Batch{}
+	b.Queue(s.limits.lock.sql)
+	b.Queue(s.limits.claim.sql, Now(now), p.Queue, p.WorkerID, micros(p.Lease), p.Limit, max(4*p.Limit, 64))
+	b.Queue(s.limits.status.sql, Now(now), p.Queue, p.Limit)
+	br := db.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return out, fmt.Errorf("limit lock: %w", err)
+	}
+	jobs, err := collectJobs(br.Query())
+	if err != nil {
+		return out, err
+	}
+	SortClaimOrder(jobs)
+	out.Jobs = jobs
+	var retryUS *int64
+	if err := br.QueryRow().Scan(&out.Waiting, &retryUS); err != nil {
+		return out, fmt.Errorf("limit status: %w", err)
+	}
+	if retryUS != nil {
+		d := time.Duration(*retryUS) * time.Microsecond
+		out.RetryIn = &d
+	}
+	return out, br.Close()
+}

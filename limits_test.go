@@ -1,0 +1,287 @@
+package skiplock_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/skiplock/skiplock"
+)
+
+// peaks tracks, in process, how many handlers run at once per key and in total.
+type peaks struct {
+	mu              sync.Mutex
+	now, max        map[string]int
+	total, maxTotal int
+}
+
+func newPeaks() *peaks { return &peaks{now: map[string]int{}, max: map[string]int{}} }
+
+func (p *peaks) enter(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.now[key]++
+	p.max[key] = max(p.max[key], p.now[key])
+	p.total++
+	p.maxTotal = max(p.maxTotal, p.total)
+}
+
+func (p *peaks) leave(key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.now[key]--
+	p.total--
+}
+
+// Concurrency limits hold across clients: three clients with four workers each never
+// run more than the queue's limit together, nor more than a key's limit for a key,
+// and an override replaces the per-key default. Handlers run inside their job's slot
+// (claim to durable outcome), so an in-process count above a limit would mean the
+// database let too many jobs hold slots.
+func TestLimitsHoldAcrossClients(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{Clock: realClock{}})
+	for _, l := range []skiplock.Limit{
+		{Queue: "lim", MaxRunning: 5},
+		{Queue: "lim", Key: skiplock.EachKey, MaxRunning: 2},
+		{Queue: "lim", Key: "big", MaxRunning: 3},
+	} {
+		e.must(e.client.LimitSet(e.ctx, l))
+	}
+	pk := newPeaks()
+	var done atomic.Int64
+	for range 3 {
+		ws := skiplock.NewWorkers()
+		e.must(ws.AddHandler("k", func(ctx context.Context, j *skiplock.Job) error {
+			pk.enter(j.ConcurrencyKey)
+			defer pk.leave(j.ConcurrencyKey)
+			select { // a few milliseconds of work
+			case <-time.After(3 * time.Millisecond):
+			case <-ctx.Done():
+			}
+			done.Add(1)
+			return nil
+		}, nil))
+		startClient(t, e.newClient(skiplock.Config{Workers: ws, Clock: realClock{},
+			Queues: map[string]skiplock.QueueConfig{"lim": {MaxWorkers: 4}}}))
+	}
+	var ps []skiplock.EnqueueParams
+	for i := range 150 {
+		key := []string{"a", "big", "", "c"}[i%4]
+		ps = append(ps, skiplock.EnqueueParams{Kind: "k", Payload: []byte(`{}`),
+			Opts: skiplock.EnqueueOpts{Queue: "lim", ConcurrencyKey: key}})
+	}
+	_, err := e.client.EnqueueMany(e.ctx, ps)
+	e.must(err)
+	waitFor(t, 60*time.Second, "every job to run", func() bool { return done.Load() == 150 })
+	pk.mu.Lock()
+	defer pk.mu.Unlock()
+	if pk.maxTotal > 5 || pk.max["a"] > 2 || pk.max["c"] > 2 || pk.max["big"] > 3 {
+		t.Fatalf("a limit was exceeded: total %d, per key %v", pk.maxTotal, pk.max)
+	}
+	if pk.maxTotal < 3 {
+		t.Errorf("at most %d jobs ran at once: the limits admitted less than they allow", pk.maxTotal)
+	}
+	if got := scalar[int64](e, "SELECT count(*) FROM "+e.q("jobs")+" WHERE status = 'succeeded' AND attempts = 1"); got != 150 {
+		t.Errorf("%d jobs succeeded at their first attempt, want 150 (a held-back job spent an attempt?)", got)
+	}
+}
+
+// One saturated key does not block the others: the head of the queue is a long
+// backlog of one key whose running job waits for the other keys' jobs, so they can
+// only run if the claim looks past that backlog.
+func TestLimitsNoHeadOfLineBlocking(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{Clock: realClock{}})
+	e.must(e.client.LimitSet(e.ctx, skiplock.Limit{Queue: "hol", Key: skiplock.EachKey, MaxRunning: 1}))
+	coldDone := make(chan struct{})
+	var cold atomic.Int64
+	ws := skiplock.NewWorkers()
+	e.must(ws.AddHandler("k", func(ctx context.Context, j *skiplock.Job) error {
+		if j.ConcurrencyKey == "hot" {
+			select {
+			case <-coldDone:
+			case <-ctx.Done():
+			}
+			return nil
+		}
+		if cold.Add(1) == 5 {
+			close(coldDone)
+		}
+		return nil
+	}, nil))
+	var ps []skiplock.EnqueueParams
+	for range 500 {
+		ps = append(ps, skiplock.EnqueueParams{Kind: "k", Payload: []byte(`{}`),
+			Opts: skiplock.EnqueueOpts{Queue: "hol", ConcurrencyKey: "hot", Priority: 10}})
+	}
+	for _, k := range []string{"c1", "c2", "c3", "c4", "c5"} {
+		ps = append(ps, skiplock.EnqueueParams{Kind: "k", Payload: []byte(`{}`),
+			Opts: skiplock.EnqueueOpts{Queue: "hol", ConcurrencyKey: k}})
+	}
+	_, err := e.client.EnqueueMany(e.ctx, ps)
+	e.must(err)
+	startClient(t, e.newClient(skiplock.Config{Workers: ws, Clock: realClock{},
+		Queues: map[string]skiplock.QueueConfig{"hol": {MaxWorkers: 6}}}))
+	select {
+	case <-coldDone:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("only %d of the 5 other keys' jobs ran behind a saturated key's backlog", cold.Load())
+	}
+}
+
+// A rate limit is an exact sliding window, and a concurrency slot is freed by its
+// lease running out even before the reclaimer runs (fake clock, manual claims).
+func TestLimitsRateWindowAndLeaseExpiry(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{LeaseDuration: 30 * time.Second})
+	m := e.client.Manual()
+	e.must(e.client.LimitSet(e.ctx, skiplock.Limit{Queue: "r", Rate: 10, Per: time.Minute}))
+	e.must(e.client.LimitSet(e.ctx, skiplock.Limit{Queue: "c", MaxRunning: 2}))
+	for range 35 {
+		_, err := e.client.EnqueueRaw(e.ctx, "k", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "r"})
+		e.must(err)
+	}
+	for range 5 {
+		_, err := e.client.EnqueueRaw(e.ctx, "k", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "c"})
+		e.must(err)
+	}
+	claim := func(queue string, want int) []*skiplock.Job {
+		t.Helper()
+		jobs, err := m.Claim(e.ctx, queue, 25)
+		e.must(err)
+		if len(jobs) != want {
+			t.Fatalf("at %s claimed %d of queue %s, want %d", e.clock.Now().Sub(t0), len(jobs), queue, want)
+		}
+		return jobs
+	}
+	claim("r", 10)
+	claim("r", 0)
+	e.clock.Advance(30 * time.Second)
+	claim("r", 0)
+	e.clock.Advance(30*time.Second - time.Microsecond)
+	claim("r", 0) // the first ten started 1µs less than a minute ago
+	e.clock.Advance(time.Microsecond)
+	claim("r", 10)
+	use, err := e.client.LimitUsages(e.ctx)
+	e.must(err)
+	if len(use) != 2 || use[1].Limit.Queue != "r" || use[1].Started != 10 || use[0].Limit.Queue != "c" {
+		t.Errorf("usage: %+v", use)
+	}
+
+	windows := func() int64 { return scalar[int64](e, "SELECT count(*) FROM "+e.q("limit_windows")) }
+	_, err = e.client.RunMaintenanceOnceForTest(e.ctx, "limit-sweeper")
+	e.must(err)
+	if n := windows(); n != 1 {
+		t.Fatalf("the sweeper left %d rate windows while one holds starts, want 1", n)
+	}
+
+	first := claim("c", 2)
+	claim("c", 0)
+	e.must(m.Complete(e.ctx, first[0]))
+	claim("c", 1)
+	e.clock.Advance(31 * time.Second) // both leases expired; the reclaimer has not run
+	claim("c", 2)
+	e.clock.Advance(time.Minute) // the newest start left its window
+	_, err = e.client.RunMaintenanceOnceForTest(e.ctx, "limit-sweeper")
+	e.must(err)
+	if n := windows(); n != 0 {
+		t.Errorf("the sweeper left %d idle rate windows", n)
+	}
+}
+
+// A client whose view of the limits is stale (a limit written without its NOTIFY)
+// still takes nothing a limit governs: the plain claim refuses those jobs.
+func TestPlainClaimLeavesLimitedJobs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{})
+	for _, q := range []string{"free", "lq"} {
+		_, err := e.client.EnqueueRaw(e.ctx, "k", []byte(`{}`), &skiplock.EnqueueOpts{Queue: q})
+		e.must(err)
+	}
+	_, err := e.client.EnqueueRaw(e.ctx, "sms", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "free"})
+	e.must(err)
+	_, err = e.pool.Exec(e.ctx, "INSERT INTO "+e.q("limits")+" (scope, target, max_running) VALUES ('queue', 'lq', 5), ('kind', 'sms', 5)")
+	e.must(err)
+	claimed := func(queue string) int64 {
+		var n int64
+		rows, err := e.pool.Query(e.ctx, e.client.ClaimSQLForTest(), t0, queue, "w", int64(time.Minute/time.Microsecond), 10)
+		e.must(err)
+		for rows.Next() {
+			n++
+		}
+		e.must(rows.Err())
+		return n
+	}
+	if n := claimed("lq"); n != 0 {
+		t.Errorf("the plain claim took %d jobs of a limited queue", n)
+	}
+	if n := claimed("free"); n != 1 {
+		t.Errorf("the plain claim took %d jobs of the unlimited queue, want 1 (the limited kind's left)", n)
+	}
+}
+
+// Limits refuse bad input with a typed error naming the field, and round-trip.
+func TestLimitsBadInputAndList(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{})
+	for _, l := range []skiplock.Limit{
+		{},
+		{Queue: "a", Kind: "b", MaxRunning: 1},
+		{Queue: "bad name", MaxRunning: 1},
+		{Queue: "a"},
+		{Queue: "a", MaxRunning: -1},
+		{Queue: "a", MaxRunning: skiplock.MaxLimit + 1},
+		{Queue: "a", Rate: 5},
+		{Queue: "a", Rate: 5, Per: time.Microsecond},
+		{Queue: "a", MaxRunning: 1, Per: time.Second},
+		{Queue: "a", Key: "bad\x00key", MaxRunning: 1},
+	} {
+		if err := e.client.LimitSet(e.ctx, l); !errors.Is(err, skiplock.ErrInvalid) {
+			t.Errorf("LimitSet(%+v) = %v, want ErrInvalid", l, err)
+		}
+	}
+	if err := e.client.LimitSet(nil, skiplock.Limit{Queue: "a", MaxRunning: 1}); !errors.Is(err, skiplock.ErrInvalid) { //nolint:staticcheck // nil ctx on purpose
+		t.Errorf("nil ctx: %v", err)
+	}
+	_, err := e.client.EnqueueRaw(e.ctx, "k", []byte(`{}`), &skiplock.EnqueueOpts{ConcurrencyKey: skiplock.EachKey})
+	if !errors.Is(err, skiplock.ErrInvalid) {
+		t.Errorf("enqueue with ConcurrencyKey %q: %v", skiplock.EachKey, err)
+	}
+	if _, err := skiplock.NewClient(e.pool, skiplock.Config{Limits: []skiplock.Limit{{Queue: "a"}}}); !errors.Is(err, skiplock.ErrInvalid) {
+		t.Errorf("Config.Limits with a bad limit: %v", err)
+	}
+	if n := scalar[int64](e, "SELECT count(*) FROM "+e.q("limits")); n != 0 {
+		t.Fatalf("refused limits wrote %d rows", n)
+	}
+	want := []skiplock.Limit{
+		{Queue: "mail", MaxRunning: 3, Rate: 100, Per: time.Second},
+		{Queue: "mail", Key: skiplock.EachKey, MaxRunning: 1},
+		{Kind: "sms", Rate: 10, Per: time.Minute},
+	}
+	for _, l := range want {
+		e.must(e.client.LimitSet(e.ctx, l))
+	}
+	e.must(e.client.LimitSet(e.ctx, skiplock.Limit{Queue: "mail", MaxRunning: 3, Rate: 100, Per: time.Second})) // replaces
+	got, err := e.client.LimitList(e.ctx)
+	e.must(err)
+	if len(got) != len(want) {
+		t.Fatalf("LimitList = %+v", got)
+	}
+	for i := range want {
+		got[i].UpdatedAt = time.Time{}
+		if got[i] != want[i] {
+			t.Errorf("LimitList[%d] = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	ok, err := e.client.LimitDelete(e.ctx, skiplock.Limit{Kind: "sms"})
+	e.must(err)
+	again, err := e.client.LimitDelete(e.ctx, skiplock.Limit{Kind: "sms"})
+	e.must(err)
+	if !ok || again {
+		t.Errorf("LimitDelete: first %v, second %v", ok, again)
+	}
+}
