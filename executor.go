@@ -183,5 +183,6 @@ func (r *runtime) finish(f *inflight, status *string) {
 func (r *runtime) release(f *inflight) {
 	f.p.held.Add(-1)
 	signal(f.p.slot)
+	signal(f.p.freed)
 	r.jobsWG.Done()
 }

@@ -17,7 +17,8 @@ type producer struct {
 	avgRunNs atomic.Int64   // moving average of handler durations; 0 = unknown
 	local    chan *inflight // claimed jobs waiting for an executor
 	wake     chan struct{}  // NOTIFY, (re)connect
-	slot     chan struct{}  // an outcome became durable
+	slot     chan struct{}  // a job finished running, or an outcome became durable
+	freed    chan struct{}  // an outcome became durable: its limit slot is free in the database
 }
 
 // capacity is how many jobs the producer may hold: its workers plus an adaptive
@@ -52,12 +53,11 @@ func (p *producer) observe(d time.Duration) {
 // it waits until a quarter of the capacity is free, so fast queues claim in batches
 // rather than one job per freed slot.
 func (r *runtime) claimSize(p *producer) (int, bool) {
+	// A claimed job holds its limit slots from the claim on, also while it waits
+	// locally; the adaptive prefetch keeps that wait near PrefetchWindow, so limited
+	// queues prefetch too (W9 with prefetch off ran at a fraction of W5: every claim
+	// then took only as many jobs as workers had just finished).
 	capacity := p.capacity()
-	if r.limited(p.queue) {
-		// A claimed job holds a limit's slot from its claim on: prefetching would
-		// hold slots idle that other clients could use.
-		capacity = p.cfg.MaxWorkers
-	}
 	free := min(capacity-int(p.active.Load()), capacity+r.c.cfg.CompletionBatchSize-int(p.held.Load()))
 	if free <= 0 {
 		return 0, false
@@ -119,13 +119,11 @@ func (r *runtime) produce(p *producer) {
 			var freed chan struct{}
 			var retry <-chan time.Time
 			if throttle.throttled {
-				// Only a slot freed from now on may admit a job: drop the signal the
-				// throttled claim itself left.
-				select {
-				case <-p.slot:
-				default:
-				}
-				freed = p.slot
+				// An outcome made durable since the claim's snapshot may have freed a
+				// slot. (One that was durable before it costs one claim that finds
+				// nothing.) A handler's return is not enough: its job holds the slot
+				// until the outcome commits.
+				freed = p.freed
 				if throttle.retryIn > 0 {
 					retryTimer.Reset(throttle.retryIn)
 					retry = retryTimer.C

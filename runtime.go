@@ -139,7 +139,7 @@ func (c *Client) Start(ctx context.Context) error {
 	for name, q := range c.cfg.Queues {
 		active := q.MaxWorkers + max(q.MaxPrefetch, 0)
 		r.producers[name] = &producer{queue: name, cfg: q, local: make(chan *inflight, active),
-			wake: make(chan struct{}, 1), slot: make(chan struct{}, 1)}
+			wake: make(chan struct{}, 1), slot: make(chan struct{}, 1), freed: make(chan struct{}, 1)}
 		total += active + c.cfg.CompletionBatchSize
 	}
 	r.outcomes = make(chan *inflight, total)

@@ -17,10 +17,16 @@
 //	skiplock_outbox_unpublished                      gauge
 //	skiplock_outbox_lag_seconds                      gauge: age of the oldest unpublished event
 //	skiplock_outbox_dead                             gauge
-//	skiplock_stats_up                                gauge: 1 when the last read succeeded
+//	skiplock_limit_running{scope,target,key}         gauge: jobs running under a valid lease in a limit's bucket, all processes
+//	skiplock_limit_max_running{scope,target,key}     gauge: the bucket's concurrency limit
+//	skiplock_limit_started{scope,target,key}         gauge: the bucket's starts within its rate window, all processes
+//	skiplock_limit_rate{scope,target,key}            gauge: the bucket's rate limit: most starts per window
+//	skiplock_limit_window_seconds{scope,target,key}  gauge: that window (Limit.Per)
+//	skiplock_stats_up                                gauge: 1 when the last reads (stats, limits) succeeded
 //	skiplock_stats_duration_seconds                  gauge: how long the last read took
 //	skiplock_<outcome>_total                         counters of this process (inserted, succeeded, failed,
 //	                                                 retried, snoozed, cancelled, lease_lost, reclaimed)
+//	skiplock_jobs_throttled_total                    counter: due jobs this process's claims left pending for a limit
 //	skiplock_operation_failures_total{operation}     counter: failed claims, heartbeats, completions, maintenance runs
 //	skiplock_operation_failing{operation}            gauge: 1 while the operation keeps failing; alert on it
 //	skiplock_outbox_<outcome>_total                  counters of the relays added with AddRelay
@@ -29,6 +35,12 @@
 //
 // The histograms are fed from Client.Subscribe, so they cover the jobs this process
 // runs. Counters are this process's; sum them across processes with PromQL.
+//
+// The limit gauges (docs/limits.md) come from Client.LimitUsages, read on the same
+// schedule as the stats: scope is "queue" or "kind", target the queue's or kind's
+// name, key the bucket's concurrency key ("" for a limit on all the jobs together).
+// A limit on each key (skiplock.EachKey) has one series per key that is running jobs
+// or started any within its window, so the series follow the active keys.
 package metrics
 
 import (
@@ -88,6 +100,10 @@ type StatsCache struct {
 	stats *skiplock.Stats
 	err   error
 	took  time.Duration
+
+	limLast time.Time
+	limits  []skiplock.LimitUsage
+	limErr  error
 }
 
 // NewStatsCache returns a cache reading c's stats with opts at most once per
@@ -118,6 +134,28 @@ func (s *StatsCache) Get(ctx context.Context) (*skiplock.Stats, time.Duration, e
 		}
 	}
 	return s.stats, s.took, s.err
+}
+
+// Limits returns the cached Client.LimitUsages, reading them first when they are
+// older than the interval (each read bounded by the timeout). The error is the last
+// read's; the usages are then the last good ones (nil if none).
+func (s *StatsCache) Limits(ctx context.Context) ([]skiplock.LimitUsage, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := hostclock.Now() // paces the cache only
+	if s.limLast.IsZero() || now.Sub(s.limLast) >= s.interval {
+		ctx, cancel := context.WithTimeout(ctx, s.timeout)
+		use, err := s.c.LimitUsages(ctx)
+		cancel()
+		s.limLast = now
+		s.limErr = nil
+		if err != nil {
+			s.limErr = fmt.Errorf("metrics: reading limit usage: %w", err)
+		} else {
+			s.limits = use
+		}
+	}
+	return s.limits, s.limErr
 }
 
 // New returns a Metrics for c and starts feeding its histograms from c's events.
@@ -155,11 +193,18 @@ func New(c *skiplock.Client, opts Options) *Metrics {
 	d("outbox_unpublished", "Outbox events not yet published and not dead.")
 	d("outbox_lag_seconds", "Age of the oldest unpublished outbox event.")
 	d("outbox_dead", "Outbox events parked after their last attempt.")
+	lim := []string{"scope", "target", "key"}
+	d("limit_running", "Jobs of every process running under a valid lease in a limit's bucket (key: the concurrency key, \"\" for a limit on all jobs).", lim...)
+	d("limit_max_running", "The most jobs a limit's bucket may run at once.", lim...)
+	d("limit_started", "Jobs of every process started in a limit's bucket within its rate window.", lim...)
+	d("limit_rate", "The most starts a limit's bucket may make per window (skiplock_limit_window_seconds).", lim...)
+	d("limit_window_seconds", "The window of a limit's rate.", lim...)
 	d("stats_up", "1 if the last database read for these metrics succeeded.")
 	d("stats_duration_seconds", "How long the last database read for these metrics took.")
 	for _, n := range []string{"inserted", "succeeded", "failed", "retried", "snoozed", "cancelled", "lease_lost", "reclaimed"} {
 		d(n+"_total", "Jobs "+n+" by this process.")
 	}
+	d("jobs_throttled_total", "Due jobs that this process's claims left pending because a limit held them back (once per claim).")
 	d("operation_failures_total", "Failed attempts of this process's repeating operations (claim, heartbeat, completion, maintenance:<service>).", "operation")
 	d("operation_failing", "1 while the operation's latest attempt failed.", "operation")
 	for _, n := range []string{"published", "retried", "dead", "lease_lost", "errors"} {
@@ -228,8 +273,9 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.descs[name], prometheus.CounterValue, float64(v), labels...)
 	}
 	s, took, err := m.Snapshot(context.Background())
+	use, limErr := m.cache.Limits(context.Background())
 	up := 1.0
-	if err != nil {
+	if err != nil || limErr != nil {
 		up = 0
 	}
 	gauge("stats_up", up)
@@ -259,11 +305,27 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		gauge("outbox_lag_seconds", s.Outbox.OldestUnpublishedAge.Seconds())
 		gauge("outbox_dead", float64(s.Outbox.Dead))
 	}
+	for _, u := range use {
+		scope, target := "queue", u.Limit.Queue
+		if u.Limit.Kind != "" {
+			scope, target = "kind", u.Limit.Kind
+		}
+		gauge("limit_running", float64(u.Running), scope, target, u.Bucket)
+		if u.Limit.MaxRunning > 0 {
+			gauge("limit_max_running", float64(u.Limit.MaxRunning), scope, target, u.Bucket)
+		}
+		if u.Limit.Rate > 0 {
+			gauge("limit_started", float64(u.Started), scope, target, u.Bucket)
+			gauge("limit_rate", float64(u.Limit.Rate), scope, target, u.Bucket)
+			gauge("limit_window_seconds", u.Limit.Per.Seconds(), scope, target, u.Bucket)
+		}
+	}
 	p := m.c.Counters()
 	for name, v := range map[string]int64{"inserted": p.Inserted, "succeeded": p.Succeeded, "failed": p.Failed,
 		"retried": p.Retried, "snoozed": p.Snoozed, "cancelled": p.Cancelled, "lease_lost": p.LeaseLost, "reclaimed": p.Reclaimed} {
 		counter(name+"_total", v)
 	}
+	counter("jobs_throttled_total", p.Throttled)
 	for _, op := range m.c.Operations() {
 		counter("operation_failures_total", op.Failures, op.Operation)
 		failing := 0.0

@@ -130,3 +130,93 @@ func TestCollectorHistogramsFromEvents(t *testing.T) {
 		<-time.After(10 * time.Millisecond) // the condition's polling interval
 	}
 }
+
+// The limit gauges report every bucket cluster-wide, and the throttled counter counts
+// the jobs this process's claims held back.
+func TestCollectorLimits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	started, release := make(chan struct{}, 10), make(chan struct{})
+	ws := skiplock.NewWorkers()
+	if err := ws.AddHandler("k", func(ctx context.Context, j *skiplock.Job) error {
+		started <- struct{}{}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	c, _ := newClient(t, skiplock.Config{Workers: ws, Queues: map[string]skiplock.QueueConfig{"lq": {MaxWorkers: 4}},
+		PollInterval: 10 * time.Millisecond, Limits: []skiplock.Limit{
+			{Queue: "lq", MaxRunning: 1},
+			{Queue: "lq", Key: skiplock.EachKey, MaxRunning: 3},
+			{Kind: "k", Rate: 100, Per: time.Minute},
+		}})
+	m := metrics.New(c, metrics.Options{MinInterval: time.Hour})
+	defer m.Close()
+	for range 3 {
+		if _, err := c.EnqueueRaw(ctx, "k", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "lq", ConcurrencyKey: "t1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(ctx)
+	defer close(release)
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no job started")
+	}
+	for deadline := time.Now().Add(20 * time.Second); c.Counters().Throttled == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("no claim was throttled")
+		}
+		<-time.After(10 * time.Millisecond) // the condition's polling interval
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	want := `
+# HELP skiplock_limit_max_running The most jobs a limit's bucket may run at once.
+# TYPE skiplock_limit_max_running gauge
+skiplock_limit_max_running{key="",scope="queue",target="lq"} 1
+skiplock_limit_max_running{key="t1",scope="queue",target="lq"} 3
+# HELP skiplock_limit_rate The most starts a limit's bucket may make per window (skiplock_limit_window_seconds).
+# TYPE skiplock_limit_rate gauge
+skiplock_limit_rate{key="",scope="kind",target="k"} 100
+# HELP skiplock_limit_running Jobs of every process running under a valid lease in a limit's bucket (key: the concurrency key, "" for a limit on all jobs).
+# TYPE skiplock_limit_running gauge
+skiplock_limit_running{key="",scope="kind",target="k"} 1
+skiplock_limit_running{key="",scope="queue",target="lq"} 1
+skiplock_limit_running{key="t1",scope="queue",target="lq"} 1
+# HELP skiplock_limit_started Jobs of every process started in a limit's bucket within its rate window.
+# TYPE skiplock_limit_started gauge
+skiplock_limit_started{key="",scope="kind",target="k"} 1
+# HELP skiplock_limit_window_seconds The window of a limit's rate.
+# TYPE skiplock_limit_window_seconds gauge
+skiplock_limit_window_seconds{key="",scope="kind",target="k"} 60
+# HELP skiplock_stats_up 1 if the last database read for these metrics succeeded.
+# TYPE skiplock_stats_up gauge
+skiplock_stats_up 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "skiplock_limit_max_running", "skiplock_limit_rate",
+		"skiplock_limit_running", "skiplock_limit_started", "skiplock_limit_window_seconds", "skiplock_stats_up"); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "skiplock_jobs_throttled_total" {
+			if v := mf.GetMetric()[0].GetCounter().GetValue(); v < 1 {
+				t.Fatalf("skiplock_jobs_throttled_total = %v, want at least 1", v)
+			}
+			return
+		}
+	}
+	t.Fatal("no skiplock_jobs_throttled_total")
+}

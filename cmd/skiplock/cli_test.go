@@ -126,7 +126,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"relay", "--to", "ftp://u:hunter2@broker"}, "the scheme must be one of: amqp, amqps, kafka, nats, http, https"},
 		{[]string{"relay", "--to", "amqp://user:hunter2@broker", "--batch", "0"}, "--batch and --concurrency"},
 		{[]string{"relay", "--to", "https://hooks.example", "--webhook-secret", "s", "--webhook-endpoint", "x"}, "want name=URL"},
-		{[]string{"bench", "--workload", "W9"}, "bench: --workload"},
+		{[]string{"bench", "--workload", "W99"}, "bench: --workload"},
 		{[]string{"version", "now"}, `unexpected arguments ["now"]`},
 		{[]string{"help", "jobs", "lst"}, `help: unknown command "jobs lst"; valid: `},
 		{[]string{"metrics", "--min-interval", "often"}, `invalid argument "often" for "--min-interval"`},

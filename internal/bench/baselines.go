@@ -7,6 +7,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,6 +70,12 @@ func runB0(ctx context.Context, e *Env) (*Result, error) {
 
 // preinsert writes n noop jobs with COPY into schema (not timed).
 func preinsert(ctx context.Context, e *Env, schema string, n int) error {
+	return preinsertKeyed(ctx, e, schema, n, 0)
+}
+
+// preinsertKeyed is preinsert with the jobs spread round-robin over keys
+// concurrency keys (none when keys is 0).
+func preinsertKeyed(ctx context.Context, e *Env, schema string, n, keys int) error {
 	c, err := skiplock.NewClient(e.Pool, skiplock.Config{Schema: schema, NotifyCoalesce: -1})
 	if err != nil {
 		return err
@@ -79,6 +86,9 @@ func preinsert(ctx context.Context, e *Env, schema string, n int) error {
 		ps := make([]skiplock.EnqueueParams, m)
 		for k := range ps {
 			ps[k] = skiplock.EnqueueParams{Args: noop{I: i + k}}
+			if keys > 0 {
+				ps[k].Opts.ConcurrencyKey = "tenant-" + strconv.Itoa((i+k)%keys)
+			}
 		}
 		if _, err := c.EnqueueManyTx(ctx, e.Pool, ps); err != nil {
 			return err

@@ -85,6 +85,7 @@ func All() []Workload {
 		{"W6", "latency enqueue commit → handler start, 200 jobs/s for 10 s", runW6},
 		{"W7", "burn-down of 1,000,000 pre-inserted jobs", runW7},
 		{"W8", "outbox relay", runW8},
+		{"W9", "work with limits: 1,000 keys at 5 each (not binding); then a binding queue limit of 50, 10 ms jobs", runW9},
 	}
 }
 
@@ -105,13 +106,13 @@ func Select(spec string) ([]Workload, error) {
 			found = found || w.Name == name
 		}
 		if !found {
-			return nil, fmt.Errorf("unknown workload %q (B0, B1, W1…W8 or all)", name)
+			return nil, fmt.Errorf("unknown workload %q (B0, B1, W1…W9 or all)", name)
 		}
 	}
 	if want["W1"] || want["W2"] {
 		want["B0"] = true
 	}
-	if want["W4"] || want["W5"] || want["W7"] {
+	if want["W4"] || want["W5"] || want["W7"] || want["W9"] {
 		want["B1"] = true
 	}
 	var out []Workload

@@ -18,7 +18,10 @@ type workOpts struct {
 	n               int
 	workers         int
 	deleteOnSuccess bool
-	marks           []float64 // fractions at which to record the elapsed time
+	marks           []float64        // fractions at which to record the elapsed time
+	keys            int              // concurrency keys the jobs are spread over (0: none)
+	limits          []skiplock.Limit // set before the client starts
+	jobTime         time.Duration    // each handler's duration (0: returns at once)
 }
 
 // work works o.n pre-inserted jobs with one client and reports the rate, and the
@@ -28,7 +31,7 @@ func work(ctx context.Context, e *Env, o workOpts) (*Result, map[float64]time.Du
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := preinsert(ctx, e, schema, o.n); err != nil {
+	if err := preinsertKeyed(ctx, e, schema, o.n, o.keys); err != nil {
 		return nil, nil, err
 	}
 	pool, err := e.pool(ctx, 8)
@@ -38,11 +41,18 @@ func work(ctx context.Context, e *Env, o workOpts) (*Result, map[float64]time.Du
 	defer pool.Close()
 	tr := newTracker(o.n)
 	ws := skiplock.NewWorkers()
-	if err := ws.AddHandler("noop", tr.handler(), nil); err != nil {
+	h := tr.handler()
+	if o.jobTime > 0 {
+		h = func(ctx context.Context, job *skiplock.Job) error {
+			<-time.After(o.jobTime)
+			return tr.handler()(ctx, job)
+		}
+	}
+	if err := ws.AddHandler("noop", h, nil); err != nil {
 		return nil, nil, err
 	}
 	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema, Workers: ws, DeleteOnSuccess: o.deleteOnSuccess,
-		Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: o.workers}}})
+		Limits: o.limits, Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: o.workers}}})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -129,5 +139,35 @@ func runW7(ctx context.Context, e *Env) (*Result, error) {
 	r.Target = "≥ 40,000 jobs/s, last 10% within 20% of first"
 	r.Met = boolp(r.JobsPerSec >= 40000 && last >= 0.8*first)
 	r.Extra["first_10pct_jobs_per_sec"], r.Extra["last_10pct_jobs_per_sec"], r.Extra["concurrency"] = int(first), int(last), W5Workers
+	return r, nil
+}
+
+// W9Keys and W9PerKey shape W9: jobs spread over W9Keys concurrency keys, at most
+// W9PerKey running per key, under a queue limit that does not bind.
+const (
+	W9Keys   = 1000
+	W9PerKey = 5
+)
+
+// runW9 is W5 under limits that do not bind (the cost of the limited claim), then
+// W9b: a binding queue limit of 50 with 10 ms jobs (theoretical ceiling 5,000 jobs/s).
+func runW9(ctx context.Context, e *Env) (*Result, error) {
+	r, _, err := work(ctx, e, workOpts{name: "W9", n: e.n(50000), workers: W5Workers, keys: W9Keys, limits: []skiplock.Limit{
+		{Queue: skiplock.DefaultQueue, MaxRunning: 10 * W5Workers},
+		{Queue: skiplock.DefaultQueue, Key: skiplock.EachKey, MaxRunning: W9PerKey},
+	}})
+	if err != nil {
+		return nil, err
+	}
+	r.Extra["keys"], r.Extra["per_key"], r.Extra["concurrency"] = W9Keys, W9PerKey, W5Workers
+	const bound, jobTime = 50, 10 * time.Millisecond
+	b, _, err := work(ctx, e, workOpts{name: "W9b", n: e.n(20000), workers: 2 * bound, jobTime: jobTime,
+		limits: []skiplock.Limit{{Queue: skiplock.DefaultQueue, MaxRunning: bound}}})
+	if err != nil {
+		return nil, err
+	}
+	ceiling := float64(bound) / jobTime.Seconds()
+	r.Extra["binding_limit_50_10ms_jobs_per_sec"] = int(b.JobsPerSec)
+	r.Extra["binding_limit_of_ceiling"] = fmt.Sprintf("%.1f%% of %.0f", 100*b.JobsPerSec/ceiling, ceiling)
 	return r, nil
 }

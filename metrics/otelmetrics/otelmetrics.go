@@ -3,7 +3,9 @@
 // registry. It has the same instruments as package metrics, named with dots
 // (skiplock.jobs, skiplock.oldest_due_age, …): observable gauges and counters read in
 // one callback from a cached Client.Stats, and two histograms fed from the client's
-// events.
+// events. Of the limits it reports skiplock.limit.running, .max_running, .started,
+// .rate and .window (attributes scope, target and key, from a cached
+// Client.LimitUsages) and the counter skiplock.jobs.throttled.
 //
 // It depends only on the OpenTelemetry API (go.opentelemetry.io/otel/metric); the
 // application chooses and configures the SDK and exporter.
@@ -11,6 +13,7 @@ package otelmetrics
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -60,10 +63,19 @@ func Register(meter metric.Meter, c *skiplock.Client, opts Options) (*Bridge, er
 	unpublished := gauge("outbox.unpublished", "{event}", "Outbox events not yet published.")
 	lag := gauge("outbox.lag", "s", "Age of the oldest unpublished outbox event.")
 	dead := gauge("outbox.dead", "{event}", "Outbox events parked after their last attempt.")
-	var outcomes metric.Int64ObservableCounter
+	limRunning := gauge("limit.running", "{job}", "Jobs of every process running under a valid lease in a limit's bucket.")
+	limMax := gauge("limit.max_running", "{job}", "The most jobs a limit's bucket may run at once.")
+	limStarted := gauge("limit.started", "{job}", "Jobs of every process started in a limit's bucket within its rate window.")
+	limRate := gauge("limit.rate", "{job}", "The most starts a limit's bucket may make per window (skiplock.limit.window).")
+	limWindow := gauge("limit.window", "s", "The window of a limit's rate.")
+	var outcomes, throttled metric.Int64ObservableCounter
 	if err == nil {
 		outcomes, err = meter.Int64ObservableCounter("skiplock.jobs.outcomes", metric.WithUnit("{job}"),
 			metric.WithDescription("Job outcomes of this process (attribute outcome)."))
+	}
+	if err == nil {
+		throttled, err = meter.Int64ObservableCounter("skiplock.jobs.throttled", metric.WithUnit("{job}"),
+			metric.WithDescription("Due jobs that this process's claims left pending because a limit held them back."))
 	}
 	var run, wait metric.Float64Histogram
 	if err == nil {
@@ -94,13 +106,32 @@ func Register(meter metric.Meter, c *skiplock.Client, opts Options) (*Bridge, er
 			o.ObserveFloat64(lag, s.Outbox.OldestUnpublishedAge.Seconds())
 			o.ObserveFloat64(dead, float64(s.Outbox.Dead))
 		}
+		use, limErr := cache.Limits(ctx)
+		for _, u := range use {
+			scope, target := "queue", u.Limit.Queue
+			if u.Limit.Kind != "" {
+				scope, target = "kind", u.Limit.Kind
+			}
+			attrs := metric.WithAttributes(attribute.String("scope", scope), attribute.String("target", target),
+				attribute.String("key", u.Bucket))
+			o.ObserveFloat64(limRunning, float64(u.Running), attrs)
+			if u.Limit.MaxRunning > 0 {
+				o.ObserveFloat64(limMax, float64(u.Limit.MaxRunning), attrs)
+			}
+			if u.Limit.Rate > 0 {
+				o.ObserveFloat64(limStarted, float64(u.Started), attrs)
+				o.ObserveFloat64(limRate, float64(u.Limit.Rate), attrs)
+				o.ObserveFloat64(limWindow, u.Limit.Per.Seconds(), attrs)
+			}
+		}
 		p := c.Counters()
 		for name, v := range map[string]int64{"inserted": p.Inserted, "succeeded": p.Succeeded, "failed": p.Failed,
 			"retried": p.Retried, "snoozed": p.Snoozed, "cancelled": p.Cancelled, "lease_lost": p.LeaseLost, "reclaimed": p.Reclaimed} {
 			o.ObserveInt64(outcomes, v, metric.WithAttributes(attribute.String("outcome", name)))
 		}
-		return err
-	}, jobs, due, oldest, expired, unpublished, lag, dead, outcomes)
+		o.ObserveInt64(throttled, p.Throttled)
+		return errors.Join(err, limErr)
+	}, jobs, due, oldest, expired, unpublished, lag, dead, limRunning, limMax, limStarted, limRate, limWindow, outcomes, throttled)
 	if err != nil {
 		return nil, fmt.Errorf("otelmetrics: registering the callback: %w", err)
 	}
