@@ -153,7 +153,8 @@ const (
 // W9b: a binding queue limit of 50 with 10 ms jobs (theoretical ceiling 5,000 jobs/s).
 func runW9(ctx context.Context, e *Env) (*Result, error) {
 	r, _, err := work(ctx, e, workOpts{name: "W9", n: e.n(50000), workers: W5Workers, keys: W9Keys, limits: []skiplock.Limit{
-		{Queue: skiplock.DefaultQueue, MaxRunning: 10 * W5Workers},
+		// Above what one client can hold (workers plus the largest prefetch).
+		{Queue: skiplock.DefaultQueue, MaxRunning: 20 * W5Workers},
 		{Queue: skiplock.DefaultQueue, Key: skiplock.EachKey, MaxRunning: W9PerKey},
 	}})
 	if err != nil {

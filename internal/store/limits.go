@@ -125,11 +125,15 @@ lim AS MATERIALIZED (
   WHERE (scope = 'queue' AND target = $2) OR scope = 'kind'
 ),
 runb AS MATERIALIZED (
-  SELECT v.scope, v.target, v.bkey, count(*) AS n
-  FROM {{s}}.jobs r
-  CROSS JOIN LATERAL (VALUES ('queue', r.queue, '', true), ('queue', r.queue, r.concurrency_key, false),
-                             ('kind', r.kind, '', true), ('kind', r.kind, r.concurrency_key, false)) AS v(scope, target, bkey, wide)
-  WHERE r.status = 'running' AND r.lease_until > (SELECT now FROM t) AND (v.wide OR r.concurrency_key <> '')
+  SELECT v.scope, v.target, v.bkey, sum(g.n) AS n
+  FROM (
+    SELECT r.queue, r.kind, r.concurrency_key, count(*) AS n FROM {{s}}.jobs r
+    WHERE r.status = 'running' AND r.lease_until > (SELECT now FROM t)
+    GROUP BY 1, 2, 3
+  ) g
+  CROSS JOIN LATERAL (VALUES ('queue', g.queue, '', true), ('queue', g.queue, g.concurrency_key, false),
+                             ('kind', g.kind, '', true), ('kind', g.kind, g.concurrency_key, false)) AS v(scope, target, bkey, wide)
+  WHERE v.wide OR g.concurrency_key <> ''
   GROUP BY 1, 2, 3
 ),
 head AS MATERIALIZED (
