@@ -76,6 +76,8 @@ type Store struct {
 	service   serviceStatements
 	queues    queueStatements
 	schedules scheduleStatements
+	flows     flowStatements
+	batches   batchStatements
 
 	all []stmt // every statement, as builder.add recorded them (SQL and the tests)
 }
@@ -104,6 +106,8 @@ func New(schema string) (*Store, error) {
 		service:   newServiceStatements(b),
 		queues:    newQueueStatements(b),
 		schedules: newScheduleStatements(b),
+		flows:     newFlowStatements(b),
+		batches:   newBatchStatements(b),
 	}
 	s.all = b.all
 	return s, nil
