@@ -18,6 +18,9 @@ const (
 	StateSucceeded JobState = "succeeded" // handler returned nil
 	StateFailed    JobState = "failed"    // permanent error or attempts exhausted
 	StateCancelled JobState = "cancelled" // Cancel(err) or an operator
+	// StateWaiting: a flow's parent until its children have finished, or a batch's
+	// callback until the batch fires it; then pending (docs/flows.md).
+	StateWaiting JobState = "waiting"
 )
 
 // Job is a job row as a worker or an operator sees it.
@@ -120,8 +123,9 @@ func fromRows(rs []*store.Job) []*Job {
 
 func (j *Job) lease() store.Lease { return store.Lease{ID: j.ID, Token: j.LeaseToken} }
 
-// JobStates lists every job state, in lifecycle order.
-var JobStates = []JobState{StatePending, StateRunning, StateSucceeded, StateFailed, StateCancelled}
+// JobStates lists every job state: the lifecycle order, then StateWaiting (which
+// precedes pending in a flow's or a batch's lifecycle, but was added later).
+var JobStates = []JobState{StatePending, StateRunning, StateSucceeded, StateFailed, StateCancelled, StateWaiting}
 
 // ParseJobState returns the state named s, or an ErrInvalid error that lists the
 // valid names.

@@ -16,6 +16,9 @@ type QueueStats struct {
 	Pending, Due int64
 	// Running counts leased jobs.
 	Running int64
+	// Waiting counts jobs in StateWaiting: flow parents whose children have not all
+	// finished, and batch callbacks not released yet (docs/flows.md).
+	Waiting int64
 	// Succeeded, Failed and Cancelled count the finished jobs still in the table
 	// (retention removes them). Exact when Stats.FinishedEstimated is false; else
 	// scaled up from a random sample of the table's pages.
@@ -95,6 +98,11 @@ type Stats struct {
 	Outbox OutboxStats
 	// Schedules counts the periodic schedules (docs/scheduling.md).
 	Schedules ScheduleStats
+	// Waiting counts the jobs in StateWaiting over every queue (QueueStats.Waiting).
+	Waiting int64
+	// OpenBatches counts the batches whose completion callback has not been
+	// released (docs/flows.md).
+	OpenBatches int64
 	// FinishedEstimated is true when the finished counts come from a sample.
 	FinishedEstimated bool
 	Process           ProcessCounters
@@ -183,6 +191,19 @@ func (c *Client) Stats(ctx context.Context, opts *StatsOpts) (*Stats, error) {
 			}
 			q.RecentSucceeded, q.RecentFailed, q.RecentCancelled = rq.Succeeded, rq.Failed, rq.Cancelled
 		}
+	}
+	waiting, openBatches, err := c.store.WaitingStats(ctx, c.pool)
+	if err != nil {
+		return nil, fmt.Errorf("counting waiting jobs: %w", wrapPgError(err))
+	}
+	s.OpenBatches = openBatches
+	for name, n := range waiting {
+		q := byQueue[name]
+		if q == nil {
+			q = &QueueStats{Queue: name}
+			byQueue[name] = q
+		}
+		q.Waiting, s.Waiting = n, s.Waiting+n
 	}
 	blocked, err := c.store.BlockedSequences(ctx, c.pool)
 	if err != nil {

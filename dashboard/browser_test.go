@@ -222,6 +222,21 @@ func browserPages(t *testing.T, browserCtx context.Context) {
 	}
 	b.shot("job-succeeded")
 
+	// A flow's tree on the page of one of its children (docs/flows.md).
+	flow, err := f.client.EnqueueFlow(context.Background(), skiplock.Flow{Kind: "build_report", Payload: []byte(`{}`),
+		Children: []skiplock.Flow{{Kind: "send_email", Payload: []byte(`{}`)}, {Kind: "send_email", Payload: []byte(`{}`)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.open("/jobs/"+flow.Children[0].ID, http.StatusOK)
+	b.wantIDs("flow child", "job-flow", "flow-node")
+	if n := b.count("flow-node"); n != 3 {
+		t.Errorf("flow tree: %d jobs, want 3", n)
+	}
+	if s := b.text("job-flow"); !strings.Contains(s, "build_report waiting (2 of 2 children open") || !strings.Contains(s, "◀") {
+		t.Errorf("flow tree %q", s)
+	}
+
 	// Lineage: from a job of the order's transaction to everything it wrote.
 	b.open("/jobs/"+f.orderJob, http.StatusOK)
 	b.click(tid("job-lineage"), http.StatusOK)

@@ -169,8 +169,8 @@ func TestJobFilters(t *testing.T) {
 		}
 		return ids
 	}
-	if got := rows("/jobs"); len(got) != 6 {
-		t.Errorf("all jobs: %d rows, want 6", len(got))
+	if got := rows("/jobs"); len(got) != 7 {
+		t.Errorf("all jobs: %d rows, want 7", len(got))
 	}
 	for _, s := range skiplock.JobStates {
 		got := rows("/jobs?state=" + string(s))
@@ -240,7 +240,7 @@ func TestJobPaging(t *testing.T) {
 	u, err := url.Parse(strings.ReplaceAll(m[1], "&amp;", "&"))
 	must(t, err)
 	r = b.get("/jobs?" + u.RawQuery)
-	if n := testids(r.body, "job-row"); n != 2 || next.MatchString(r.body) || testids(r.body, "jobs-first") != 1 {
+	if n := testids(r.body, "job-row"); n != 3 || next.MatchString(r.body) || testids(r.body, "jobs-first") != 1 {
 		t.Errorf("second page: %d rows, next link %v, first link %d", n, next.MatchString(r.body), testids(r.body, "jobs-first"))
 	}
 }
@@ -789,6 +789,19 @@ func TestJobDetail(t *testing.T) {
 	r = b.get("/jobs/" + f.jobs[skiplock.StateFailed])
 	if testids(r.body, "attempt-row") != 1 || !strings.Contains(r.body, "smtp: mailbox unavailable") || testids(r.body, "job-error") != 1 {
 		t.Errorf("failed job: no attempt timeline or error\n%s", r.body)
+	}
+	if testids(r.body, "job-flow") != 0 {
+		t.Errorf("a job outside any flow shows a flow\n%s", r.body)
+	}
+	// A flow's tree, from a child's page: every job, its state, the page's own job marked.
+	res, err := f.client.EnqueueFlow(f.ctx, skiplock.Flow{Kind: "report", Payload: []byte(`{}`),
+		Children: []skiplock.Flow{{Kind: "part", Payload: []byte(`{}`)}, {Kind: "part", Payload: []byte(`{}`)}}})
+	must(t, err)
+	r = b.get("/jobs/" + res.Children[1].ID)
+	if testids(r.body, "flow-node") != 3 || !strings.Contains(r.body, `data-state="waiting">report</a>`) ||
+		!strings.Contains(r.body, "(2 of 2 children open, on failure: fail)") || !strings.Contains(r.body, "└─ <a href=\"/jobs/"+res.Children[1].ID) ||
+		!strings.Contains(r.body, "◀") {
+		t.Errorf("child of a flow: no tree\n%s", r.body)
 	}
 }
 

@@ -84,6 +84,13 @@ func seed(t *testing.T) *fixture {
 	must(t, err)
 	f.jobs[skiplock.StatePending] = enqueue("mail", "send_email", `{"to":"dee@example.com","token":"`+secret+`"}`)
 	enqueue("paused", "build_report", `{"month":"2026-02"}`)
+	// A waiting job: the callback of a batch that has not completed (docs/flows.md).
+	batch, err := c.BatchOpen(ctx, skiplock.Batch{OnComplete: &skiplock.EnqueueParams{Kind: "import_done", Payload: []byte(`{}`),
+		Opts: skiplock.EnqueueOpts{Queue: "mail"}}})
+	must(t, err)
+	b, err := c.BatchGet(ctx, batch)
+	must(t, err)
+	f.jobs[skiplock.StateWaiting] = b.OnComplete
 	must(t, c.QueuePause(ctx, "paused"))
 	must(t, c.QueuePause(ctx, "idle")) // paused, and no jobs
 	_, err = c.ScheduleAdd(ctx, skiplock.PeriodicJob{Name: "nightly", Spec: "@daily", Kind: "build_report",

@@ -339,6 +339,31 @@ type jobData struct {
 	TxID       int64
 	Actions    []jobAction
 	RunAtIn    time.Duration
+	// Flow is the tree of the flow the job belongs to (docs/flows.md), drawn row by
+	// row; empty for a job outside any flow.
+	Flow          []flowRow
+	FlowTruncated bool
+}
+
+// flowRow is one job of a flow's tree: Prefix draws the branches ("├─ ").
+type flowRow struct {
+	Prefix  string
+	Node    *skiplock.FlowNode
+	URL     string
+	Current bool
+}
+
+// flowRows draws n's tree depth first.
+func flowRows(q *request, n *skiplock.FlowNode, first, rest, current string, out []flowRow) []flowRow {
+	out = append(out, flowRow{Prefix: first, Node: n, URL: q.prefix + "/jobs/" + n.ID, Current: n.ID == current})
+	for i, c := range n.Children {
+		if i == len(n.Children)-1 {
+			out = flowRows(q, c, rest+"└─ ", rest+"   ", current, out)
+		} else {
+			out = flowRows(q, c, rest+"├─ ", rest+"│  ", current, out)
+		}
+	}
+	return out
 }
 
 func (h *handler) job(q *request, id string) {
@@ -374,6 +399,14 @@ func (h *handler) job(q *request, id string) {
 	}
 	if j.State == skiplock.StatePending {
 		d.RunAtIn = j.RunAt.Sub(h.now())
+	}
+	root, truncated, err := h.c.FlowTree(q.ctx, j.ID)
+	if err != nil {
+		h.failErr(q, err)
+		return
+	}
+	if len(root.Children) > 0 {
+		d.Flow, d.FlowTruncated = flowRows(q, root, "", "", j.ID, nil), truncated
 	}
 	h.render(q, http.StatusOK, "job", "Job "+j.ID, "jobs", d)
 }

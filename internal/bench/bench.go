@@ -54,8 +54,8 @@ type Env struct {
 	Progress io.Writer
 	// Scale shrinks every workload's size (1 = the documented sizes); tests use less.
 	Scale float64
-	// b0, b1 hold the baselines for ratios.
-	b0one, b0many, b1 float64
+	// b0, b1 hold the baselines for ratios; w3 is F1's reference.
+	b0one, b0many, b1, w3 float64
 }
 
 func (e *Env) n(full int) int {
@@ -86,6 +86,7 @@ func All() []Workload {
 		{"W7", "burn-down of 1,000,000 pre-inserted jobs", runW7},
 		{"W8", "outbox relay", runW8},
 		{"W9", "work with limits: 1,000 keys at 5 each (not binding); then a binding queue limit of 50, 10 ms jobs", runW9},
+		{"F1", "enqueue flows of 1,000 children (one statement each), 2 goroutines", runF1},
 	}
 }
 
@@ -106,11 +107,14 @@ func Select(spec string) ([]Workload, error) {
 			found = found || w.Name == name
 		}
 		if !found {
-			return nil, fmt.Errorf("unknown workload %q (B0, B1, W1…W9 or all)", name)
+			return nil, fmt.Errorf("unknown workload %q (B0, B1, W1…W9, F1 or all)", name)
 		}
 	}
 	if want["W1"] || want["W2"] {
 		want["B0"] = true
+	}
+	if want["F1"] {
+		want["W3"] = true
 	}
 	if want["W4"] || want["W5"] || want["W7"] || want["W9"] {
 		want["B1"] = true

@@ -84,16 +84,19 @@ WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
 
 		// finish_delete is finish for clients that delete succeeded jobs at once instead
 		// of keeping them for retention: completions become fenced DELETEs, the other
-		// outcomes the same UPDATE as finish.
+		// outcomes the same UPDATE as finish. A child of a flow or a member of a batch
+		// is kept as succeeded instead (its parent reads its output; the batch counts
+		// it): its completion falls through to the UPDATE, still fenced by the token.
 		finishDelete: b.add("finish_delete", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
 o AS (SELECT * FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[], $7::jsonb[]) AS o(id, token, action, delay_us, error, output)),
 del AS (
   DELETE FROM {{s}}.jobs AS j USING o
   WHERE o.action = 'complete' AND j.id = o.id AND j.lease_token = o.token
+    AND j.parent_id IS NULL AND j.batch_id IS NULL
   RETURNING j.id
 ),
-upd AS (`+finishUpdate("(SELECT * FROM o WHERE action <> 'complete')")+`)
+upd AS (`+finishUpdate("(SELECT * FROM o WHERE action <> 'complete' OR o.id NOT IN (SELECT id FROM del))")+`)
 SELECT id, 'succeeded' FROM del UNION ALL SELECT * FROM upd`),
 
 		finished: b.add("finished", `

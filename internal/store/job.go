@@ -18,6 +18,7 @@ const (
 	StatusSucceeded = "succeeded"
 	StatusFailed    = "failed"
 	StatusCancelled = "cancelled"
+	// StatusWaiting (flows.go): a parent waiting for its children, a batch callback.
 )
 
 // Job is a row of the jobs table.
@@ -133,15 +134,17 @@ FROM t
 WHERE j.id = $2 AND j.status IN ('failed', 'cancelled')
 RETURNING `+prefixed("j")),
 
-		// A human cancels a pending or running job. A running job loses its lease: its
-		// worker's next heartbeat fails, its context is cancelled, and its outcome is fenced out.
+		// A human cancels a pending, waiting or running job. A running job loses its
+		// lease: its worker's next heartbeat fails, its context is cancelled, and its
+		// outcome is fenced out. A waiting parent's cancellation cancels its children
+		// that have not started (the trigger jobs_flow_cascade).
 		adminCancel: b.add("admin_cancel", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
 UPDATE {{s}}.jobs AS j
 SET status = 'cancelled', lease_until = NULL, lease_token = NULL, worker_id = NULL,
     last_error = coalesce($3, 'cancelled by an operator'), updated_at = t.now
 FROM t
-WHERE j.id = $2 AND j.status IN ('pending', 'running')
+WHERE j.id = $2 AND j.status IN ('pending', 'running', 'waiting')
 RETURNING `+prefixed("j")),
 
 		adminDelete: b.add("admin_delete", `DELETE FROM {{s}}.jobs WHERE id = $1 AND status <> 'running' RETURNING `+jobColumns),
@@ -190,7 +193,7 @@ func (s *Store) AdminRetry(ctx context.Context, db DBTX, now *time.Time, id stri
 	return scanJob(db.QueryRow(ctx, s.jobs.adminRetry.sql, Now(now), id))
 }
 
-// AdminCancel cancels a pending or running job.
+// AdminCancel cancels a pending, waiting or running job.
 func (s *Store) AdminCancel(ctx context.Context, db DBTX, now *time.Time, id, reason string) (*Job, error) {
 	return scanJob(db.QueryRow(ctx, s.jobs.adminCancel.sql, Now(now), id, nullable(reason)))
 }

@@ -76,6 +76,9 @@ func (s *Store) ConvertToPartitioned(ctx context.Context, tx pgx.Tx, p ConvertPa
 		`ALTER INDEX {{s}}.jobs_sequence_idx RENAME TO jobs_legacy_sequence_idx`,
 		`ALTER INDEX {{s}}.jobs_tags_idx RENAME TO jobs_legacy_tags_idx`,
 		`ALTER INDEX {{s}}.jobs_group_ready_idx RENAME TO jobs_legacy_group_ready_idx`,
+		`ALTER INDEX {{s}}.jobs_parent_idx RENAME TO jobs_legacy_parent_idx`,
+		`ALTER INDEX {{s}}.jobs_batch_idx RENAME TO jobs_legacy_batch_idx`,
+		`ALTER INDEX {{s}}.jobs_waiting_idx RENAME TO jobs_legacy_waiting_idx`,
 		`CREATE TABLE {{s}}.jobs (LIKE {{s}}.jobs_legacy INCLUDING DEFAULTS INCLUDING CONSTRAINTS INCLUDING STORAGE INCLUDING COMMENTS)
 		   PARTITION BY RANGE (id)`,
 		`ALTER TABLE {{s}}.jobs ADD CONSTRAINT jobs_pkey PRIMARY KEY (id)`,
@@ -88,6 +91,9 @@ func (s *Store) ConvertToPartitioned(ctx context.Context, tx pgx.Tx, p ConvertPa
 		`CREATE INDEX jobs_tags_idx ON {{s}}.jobs USING gin (tags) WHERE tags IS NOT NULL`,
 		`CREATE INDEX jobs_group_ready_idx ON {{s}}.jobs (queue, kind, concurrency_key, priority DESC, run_at, id)
 		   WHERE status = 'pending'`,
+		`CREATE INDEX jobs_parent_idx ON {{s}}.jobs (parent_id) WHERE parent_id IS NOT NULL`,
+		`CREATE INDEX jobs_batch_idx ON {{s}}.jobs (batch_id) WHERE batch_id IS NOT NULL`,
+		`CREATE INDEX jobs_waiting_idx ON {{s}}.jobs (queue) WHERE status > 'cancelled'`,
 		// Finding the job that holds a key (the insert statements' follow-up query).
 		`CREATE INDEX jobs_dedup_lookup_idx ON {{s}}.jobs (kind, deduplication_key) WHERE deduplication_key IS NOT NULL`,
 		`ALTER TABLE {{s}}.jobs ATTACH PARTITION {{s}}.jobs_legacy FOR VALUES FROM (MINVALUE) TO (` + to + `)`,
@@ -114,6 +120,7 @@ func (s *Store) ConvertToPartitioned(ctx context.Context, tx pgx.Tx, p ConvertPa
 		// new parent, which clones them to every partition.
 		`SELECT {{s}}.install_unique_triggers()`,
 		`SELECT {{s}}.install_lineage_trigger()`,
+		`SELECT {{s}}.install_flow_triggers()`,
 	}
 	for _, st := range tail {
 		if _, err := tx.Exec(ctx, strings.ReplaceAll(st, "{{s}}", s.q)); err != nil {

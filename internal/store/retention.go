@@ -20,13 +20,18 @@ func newRetentionStatements(b *builder) retentionStatements {
 		// (status, updated_at). The literal IN list repeats the index's predicate so the
 		// planner can use the partial index also under a generic plan, where $2 is
 		// unknown. SKIP LOCKED: a batch never waits for an operator's retry or for
-		// another pruner; the outer status test re-checks the row it locked.
+		// another pruner; the outer status test re-checks the row it locked. A child
+		// of a flow whose parent has not finished is kept: the parent reads it. That
+		// test is a scalar subquery, a primary-key probe made only for children: as
+		// NOT EXISTS the planner hashed it over every unfinished job.
 		deleteFinished: b.add("retention_delete", `
 WITH doomed AS (
   SELECT id FROM {{s}}.jobs
   WHERE status IN ('succeeded', 'failed', 'cancelled')
     AND status = $2::{{s}}.job_status
     AND updated_at < coalesce($1::timestamptz, now()) - $3::bigint * interval '1 microsecond'
+    AND (parent_id IS NULL OR coalesce((
+      SELECT p.status IN ('succeeded', 'failed', 'cancelled') FROM {{s}}.jobs p WHERE p.id = jobs.parent_id), true))
   ORDER BY updated_at
   LIMIT $4
   FOR UPDATE SKIP LOCKED

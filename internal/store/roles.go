@@ -51,7 +51,11 @@ func (s *Store) RolesSQL(n RoleNames) (string, error) {
 		"GRANT INSERT ON "+t("outbox"),
 		"GRANT SELECT (id) ON "+t("outbox"),
 		// Inbox.Claim inserts; Inbox.Prune selects FOR UPDATE (which needs UPDATE) and deletes.
-		"GRANT SELECT, INSERT, DELETE, UPDATE (processed_at) ON "+t("inbox"))
+		"GRANT SELECT, INSERT, DELETE, UPDATE (processed_at) ON "+t("inbox"),
+		// Batches (docs/flows.md): opening one inserts it; adding members takes a KEY
+		// SHARE lock on it, which needs an UPDATE privilege. The counting triggers and
+		// batch_seal are SECURITY DEFINER.
+		"GRANT SELECT, INSERT, UPDATE (sealed_at) ON "+t("batches"))
 	section(n.Worker, "claims, heartbeats and finishes jobs; reclaims expired leases; deletes finished jobs (retention);\n"+
 		"-- reads stats; pauses and resumes queues; sets limits; runs the periodic scheduler, which inserts the schedules' jobs.\n"+
 		"-- It cannot change a payload, or touch the outbox beyond reading its health.",
@@ -75,12 +79,14 @@ func (s *Store) RolesSQL(n RoleNames) (string, error) {
 		// Every claim reads the limits; Config.Limits and the operator write them; a
 		// limited claim logs its starts in the rate windows, which the sweeper prunes.
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON "+t("limits")+", "+t("limit_windows"),
-		"GRANT INSERT ON "+t("jobs"))
+		"GRANT INSERT ON "+t("jobs"),
+		// Stats and batch listings read batches; a handler may open and add to one.
+		"GRANT SELECT, INSERT, UPDATE (sealed_at) ON "+t("batches"))
 	section(n.Relay, "claims, publishes and marks outbox events; prunes published ones; requeues dead ones.",
 		"GRANT SELECT, DELETE ON "+t("outbox"),
 		"GRANT UPDATE (available_at, attempts, relay_until, relay_token, published_at, dead_at, last_error) ON "+t("outbox"))
 	section(n.Dashboard, "reads everything, changes nothing (stats, job and outbox listings, metrics).",
 		"GRANT SELECT ON "+strings.Join([]string{t("jobs"), t("outbox"), t("inbox"), t("job_dedup"), t("partitioning"),
-			t("schema_migrations"), t("queues"), t("schedules"), t("tx_lineage"), t("limits"), t("limit_windows")}, ", "))
+			t("schema_migrations"), t("queues"), t("schedules"), t("tx_lineage"), t("limits"), t("limit_windows"), t("batches")}, ", "))
 	return b.String(), nil
 }

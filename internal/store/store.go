@@ -77,6 +77,8 @@ type Store struct {
 	queues    queueStatements
 	schedules scheduleStatements
 	limits    limitStatements
+	flows     flowStatements
+	batches   batchStatements
 
 	all []stmt // every statement, as builder.add recorded them (SQL and the tests)
 }
@@ -106,6 +108,8 @@ func New(schema string) (*Store, error) {
 		queues:    newQueueStatements(b),
 		schedules: newScheduleStatements(b),
 		limits:    newLimitStatements(b),
+		flows:     newFlowStatements(b),
+		batches:   newBatchStatements(b),
 	}
 	s.all = b.all
 	return s, nil

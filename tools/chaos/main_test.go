@@ -19,6 +19,8 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"--no-such-flag"}, 2, "flag provided but not defined: -no-such-flag"},
 		{[]string{"--duration", "soon"}, 2, `invalid value "soon" for flag -duration`},
 		{[]string{"--scenarios", "worker-sigkill,no-such"}, 2, `unknown scenario "no-such"; valid: `},
+		{[]string{"--scenario", "no-such"}, 2, `unknown scenario "no-such"; valid: `},
+		{[]string{"--help"}, 0, "rate-limit"},
 		{[]string{"extra"}, 2, `unexpected arguments ["extra"]`},
 	} {
 		var out, errb bytes.Buffer

@@ -29,6 +29,9 @@ type Row struct {
 	Skipped    string
 	Violations []string
 	Notes      []string
+	// Flow holds the flow-control scenarios' figures: the most slots each limit's
+	// bucket held at once beside the limit, the busiest rate window.
+	Flow []string
 }
 
 func (r *Row) ok() bool { return len(r.Violations) == 0 }
@@ -41,8 +44,12 @@ func (r *Row) progressLine(p params) string {
 	case !r.ok():
 		status = "FAIL: " + strings.Join(r.Violations, "; ")
 	}
-	return fmt.Sprintf("chaos: %-18s jobs=%d events=%d faults=%d lost=%d double=%d stale=%d dup=%d recovery=%s phase=%s %s",
-		r.Scenario, r.Jobs, r.Events, r.Faults, r.Lost, r.DoubleSuccess, r.StaleWrites, r.Duplicates, fmtRecovery(r.Recovery), p.faultPhase, status)
+	var flow string
+	if len(r.Flow) > 0 {
+		flow = " [" + strings.Join(r.Flow, "; ") + "]"
+	}
+	return fmt.Sprintf("chaos: %-18s jobs=%d events=%d faults=%d lost=%d double=%d stale=%d dup=%d recovery=%s phase=%s%s %s",
+		r.Scenario, r.Jobs, r.Events, r.Faults, r.Lost, r.DoubleSuccess, r.StaleWrites, r.Duplicates, fmtRecovery(r.Recovery), p.faultPhase, flow, status)
 }
 
 // Report is the outcome of a chaos run.
@@ -75,6 +82,7 @@ func (rep *Report) add(r *Row) {
 		}
 		have.Violations = append(have.Violations, r.Violations...)
 		have.Notes = append(have.Notes, r.Notes...)
+		have.Flow = append(have.Flow, r.Flow...)
 		return
 	}
 	rep.Rows = append(rep.Rows, r)
@@ -122,6 +130,18 @@ func (rep *Report) WriteTable(w io.Writer) {
 	for _, r := range rep.Rows {
 		for _, v := range r.Violations {
 			fmt.Fprintf(w, "\nVIOLATION %s: %s", r.Scenario, v)
+		}
+	}
+	var flows []string
+	for _, r := range rep.Rows {
+		for _, f := range r.Flow {
+			flows = append(flows, r.Scenario+": "+f)
+		}
+	}
+	if len(flows) > 0 {
+		fmt.Fprintln(w, "\n\nflow control (most held at once vs limit):")
+		for _, f := range flows {
+			fmt.Fprintln(w, "  "+f)
 		}
 	}
 	var notes []string
@@ -332,6 +352,11 @@ SELECT (SELECT count(*) FROM late),
 		}
 		rows.Close()
 		row.Recovery = r.recovery(times, baselineFrom, faultsFrom)
+	}
+	if r.s.verify != nil {
+		if err := r.s.verify(ctx, r, row); err != nil {
+			return nil, err
+		}
 	}
 	row.Notes = r.notes
 	return row, nil

@@ -20,6 +20,9 @@
 //	                 process each event exactly once
 //	recovery         seconds from the end of each fault until throughput is back to
 //	                 half the pre-fault rate (worst fault of the scenario)
+//	limits           (the flow-control scenarios, limits.go) no concurrency limit's
+//	                 bucket ever held more slots than its limit, replayed from every
+//	                 claim and end; no rate window held more starts than its rate
 //
 // The audit lives in the scenario's schema, created by the harness (never by
 // skiplock's migrations): chaos_enqueued (written in the producer's transaction),

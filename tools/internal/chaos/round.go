@@ -50,6 +50,10 @@ type round struct {
 	notes    []string
 	relaySeq int
 	workSeq  int
+	// The rate-limit scenario: its first start and when it lifted the limit (the
+	// database's clock).
+	rateFirst, rateFreed time.Time
+	stopped              bool
 }
 
 // fault is one injected fault: when it began and when it was lifted.
@@ -91,9 +95,17 @@ func (h *harness) runRound(ctx context.Context, s *scenario, p params) (*Row, er
 	if err := r.startLoad(ctx); err != nil {
 		return nil, err
 	}
+	if s.setup != nil {
+		if err := s.setup(ctx, r); err != nil {
+			return nil, err
+		}
+	}
 	prodCtx, stopProd := context.WithCancel(ctx)
 	var prodWG sync.WaitGroup
 	prodWG.Go(func() { r.prod.run(prodCtx, p.rate) })
+	if s.feed != nil {
+		prodWG.Go(func() { s.feed(prodCtx, r) })
+	}
 	var consumerWG sync.WaitGroup
 	consCtx, stopCons := context.WithCancel(ctx)
 	defer func() { stopCons(); consumerWG.Wait() }()
@@ -136,6 +148,7 @@ func (h *harness) runRound(ctx context.Context, s *scenario, p params) (*Row, er
 		row.Violations = append(row.Violations, "fault injection failed: "+injectErr.Error())
 	}
 	if row.ok() {
+		r.stopAll() // before the drop: clients still running would fail on the missing schema
 		r.dropSchema()
 	}
 	return row, nil
@@ -201,7 +214,9 @@ func (r *round) startWorker(ctx context.Context, manual bool) (*proc, error) {
 	if manual {
 		id += "-zombie"
 	}
-	return r.launch(ctx, childSpec{Role: "worker", URL: r.h.proxyURL, Schema: r.schema, ID: id, Worker: r.h.workerSpec(manual)}, &r.workers)
+	spec := r.h.workerSpec(manual)
+	spec.Queues = r.s.queues
+	return r.launch(ctx, childSpec{Role: "worker", URL: r.h.proxyURL, Schema: r.schema, ID: id, Worker: spec}, &r.workers)
 }
 
 // launch starts a child process, waits for it to say "ready" and records it in list.
@@ -247,9 +262,14 @@ func (r *round) liveWorkers() []*proc {
 	return out
 }
 
-// stopAll stops the round's processes and clients.
+// stopAll stops the round's processes and clients; calls after the first do nothing.
 func (r *round) stopAll() {
 	r.mu.Lock()
+	if r.stopped {
+		r.mu.Unlock()
+		return
+	}
+	r.stopped = true
 	all := append(append([]*proc(nil), r.workers...), r.relays...)
 	r.mu.Unlock()
 	var wg sync.WaitGroup

@@ -30,6 +30,13 @@ type scenario struct {
 	zombie      bool // the first worker also runs the low-level loop the zombie fault freezes
 	recoverOn   string
 	inject      func(ctx context.Context, r *round) error
+	// The flow-control scenarios (limits.go): queues every worker also serves (with
+	// their MaxWorkers); setup runs once the workers run, before the producer starts;
+	// feed runs beside the producer until it stops; verify adds checks to the row.
+	queues map[string]int
+	setup  func(ctx context.Context, r *round) error
+	feed   func(ctx context.Context, r *round)
+	verify func(ctx context.Context, r *round, row *Row) error
 }
 
 // Scenarios lists the scenario names in the order a short run uses.
@@ -61,6 +68,8 @@ var allScenarios = []*scenario{
 	{name: "clock-jump", summary: "in-process clients whose injected clocks jump forward and backward", inProcess: 2, inject: injectClockJump, recoverOn: "jobs"},
 	{name: "idle-in-tx", summary: "a session idle in transaction holds back xmin", inject: injectIdleTx, recoverOn: "jobs"},
 	{name: "migrators", summary: "10 migrator processes start at once against the live system", inject: injectMigrators, recoverOn: "jobs"},
+	limitsScenario,
+	rateScenario,
 	{name: "relay-kill", summary: "relays SIGKILLed between publish and mark", outbox: true, relayFaults: true, holdOnly: true, inject: injectRelayKill, recoverOn: "events"},
 	{name: "broker-restart", summary: "RabbitMQ stopped (stop_app) and started again under load", outbox: true, broker: true, relayFaults: true, inject: injectBrokerRestart, recoverOn: "events"},
 }
@@ -118,20 +127,25 @@ func finishPhase(ctx context.Context, r *round, began time.Time) error {
 func injectSigkill(ctx context.Context, r *round) error {
 	began := wallNow()
 	if err := atTimes(ctx, r.spread(max(r.p.faults, 2), r.p.faultPhase), func(int) error {
-		live := r.liveWorkers()
-		if len(live) == 0 {
-			return errors.New("no live worker to kill")
-		}
-		victim := live[r.rng.IntN(len(live))]
-		start := wallNow()
-		victim.kill()
-		_, err := r.startWorker(ctx, false)
-		r.mark("SIGKILL "+victim.name, start)
-		return err
+		return r.killWorker(ctx)
 	}); err != nil {
 		return err
 	}
 	return finishPhase(ctx, r, began)
+}
+
+// killWorker SIGKILLs a random live worker process and starts a new one.
+func (r *round) killWorker(ctx context.Context) error {
+	live := r.liveWorkers()
+	if len(live) == 0 {
+		return errors.New("no live worker to kill")
+	}
+	victim := live[r.rng.IntN(len(live))]
+	start := wallNow()
+	victim.kill()
+	_, err := r.startWorker(ctx, false)
+	r.mark("SIGKILL "+victim.name, start)
+	return err
 }
 
 // terminateBackends ends the chaos children's backends (workers' pools, listeners,

@@ -38,6 +38,9 @@ type workerSpec struct {
 	// heartbeat, announcing each claim on stdout: the zombie scenario stops the
 	// process right there, so its Complete arrives after the lease was reclaimed.
 	Manual bool `json:"manual,omitempty"`
+	// Queues are further queues the worker serves, with their MaxWorkers (the
+	// flow-control scenarios' limited queues).
+	Queues map[string]int `json:"queues,omitempty"`
 }
 
 // auditTable returns the quoted audit table of schema.
@@ -63,9 +66,13 @@ func newWorker(pool *pgxpool.Pool, schema, id string, spec workerSpec, clock ski
 	if err := ws.AddHandler(jobKind, w.handle, &skiplock.WorkerOpts{MaxAttempts: 25}); err != nil {
 		return nil, fmt.Errorf("registering the chaos handler: %w", err)
 	}
+	queues := map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: spec.MaxWorkers, MaxPrefetch: 4}}
+	for q, n := range spec.Queues {
+		queues[q] = skiplock.QueueConfig{MaxWorkers: n}
+	}
 	c, err := skiplock.NewClient(pool, skiplock.Config{
 		Schema: schema, ID: id, Workers: ws, Clock: clock, Logger: log,
-		Queues:            map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: spec.MaxWorkers, MaxPrefetch: 4}},
+		Queues:            queues,
 		LeaseDuration:     spec.Lease,
 		HeartbeatInterval: spec.Heartbeat,
 		PollInterval:      spec.Poll,

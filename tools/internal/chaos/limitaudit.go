@@ -1,0 +1,446 @@
+package chaos
+
+// The flow-control audit: the slots every claim held, replayed from the trigger's
+// record of transitions (audit.go), and the starts of a rate-limited queue.
+//
+// A claim holds a slot from its own time (the claim's attempted_at, read after its
+// snapshot) until the earlier of its end (the time of the transition out of 'running')
+// and the end of the lease it ended under: a job whose lease ran out frees its slot
+// then, whether or not the reclaimer had run. A lease extended after it expired (a
+// heartbeat racing the expiry, chaos_revivals) holds no slot from the expiry to the
+// extension. A claim still open at the end of the round holds its slot until its
+// lease ends. Both bounds of a slot are instants the database recorded; a claim that
+// admitted a job saw every end recorded before it (the limited claims are serialised
+// and an end's record precedes its commit), so a correct limiter never shows more
+// overlapping slots than its limit.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/skiplock/skiplock/internal/ident"
+)
+
+// slot is one claim's hold on its buckets, over [from, to).
+type slot struct {
+	job, token, key, worker string
+	from, to                time.Time
+	how                     string // how it ended: "succeeded", "pending", "lease expired", "open", …
+}
+
+// limitSlots replays the slots of every claim of queue.
+func (r *round) limitSlots(ctx context.Context, queue string) (slots []slot, claims, revivals int, err error) {
+	q := ident.Quote(r.schema)
+	rows, err := r.h.pool.Query(ctx, `
+SELECT x.job_id::text, j.concurrency_key, x.rev, x.old_status, x.new_status, coalesce(x.new_token::text, ''), coalesce(x.worker, ''),
+       x.claimed_at, x.old_lease_until, x.at, x.expired_at, j.status, coalesce(j.lease_token::text, ''), j.lease_until
+FROM (
+  SELECT seq, job_id, false AS rev, old_status, new_status, new_token, worker,
+         CASE WHEN new_status = 'running' AND new_token IS DISTINCT FROM old_token THEN coalesce(claimed_at, at) END AS claimed_at,
+         old_lease_until, at, NULL::timestamptz AS expired_at
+  FROM `+q+`.chaos_transitions
+  UNION ALL
+  SELECT seq, job_id, true, 'running', 'running', token, NULL, NULL, NULL, at, expired_at FROM `+q+`.chaos_revivals
+) x JOIN `+q+`.jobs j ON j.id = x.job_id
+WHERE j.queue = $1
+ORDER BY x.job_id, x.seq`, queue)
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("reading the transitions of %s: %w", queue, err)
+	}
+	defer rows.Close()
+	var cur *slot
+	var lastJob, lastStatus, lastToken string
+	var lastLease *time.Time
+	closeOpen := func() { // a claim still open when the round ended: until its lease ends
+		if cur != nil {
+			if lastStatus == "running" && lastToken == cur.token && lastLease != nil {
+				cur.to = *lastLease
+			} else {
+				cur.to = wallNow()
+			}
+			cur.how = "open"
+			slots = append(slots, *cur)
+			cur = nil
+		}
+	}
+	for rows.Next() {
+		var job, key, oldS, newS, token, worker, jobStatus, jobToken string
+		var rev bool
+		var claimedAt, oldLease, expiredAt, jobLease *time.Time
+		var at time.Time
+		if err := rows.Scan(&job, &key, &rev, &oldS, &newS, &token, &worker, &claimedAt, &oldLease, &at, &expiredAt, &jobStatus, &jobToken, &jobLease); err != nil {
+			return nil, 0, 0, err
+		}
+		if job != lastJob {
+			closeOpen()
+			lastJob = job
+		}
+		lastStatus, lastToken, lastLease = jobStatus, jobToken, jobLease
+		if rev {
+			revivals++
+			if cur != nil {
+				end := cur.from
+				if expiredAt != nil && expiredAt.After(end) {
+					end = *expiredAt
+				}
+				whole := *cur
+				whole.to, whole.how = end, "lease expired, then extended"
+				slots = append(slots, whole)
+				cur.from = at
+			}
+			continue
+		}
+		if oldS == "running" && cur != nil {
+			cur.to, cur.how = at, newS
+			if oldLease != nil && oldLease.Before(at) {
+				cur.to, cur.how = *oldLease, "lease expired, then "+newS
+			}
+			slots = append(slots, *cur)
+			cur = nil
+		}
+		if newS == "running" && claimedAt != nil {
+			claims++
+			cur = &slot{job: job, token: token, key: key, worker: worker, from: *claimedAt}
+		}
+	}
+	closeOpen()
+	return slots, claims, revivals, rows.Err()
+}
+
+// bucketPeak is the most slots of one bucket held at once.
+type bucketPeak struct {
+	bucket string // "" for the queue as a whole, else the concurrency key
+	limit  int
+	max    int
+	at     time.Time   // the first instant max was reached
+	over   []overLimit // the first instants above the limit (at most maxEvidence)
+	overN  int         // how many instants were above it
+	// full and span: how long the bucket held its limit (or more), and from its first
+	// slot's start to its last slot's end.
+	full, span time.Duration
+}
+
+// overLimit is an instant at which a bucket held more slots than its limit.
+type overLimit struct {
+	at    time.Time
+	n     int
+	slots []slot
+}
+
+// maxEvidence bounds the instants above a limit kept, per bucket, with their slots.
+const maxEvidence = 20
+
+// peaks sweeps the slots of each bucket (the queue, and each key with the limit
+// limitOf gives it) and returns, per bucket, the most held at once and the instants
+// (a claim's start) at which it held more than its limit, with the slots then held.
+// Slots are half-open: one ending at the very instant another begins does not
+// overlap it.
+func peaks(slots []slot, queueLimit int, limitOf func(key string) int) map[string]*bucketPeak {
+	type event struct {
+		at    time.Time
+		delta int
+		i     int
+	}
+	byBucket := map[string][]event{}
+	for i, s := range slots {
+		if !s.to.After(s.from) {
+			continue
+		}
+		buckets := []string{""}
+		if s.key != "" {
+			buckets = append(buckets, s.key)
+		}
+		for _, b := range buckets {
+			byBucket[b] = append(byBucket[b], event{s.from, +1, i}, event{s.to, -1, i})
+		}
+	}
+	out := map[string]*bucketPeak{}
+	for b, evs := range byBucket {
+		sort.Slice(evs, func(i, j int) bool {
+			if !evs[i].at.Equal(evs[j].at) {
+				return evs[i].at.Before(evs[j].at)
+			}
+			return evs[i].delta < evs[j].delta // ends first
+		})
+		p := &bucketPeak{bucket: b, limit: queueLimit}
+		if b != "" {
+			p.limit = limitOf(b)
+		}
+		held := map[int]bool{}
+		var since time.Time // when the bucket last became full
+		p.span = evs[len(evs)-1].at.Sub(evs[0].at)
+		for _, e := range evs {
+			if e.delta < 0 {
+				if len(held) == p.limit {
+					p.full += e.at.Sub(since)
+				}
+				delete(held, e.i)
+				continue
+			}
+			held[e.i] = true
+			if len(held) == p.limit {
+				since = e.at
+			}
+			if len(held) > p.max {
+				p.max, p.at = len(held), e.at
+			}
+			if len(held) <= p.limit {
+				continue
+			}
+			if p.overN++; len(p.over) < maxEvidence {
+				o := overLimit{at: e.at, n: len(held)}
+				for i := range held {
+					o.slots = append(o.slots, slots[i])
+				}
+				sort.Slice(o.slots, func(i, j int) bool { return o.slots[i].from.Before(o.slots[j].from) })
+				p.over = append(p.over, o)
+			}
+		}
+		out[b] = p
+	}
+	return out
+}
+
+const tsLayout = "15:04:05.000000"
+
+// fullShare says how much of its span the bucket spent at its limit.
+func (p *bucketPeak) fullShare() string {
+	if p.span <= 0 {
+		return "never"
+	}
+	return fmt.Sprintf("%.0f%% of %s", 100*p.full.Seconds()/p.span.Seconds(), p.span.Round(time.Second))
+}
+
+func (o overLimit) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d slots held at %s:", o.n, o.at.Format(tsLayout))
+	for _, s := range o.slots {
+		fmt.Fprintf(&b, " [job %s token %s key %q by %s, claimed %s, until %s (%s)]", s.job, s.token, s.key, s.worker,
+			s.from.Format(tsLayout), s.to.Format(tsLayout), s.how)
+	}
+	return b.String()
+}
+
+// flow records a flow-control figure in the row (the report prints them).
+func flow(row *Row, format string, args ...any) {
+	row.Flow = append(row.Flow, fmt.Sprintf(format, args...))
+}
+
+func limitOfKey(key string) int {
+	if key == vipKey {
+		return limVIPMax
+	}
+	return limKeyMax
+}
+
+// verifyLimits audits the slots of lim: no bucket above its limit at any instant,
+// the hot key's and the queue's limits reached (else nothing was proven), and every
+// job of the queue succeeded.
+func verifyLimits(ctx context.Context, r *round, row *Row) error {
+	slots, claims, revivals, err := r.limitSlots(ctx, limQueue)
+	if err != nil {
+		return err
+	}
+	ps := peaks(slots, limQueueMax, limitOfKey)
+	get := func(b string, limit int) *bucketPeak {
+		if p := ps[b]; p != nil {
+			return p
+		}
+		return &bucketPeak{bucket: b, limit: limit}
+	}
+	queue, hot, vip := get("", limQueueMax), get(hotKey, limKeyMax), get(vipKey, limVIPMax)
+	var others, othersAt, keys int
+	for b, p := range ps {
+		if b == "" || b == hotKey || b == vipKey {
+			continue
+		}
+		keys++
+		others = max(others, p.max)
+		if p.max == p.limit {
+			othersAt++
+		}
+	}
+	expired := 0
+	for _, s := range slots {
+		if strings.HasPrefix(s.how, "lease expired") {
+			expired++
+		}
+	}
+	flow(row, "queue %s: max %d of %d (full %s); hot key: max %d of %d (full %s); override key %s: max %d of %d; other keys: max %d of %d (%d of %d keys reached it)",
+		limQueue, queue.max, queue.limit, queue.fullShare(), hot.max, hot.limit, hot.fullShare(), vipKey, vip.max, vip.limit, others, limKeyMax, othersAt, keys)
+	flow(row, "audited %d slots of %d claims: %d ended by lease expiry, %d leases extended after expiry", len(slots), claims, expired, revivals)
+	r.reportOverLimit(ctx, row, ps)
+	if hot.max < hot.limit {
+		row.Violations = append(row.Violations, fmt.Sprintf("the hot key's limit never bound (max %d of %d): the round proves nothing", hot.max, hot.limit))
+	}
+	if queue.max < queue.limit {
+		row.Violations = append(row.Violations, fmt.Sprintf("the queue's limit never bound (max %d of %d): the round proves nothing", queue.max, queue.limit))
+	}
+	if vip.max <= limKeyMax {
+		r.note("the override key never ran more than the default allows (max %d): the override was not exercised", vip.max)
+	}
+	r.checkAllSucceeded(ctx, row, limQueue)
+	return nil
+}
+
+// reportOverLimit adds a violation for each bucket that held more than its limit
+// (the first instant's slots as evidence; at most five buckets in the row), and
+// writes every kept instant with the transitions of the jobs involved to a file
+// in the log directory, which a failed run keeps.
+func (r *round) reportOverLimit(ctx context.Context, row *Row, ps map[string]*bucketPeak) {
+	names := make([]string, 0, len(ps))
+	for b, p := range ps {
+		if p.overN > 0 {
+			names = append(names, b)
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	sort.Strings(names)
+	path := filepath.Join(r.h.logDir, r.schema+"-limit-audit.txt")
+	var file strings.Builder
+	jobs := map[string]bool{}
+	for i, b := range names {
+		p := ps[b]
+		name := "queue " + limQueue
+		if b != "" {
+			name = fmt.Sprintf("key %q", b)
+		}
+		fmt.Fprintf(&file, "%s (limit %d): above the limit at %d instants, at most %d held\n", name, p.limit, p.overN, p.max)
+		for _, o := range p.over {
+			fmt.Fprintf(&file, "  %s\n", o)
+			for _, s := range o.slots {
+				jobs[s.job] = true
+			}
+		}
+		switch {
+		case i < 5:
+			row.Violations = append(row.Violations, fmt.Sprintf("limit exceeded: %s (limit %d) at %d instants, at most %d held; first: %s (all in %s)",
+				name, p.limit, p.overN, p.max, p.over[0], path))
+		case i == 5:
+			row.Violations = append(row.Violations, fmt.Sprintf("limit exceeded in %d more buckets (see %s)", len(names)-5, path))
+		}
+	}
+	ids := make([]string, 0, len(jobs))
+	for id := range jobs {
+		ids = append(ids, id)
+	}
+	file.WriteString("\ntransitions of those jobs (chaos_transitions, in order):\n")
+	rows, err := r.h.pool.Query(ctx, `SELECT format('%s seq %s %s->%s token %s->%s by %s at %s claimed_at %s old_lease_until %s',
+  job_id, seq, old_status, new_status, old_token, new_token, worker, at, claimed_at, old_lease_until)
+FROM `+ident.Quote(r.schema)+`.chaos_transitions WHERE job_id::text = ANY($1) ORDER BY job_id, seq`, ids)
+	if err == nil {
+		for rows.Next() {
+			var line string
+			if rows.Scan(&line) == nil {
+				file.WriteString("  " + line + "\n")
+			}
+		}
+		rows.Close()
+		err = rows.Err()
+	}
+	if err == nil {
+		err = os.WriteFile(path, []byte(file.String()), 0o644)
+	}
+	if err != nil {
+		r.note("writing the limit audit's evidence: %v", err)
+	}
+}
+
+// checkAllSucceeded adds a violation for each job of queue that did not succeed.
+func (r *round) checkAllSucceeded(ctx context.Context, row *Row, queue string) {
+	var total, notOK int64
+	err := r.h.pool.QueryRow(ctx, "SELECT count(*), count(*) FILTER (WHERE status <> 'succeeded') FROM "+ident.Quote(r.schema)+".jobs WHERE queue = $1",
+		queue).Scan(&total, &notOK)
+	switch {
+	case err != nil:
+		row.Violations = append(row.Violations, fmt.Sprintf("checking the jobs of %s: %v", queue, err))
+	case total == 0:
+		row.Violations = append(row.Violations, "no job of "+queue+" was enqueued")
+	case notOK > 0:
+		row.Violations = append(row.Violations, fmt.Sprintf("%d of %d jobs of %s did not succeed", notOK, total, queue))
+	}
+}
+
+// verifyRate audits the starts of rate: no window of ratePer anchored at a start
+// (while the limit was set) holds more than rateMax starts, and the rateHold from the
+// first start holds rateMax per ratePer within 2%.
+func verifyRate(ctx context.Context, r *round, row *Row) error {
+	r.mu.Lock()
+	first, freed := r.rateFirst, r.rateFreed
+	r.mu.Unlock()
+	if freed.IsZero() {
+		return nil // the injection failed; the row says so
+	}
+	q := ident.Quote(r.schema)
+	rows, err := r.h.pool.Query(ctx, `SELECT t.claimed_at FROM `+q+`.chaos_transitions t JOIN `+q+`.jobs j ON j.id = t.job_id
+WHERE j.queue = $1 AND t.claimed_at IS NOT NULL ORDER BY 1`, rateQueue)
+	if err != nil {
+		return fmt.Errorf("reading the starts of %s: %w", rateQueue, err)
+	}
+	var starts []time.Time
+	for rows.Next() {
+		var at time.Time
+		if err := rows.Scan(&at); err != nil {
+			rows.Close()
+			return err
+		}
+		starts = append(starts, at)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	w := rateWindows(starts, first, freed)
+	want := int(rateHold / ratePer * rateMax)
+	flow(row, "rate %d/%s: max %d starts in a %s window (%d windows, each anchored at a start); %d starts in the %s from the first (want %d ± 2%%)",
+		rateMax, ratePer, w.max, ratePer, w.windows, w.total, rateHold, want)
+	if w.max > rateMax {
+		row.Violations = append(row.Violations, fmt.Sprintf("rate limit exceeded: %d starts in [%s, +%s) (limit %d)",
+			w.max, w.maxAt.Format(tsLayout), ratePer, rateMax))
+	}
+	if d := w.total - want; d*50 > want || -d*50 > want {
+		row.Violations = append(row.Violations, fmt.Sprintf("%d starts in the held %s, not within 2%% of %d", w.total, rateHold, want))
+	}
+	r.checkAllSucceeded(ctx, row, rateQueue)
+	return nil
+}
+
+// rateFigures are the rate audit's findings.
+type rateFigures struct {
+	windows, max, total int
+	maxAt               time.Time
+}
+
+// rateWindows counts, for every start s from first on whose window [s, s+ratePer)
+// closed before the limit was lifted at freed, the starts in that window; and the
+// starts in [first, first+rateHold). starts must be sorted.
+func rateWindows(starts []time.Time, first, freed time.Time) rateFigures {
+	var f rateFigures
+	j := 0
+	for i, s := range starts {
+		if s.Before(first) {
+			continue
+		}
+		if s.Before(first.Add(rateHold)) {
+			f.total++
+		}
+		if s.Add(ratePer).After(freed) {
+			continue
+		}
+		for j < len(starts) && starts[j].Before(s.Add(ratePer)) {
+			j++
+		}
+		f.windows++
+		if n := j - i; n > f.max {
+			f.max, f.maxAt = n, s
+		}
+	}
+	return f
+}

@@ -1,0 +1,66 @@
+package chaos
+
+import (
+	"testing"
+	"time"
+)
+
+// The audit's sweep counts half-open slots per bucket: a slot that ends at the very
+// instant another starts does not overlap it, a third overlapping slot of a key with
+// limit 2 is reported, and jobs without a key count toward the queue only.
+func TestPeaks(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	sl := func(key string, from, to int) slot { return slot{job: key, key: key, from: at(from), to: at(to)} }
+	limitOf := func(string) int { return 2 }
+
+	ps := peaks([]slot{sl("a", 0, 10), sl("a", 10, 20), sl("a", 5, 15), sl("", 0, 20), sl("b", 3, 4)}, 4, limitOf)
+	if p := ps["a"]; p.max != 2 || p.overN != 0 {
+		t.Errorf("key a: max %d, %d instants over; want 2 and 0 (touching slots do not overlap)", p.max, p.overN)
+	}
+	if p := ps[""]; p.max != 3 || p.overN != 0 {
+		t.Errorf("queue: max %d, %d over; want 3 and 0", p.max, p.overN)
+	}
+	if _, ok := ps["x"]; ok {
+		t.Error("a bucket appeared for a key no slot has")
+	}
+
+	ps = peaks([]slot{sl("a", 0, 10), sl("a", 2, 12), sl("a", 9, 11), sl("a", 11, 30)}, 10, limitOf)
+	p := ps["a"]
+	if p.max != 3 || p.overN != 1 || len(p.over) != 1 || !p.over[0].at.Equal(at(9)) || len(p.over[0].slots) != 3 {
+		t.Fatalf("key a: max %d, over %d %+v; want 3 slots held at 9ms, once", p.max, p.overN, p.over)
+	}
+	// Zero-length slots (a claim ended at its own instant) hold nothing.
+	if ps := peaks([]slot{sl("c", 5, 5), sl("c", 5, 5), sl("c", 5, 5)}, 1, limitOf); ps["c"] != nil {
+		t.Errorf("zero-length slots counted: %+v", ps["c"])
+	}
+}
+
+// The rate audit counts the starts of every window anchored at a start that closed
+// before the limit was lifted, and the starts in the held period.
+func TestRateWindows(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var starts []time.Time
+	for s := 0; s < 62; s++ { // 100 starts per second, 10 ms apart
+		for i := 0; i < 100; i++ {
+			starts = append(starts, t0.Add(time.Duration(s)*time.Second+time.Duration(i)*10*time.Millisecond))
+		}
+	}
+	f := rateWindows(starts, t0, t0.Add(rateHold+ratePer+500*time.Millisecond))
+	if f.max != 100 || f.total != 6000 {
+		t.Errorf("even starts: max %d, total %d; want 100 and 6000", f.max, f.total)
+	}
+	// One extra start inside a second breaks the limit.
+	extra := append([]time.Time{}, starts[:100]...)
+	extra = append(extra, t0.Add(995*time.Millisecond))
+	extra = append(extra, starts[100:]...)
+	if f := rateWindows(extra, t0, t0.Add(rateHold+ratePer+500*time.Millisecond)); f.max != 101 {
+		t.Errorf("with an extra start: max %d, want 101", f.max)
+	}
+	// Windows that close after the limit was lifted are not checked.
+	if f := rateWindows(starts, t0, t0.Add(10*time.Second)); f.windows != 901 {
+		t.Errorf("%d windows checked before the lift at 10s, want 901 (anchored at 0 … 9s)", f.windows)
+	}
+}
