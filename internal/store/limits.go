@@ -39,10 +39,13 @@ func sequenceReady(a string) string {
 
 // unlimited is the plain claim's guard against limits it does not evaluate: a client
 // whose view of the limits table is stale (a NOTIFY lost, a limit set a moment ago)
-// claims nothing a limit governs, and picks the limited claim at its next refresh.
-// Both parts are one-time filters or a hashed array test per row.
-const unlimited = `NOT EXISTS (SELECT 1 FROM {{s}}.limits l WHERE l.scope = 'queue' AND l.target = $2)
-    AND jobs.kind <> ALL (ARRAY(SELECT l.target FROM {{s}}.limits l WHERE l.scope = 'kind'))`
+// claims nothing from a queue a limit may govern — one with a limit of its own, or
+// any queue while some kind has one — and picks the limited claim at its next
+// refresh. It is a one-time filter (two primary-key probes of a small table), so it
+// cannot change the claim's plan. (A per-row "kind <> ALL(kind limits)" test made the
+// planner misjudge the claim's selectivity and sort the whole queue: B1 fell from
+// about 55,000 to 25,000 jobs/s.)
+const unlimited = `NOT EXISTS (SELECT 1 FROM {{s}}.limits l WHERE (l.scope = 'queue' AND l.target = $2) OR l.scope = 'kind')`
 
 // limitEval returns CTEs that choose, among the candidates of relation cand (columns
 // id, queue, kind, ckey, priority, run_at, pos), the ones every applicable limit
