@@ -58,6 +58,8 @@ const unlimited = `NOT EXISTS (SELECT 1 FROM {{s}}.limits l WHERE (l.scope = 'qu
 // rate − starts in the bucket's window, whichever is smaller. Candidates are ranked
 // in claim order within each bucket, keyed buckets first and wide buckets among the
 // survivors, so a saturated key never uses up a queue-wide allowance it cannot take.
+// When the first $5 candidates fit every bucket they touch (no limit binds) they are
+// taken as they are, and the ranking is never computed.
 //
 // Measured on W9 (1,000 keys, head of 150): one row per candidate and bucket, with the
 // running count joined by hash and the rate window read once per rate-limited bucket,
@@ -87,6 +89,11 @@ func limitEval(p, cand string) string {
   LEFT JOIN runb rb ON rb.scope = x.scope AND rb.target = x.target AND rb.bkey = x.bkey
   LEFT JOIN ` + p + `_ws ws ON ws.scope = x.scope AND ws.target = x.target AND ws.bkey = x.bkey
 ),
+` + p + `_fast AS MATERIALIZED (
+  SELECT NOT EXISTS (
+    SELECT 1 FROM ` + p + `_cb cb WHERE cb.pos <= $5
+    GROUP BY cb.scope, cb.target, cb.bkey HAVING count(*) > min(cb.avail)) AS ok
+),
 ` + p + `_s1 AS MATERIALIZED (
   SELECT c.id, c.pos FROM ` + cand + ` c
   EXCEPT
@@ -96,6 +103,9 @@ func limitEval(p, cand string) string {
   WHERE k.over
 ),
 ` + p + `_pick AS MATERIALIZED (
+  SELECT c.id, c.pos FROM ` + cand + ` c WHERE c.pos <= $5 AND (SELECT ok FROM ` + p + `_fast)
+  UNION ALL
+  SELECT z.id, z.pos FROM (
   SELECT s.id, s.pos FROM ` + p + `_s1 s
   EXCEPT
   SELECT k.id, k.pos FROM (
@@ -103,7 +113,8 @@ func limitEval(p, cand string) string {
     FROM ` + p + `_cb cb JOIN ` + p + `_s1 s ON s.id = cb.id
     WHERE cb.wide) k
   WHERE k.over
-  ORDER BY pos LIMIT $5
+  ORDER BY pos LIMIT $5) z
+  WHERE NOT (SELECT ok FROM ` + p + `_fast)
 )`
 }
 
@@ -238,7 +249,11 @@ type limitStatements struct {
 
 func newLimitStatements(b *builder) limitStatements {
 	return limitStatements{
-		lock: b.add("limit_lock", `SELECT pg_advisory_xact_lock(hashtextextended('skiplock.limits.{{s}}', 0))`),
+		// The lock also makes the claim that follows run its generic plan: planning
+		// that statement anew for each claim (PostgreSQL's choice for it under
+		// plan_cache_mode=auto) cost more than executing it.
+		lock: b.add("limit_lock", `SELECT pg_advisory_xact_lock(hashtextextended('skiplock.limits.{{s}}', 0)),
+       set_config('plan_cache_mode', 'force_generic_plan', true)`),
 
 		claim: b.add("limit_claim", limitedClaimSQL()),
 
@@ -459,13 +474,13 @@ type LimitedClaim struct {
 }
 
 // ClaimLimited is Claim for a queue some limit governs: see limitedClaimSQL. The head
-// window is the limit and half as many again (at least 16 more): room for the jobs a
-// limit rejects, while the cost of the statement grows with the window.
+// window is the limit and half as many again, at least 16 and at most 128 more: room
+// for the jobs a limit rejects, while the cost of the statement grows with the window.
 func (s *Store) ClaimLimited(ctx context.Context, db Batcher, now *time.Time, p ClaimParams) (LimitedClaim, error) {
 	var out LimitedClaim
 	b := &pgx.Batch{}
 	b.Queue(s.limits.lock.sql)
-	b.Queue(s.limits.claim.sql, Now(now), p.Queue, p.WorkerID, micros(p.Lease), p.Limit, p.Limit+max(16, p.Limit/2))
+	b.Queue(s.limits.claim.sql, Now(now), p.Queue, p.WorkerID, micros(p.Lease), p.Limit, p.Limit+max(16, min(p.Limit/2, 128)))
 	b.Queue(s.limits.status.sql, Now(now), p.Queue, p.Limit)
 	br := db.SendBatch(ctx, b)
 	defer br.Close()
