@@ -6,6 +6,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,57 +92,17 @@ func judgeRatio(r *Result, err error, limit string, base, want float64) (*Result
 }
 
 func runW3(ctx context.Context, e *Env) (*Result, error) {
-	schema, err := e.schema(ctx, "bench_w3")
-	if err != nil {
-		return nil, err
-	}
-	const workers = 2
-	pool, err := e.pool(ctx, workers)
-	if err != nil {
-		return nil, err
-	}
-	defer pool.Close()
-	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
 	total := e.n(100000)
-	batches := make(chan []skiplock.EnqueueParams, total/1000+1)
-	for i := 0; i < total; i += 1000 {
-		ps := make([]skiplock.EnqueueParams, min(1000, total-i))
-		for k := range ps {
-			ps[k] = skiplock.EnqueueParams{Args: noop{I: i + k}}
-		}
-		batches <- ps
-	}
-	close(batches)
-	var lat latencies
-	var done atomic.Int64
-	stop := e.progress("W3", total, done.Load)
-	start := time.Now()
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for g := 0; g < workers; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ps := range batches {
-				t := time.Now()
-				if _, err := c.EnqueueManyTx(ctx, pool, ps); err != nil {
-					errs <- err
-					return
-				}
-				lat.add(time.Since(t))
-				done.Add(int64(len(ps)))
+	schema, elapsed, lat, err := bulkRun(ctx, e, "W3", total, 1000,
+		func(ctx context.Context, c *skiplock.Client, db skiplock.DB, first, n int) error {
+			ps := make([]skiplock.EnqueueParams, n)
+			for k := range ps {
+				ps[k] = skiplock.EnqueueParams{Args: noop{I: first + k}}
 			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	stop()
-	close(errs)
-	if err := <-errs; err != nil {
+			_, err := c.EnqueueManyTx(ctx, db, ps)
+			return err
+		})
+	if err != nil {
 		return nil, err
 	}
 	var rows int64
@@ -158,4 +119,62 @@ func runW3(ctx context.Context, e *Env) (*Result, error) {
 	lat.fill(r)
 	e.w3 = r.JobsPerSec
 	return r, nil
+}
+
+// bulkRun enqueues total jobs into a fresh schema from 2 goroutines, in units of up
+// to unit jobs, each unit one call of insert (first is the unit's first job number)
+// in its own transaction, and reports the schema, the elapsed time and the per-unit
+// latencies. W3 and F1 share it, so they differ only in what a unit is.
+func bulkRun(ctx context.Context, e *Env, name string, total, unit int,
+	insert func(ctx context.Context, c *skiplock.Client, db skiplock.DB, first, n int) error) (string, time.Duration, *latencies, error) {
+	schema, err := e.schema(ctx, "bench_"+strings.ToLower(name))
+	if err != nil {
+		return "", 0, nil, err
+	}
+	const workers = 2
+	pool, err := e.pool(ctx, workers)
+	if err != nil {
+		return "", 0, nil, err
+	}
+	defer pool.Close()
+	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
+	if err != nil {
+		return "", 0, nil, err
+	}
+	defer c.Close()
+	units := make(chan int, total/unit+1)
+	for i := 0; i < total; i += unit {
+		units <- i
+	}
+	close(units)
+	lat := &latencies{}
+	var done atomic.Int64
+	stop := e.progress(name, total, done.Load)
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for g := 0; g < workers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for first := range units {
+				n := min(unit, total-first)
+				t := time.Now()
+				if err := insert(ctx, c, pool, first, n); err != nil {
+					errs <- err
+					return
+				}
+				lat.add(time.Since(t))
+				done.Add(int64(n))
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	stop()
+	close(errs)
+	if err := <-errs; err != nil {
+		return "", 0, nil, err
+	}
+	return schema, elapsed, lat, nil
 }

@@ -7,9 +7,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/skiplock/skiplock"
 )
@@ -18,58 +15,18 @@ import (
 const flowChildren = 1000
 
 func runF1(ctx context.Context, e *Env) (*Result, error) {
-	schema, err := e.schema(ctx, "bench_f1")
-	if err != nil {
-		return nil, err
-	}
-	const workers = 2
-	pool, err := e.pool(ctx, workers)
-	if err != nil {
-		return nil, err
-	}
-	defer pool.Close()
-	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
 	total := e.n(100000)
-	flows := make(chan skiplock.Flow, total/flowChildren+1)
-	for i := 0; i < total; i += flowChildren {
-		f := skiplock.Flow{Args: noop{I: -1 - i}, Children: make([]skiplock.Flow, min(flowChildren, total-i))}
-		for k := range f.Children {
-			f.Children[k] = skiplock.Flow{Args: noop{I: i + k}}
-		}
-		flows <- f
-	}
-	close(flows)
-	nflows := len(flows)
-	var lat latencies
-	var done atomic.Int64
-	stop := e.progress("F1", total, done.Load)
-	start := time.Now()
-	var wg sync.WaitGroup
-	errs := make(chan error, workers)
-	for g := 0; g < workers; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for f := range flows {
-				t := time.Now()
-				if _, err := c.EnqueueFlowTx(ctx, pool, f); err != nil {
-					errs <- err
-					return
-				}
-				lat.add(time.Since(t))
-				done.Add(int64(len(f.Children)))
+	nflows := (total + flowChildren - 1) / flowChildren
+	schema, elapsed, lat, err := bulkRun(ctx, e, "F1", total, flowChildren,
+		func(ctx context.Context, c *skiplock.Client, db skiplock.DB, first, n int) error {
+			f := skiplock.Flow{Args: noop{I: -1 - first}, Children: make([]skiplock.Flow, n)}
+			for k := range f.Children {
+				f.Children[k] = skiplock.Flow{Args: noop{I: first + k}}
 			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	stop()
-	close(errs)
-	if err := <-errs; err != nil {
+			_, err := c.EnqueueFlowTx(ctx, db, f)
+			return err
+		})
+	if err != nil {
 		return nil, err
 	}
 	var children, parents int64

@@ -403,7 +403,19 @@ type Copier interface {
 // database's now(). A non-nil now sets created_at and updated_at (an injected
 // clock); nil leaves them to the database.
 func (s *Store) CopyInsert(ctx context.Context, db Copier, ids [][16]byte, ps []InsertParams, withRunAt bool, now *time.Time) error {
-	cols := []string{"id", "queue", "kind", "payload", "priority", "max_attempts", "metadata", "tags", "concurrency_key"}
+	return s.copyJobs(ctx, db, len(ps), nil, withRunAt, now, func(i int) ([]any, *InsertParams) {
+		return []any{ids[i]}, &ps[i]
+	})
+}
+
+// copyJobs writes n jobs with COPY. row(i) gives the i-th job's leading column values
+// (its id, then one for each of extra) and its parameters; the common columns follow
+// them, then run_at when withRunAt (every RunAt must be set), then created_at and
+// updated_at when now is set.
+func (s *Store) copyJobs(ctx context.Context, db Copier, n int, extra []string, withRunAt bool, now *time.Time,
+	row func(i int) ([]any, *InsertParams)) error {
+	cols := append(append([]string{"id"}, extra...), "queue", "kind", "payload", "priority", "max_attempts", "metadata",
+		"tags", "concurrency_key")
 	if withRunAt {
 		cols = append(cols, "run_at")
 	}
@@ -413,33 +425,33 @@ func (s *Store) CopyInsert(ctx context.Context, db Copier, ids [][16]byte, ps []
 	i := -1
 	src := pgx.CopyFromFunc(func() ([]any, error) {
 		i++
-		if i >= len(ps) {
+		if i >= n {
 			return nil, nil
 		}
-		p := &ps[i]
-		var meta any // NULL unless set
+		vals, p := row(i)
+		var meta, tags any // NULL unless set
 		if p.Metadata != nil {
 			meta = json.RawMessage(p.Metadata)
 		}
-		var tags any // NULL unless set
 		if p.Tags != nil {
 			tags = p.Tags
 		}
-		row := []any{ids[i], p.Queue, p.Kind, json.RawMessage(p.Payload), int32(p.Priority), int32(p.MaxAttempts), meta, tags, p.ConcurrencyKey}
+		vals = append(vals, p.Queue, p.Kind, json.RawMessage(p.Payload), int32(p.Priority), int32(p.MaxAttempts), meta,
+			tags, p.ConcurrencyKey)
 		if withRunAt {
-			row = append(row, *p.RunAt)
+			vals = append(vals, *p.RunAt)
 		}
 		if now != nil {
-			row = append(row, *now, *now)
+			vals = append(vals, *now, *now)
 		}
-		return row, nil
+		return vals, nil
 	})
-	n, err := db.CopyFrom(ctx, pgx.Identifier{s.Schema, "jobs"}, cols, src)
+	copied, err := db.CopyFrom(ctx, pgx.Identifier{s.Schema, "jobs"}, cols, src)
 	if err != nil {
 		return err
 	}
-	if int(n) != len(ps) {
-		return fmt.Errorf("store: copied %d of %d jobs", n, len(ps))
+	if int(copied) != n {
+		return fmt.Errorf("store: copied %d of %d jobs", copied, n)
 	}
 	return nil
 }

@@ -9,7 +9,6 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"time"
 
@@ -157,28 +156,10 @@ func (s *Store) InsertFlow(ctx context.Context, db DBTX, now *time.Time, nodes [
 // jobs: with withRunAt every node's RunAt must be set, else run_at takes the
 // database's now(); a non-nil now sets created_at and updated_at.
 func (s *Store) CopyFlow(ctx context.Context, db Copier, nodes []FlowNode, withRunAt bool, now *time.Time) error {
-	cols := []string{"id", "queue", "kind", "payload", "priority", "max_attempts", "metadata", "tags",
-		"parent_id", "batch_id", "status", "flow_policy", "flow_open", "concurrency_key"}
-	if withRunAt {
-		cols = append(cols, "run_at")
-	}
-	if now != nil {
-		cols = append(cols, "created_at", "updated_at")
-	}
-	i := -1
-	src := pgx.CopyFromFunc(func() ([]any, error) {
-		i++
-		if i >= len(nodes) {
-			return nil, nil
-		}
+	extra := []string{"parent_id", "batch_id", "status", "flow_policy", "flow_open"}
+	return s.copyJobs(ctx, db, len(nodes), extra, withRunAt, now, func(i int) ([]any, *InsertParams) {
 		p := &nodes[i]
-		var meta, tags, parent, batch, policy, open any // NULL unless set
-		if p.Metadata != nil {
-			meta = json.RawMessage(p.Metadata)
-		}
-		if p.Tags != nil {
-			tags = p.Tags
-		}
+		var parent, batch, policy, open any // NULL unless set
 		if p.ParentID != nil {
 			parent = *p.ParentID
 		}
@@ -195,24 +176,8 @@ func (s *Store) CopyFlow(ctx context.Context, db Copier, nodes []FlowNode, withR
 		if p.Waiting {
 			status = StatusWaiting
 		}
-		row := []any{p.ID, p.Queue, p.Kind, json.RawMessage(p.Payload), int32(p.Priority), int32(p.MaxAttempts), meta, tags,
-			parent, batch, status, policy, open, p.ConcurrencyKey}
-		if withRunAt {
-			row = append(row, *p.RunAt)
-		}
-		if now != nil {
-			row = append(row, *now, *now)
-		}
-		return row, nil
+		return []any{p.ID, parent, batch, status, policy, open}, &p.InsertParams
 	})
-	n, err := db.CopyFrom(ctx, pgx.Identifier{s.Schema, "jobs"}, cols, src)
-	if err != nil {
-		return err
-	}
-	if int(n) != len(nodes) {
-		return fmt.Errorf("store: copied %d of %d jobs", n, len(nodes))
-	}
-	return nil
 }
 
 // FlowJob is a node of a flow as Children and FlowTree read it.

@@ -22,6 +22,16 @@ import (
 // one disk sync off the path from enqueue to handler start.
 const asyncCommit = `set_config('synchronous_commit', 'off', true) AS async`
 
+// claimSet is what a claim writes to each job it takes ($3 the worker, $4 the lease in
+// microseconds, t.now the claim's time): running, one more attempt, a fresh lease.
+const claimSet = `SET status = 'running',
+    attempts = j.attempts + 1,
+    lease_until = t.now + $4::bigint * interval '1 microsecond',
+    lease_token = gen_random_uuid(),
+    worker_id = $3,
+    attempted_at = t.now,
+    updated_at = t.now`
+
 type leaseStatements struct {
 	claim, heartbeat stmt
 }
@@ -49,13 +59,7 @@ claimed AS (
   FOR UPDATE SKIP LOCKED
 )
 UPDATE {{s}}.jobs AS j
-SET status = 'running',
-    attempts = j.attempts + 1,
-    lease_until = t.now + $4::bigint * interval '1 microsecond',
-    lease_token = gen_random_uuid(),
-    worker_id = $3,
-    attempted_at = t.now,
-    updated_at = t.now
+`+claimSet+`
 FROM t
 WHERE j.id = ANY(ARRAY(SELECT id FROM claimed)) AND t.async IS NOT NULL
 RETURNING `+claimReturns),

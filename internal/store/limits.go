@@ -214,13 +214,7 @@ rated AS (
 ),
 claimed AS (
   UPDATE {{s}}.jobs AS j
-  SET status = 'running',
-      attempts = j.attempts + 1,
-      lease_until = t.now + $4::bigint * interval '1 microsecond',
-      lease_token = gen_random_uuid(),
-      worker_id = $3,
-      attempted_at = t.now,
-      updated_at = t.now
+  ` + claimSet + `
   FROM t
   WHERE j.id = ANY(ARRAY(SELECT id FROM pick)) AND j.status = 'pending' AND t.async IS NOT NULL
   RETURNING ` + claimReturns + `
