@@ -170,5 +170,6 @@ func runW9(ctx context.Context, e *Env) (*Result, error) {
 	ceiling := float64(bound) / jobTime.Seconds()
 	r.Extra["binding_limit_50_10ms_jobs_per_sec"] = int(b.JobsPerSec)
 	r.Extra["binding_limit_of_ceiling"] = fmt.Sprintf("%.1f%% of %.0f", 100*b.JobsPerSec/ceiling, ceiling)
+	r.Extra["binding_limit_batches"] = b.Extra["batches"]
 	return r, nil
 }
