@@ -60,6 +60,17 @@ func TestFlowsAndBatchesCommands(t *testing.T) {
 	if out := c.must("batches", "list", "--open", "-o", "json"); !strings.Contains(out, id) {
 		t.Fatalf("batches list --open:\n%s", out)
 	}
+	// The tree's two parents and the batch's callback wait; the batch is open.
+	if out := c.must("stats"); !strings.Contains(out, "flows and batches: 3 waiting jobs, 1 open batches") {
+		t.Fatalf("stats lacks the flows line:\n%s", out)
+	}
+	var st struct {
+		Waiting     int64 `json:"waiting"`
+		OpenBatches int64 `json:"open_batches"`
+	}
+	if err := json.Unmarshal([]byte(c.must("stats", "-o", "json")), &st); err != nil || st.Waiting != 3 || st.OpenBatches != 1 {
+		t.Fatalf("stats -o json: %+v %v", st, err)
+	}
 
 	for _, tc := range []struct {
 		args []string

@@ -23,6 +23,7 @@ type queueJSON struct {
 	Paused              bool    `json:"paused"`
 	Retrying            int64   `json:"retrying"`
 	BlockedSequences    int64   `json:"blocked_sequences"`
+	Waiting             int64   `json:"waiting"`
 }
 
 // statsJSON is Stats as the CLI prints it: durations in seconds (encoding/json
@@ -42,6 +43,10 @@ type statsJSON struct {
 		LagSeconds  float64 `json:"lag_seconds"`
 		Dead        int64   `json:"dead"`
 	} `json:"outbox"`
+	// Waiting counts flow parents and batch callbacks not yet released; OpenBatches
+	// the batches whose completion callback has not fired.
+	Waiting     int64 `json:"waiting"`
+	OpenBatches int64 `json:"open_batches"`
 	// Limits is each limit's use per bucket (limits usage), absent when there is no
 	// limit.
 	Limits      []limitUsageJSON `json:"limits,omitempty"`
@@ -54,9 +59,10 @@ func statsToJSON(s *skiplock.Stats, lim *limitsRead, took time.Duration) statsJS
 		j.Queues = append(j.Queues, queueJSON{Queue: q.Queue, Pending: q.Pending, Due: q.Due, Running: q.Running,
 			Succeeded: q.Succeeded, Failed: q.Failed, Cancelled: q.Cancelled, ExpiredLeases: q.ExpiredLeases,
 			OldestDueAgeSeconds: q.OldestDueAge.Seconds(), Paused: q.Paused, Retrying: q.Retrying,
-			BlockedSequences: q.BlockedSequences})
+			BlockedSequences: q.BlockedSequences, Waiting: q.Waiting})
 	}
 	j.FinishedEstimated = s.FinishedEstimated
+	j.Waiting, j.OpenBatches = s.Waiting, s.OpenBatches
 	j.Recent.WindowSeconds = s.Recent.Window.Seconds()
 	j.Recent.Succeeded, j.Recent.Failed, j.Recent.Cancelled = s.Recent.Succeeded, s.Recent.Failed, s.Recent.Cancelled
 	j.Outbox.Unpublished, j.Outbox.LagSeconds, j.Outbox.Dead = s.Outbox.Unpublished, s.Outbox.OldestUnpublishedAge.Seconds(), s.Outbox.Dead
@@ -148,14 +154,14 @@ func printStats(w io.Writer, s *skiplock.Stats, lim *limitsRead, took time.Durat
 	if s.FinishedEstimated {
 		est = "~"
 	}
-	fmt.Fprintln(tw, "QUEUE\tSTATE\tPENDING\tDUE\tOLDEST_DUE\tRUNNING\tEXPIRED\tRETRYING\tBLOCKED_SEQ\tSUCCEEDED\tFAILED\tCANCELLED")
+	fmt.Fprintln(tw, "QUEUE\tSTATE\tPENDING\tDUE\tOLDEST_DUE\tRUNNING\tEXPIRED\tRETRYING\tBLOCKED_SEQ\tWAITING\tSUCCEEDED\tFAILED\tCANCELLED")
 	for _, q := range s.Queues {
 		state := "active"
 		if q.Paused {
 			state = "paused"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%s%d\t%s%d\t%s%d\n", q.Queue, state, q.Pending, q.Due,
-			q.OldestDueAge.Round(time.Millisecond), q.Running, q.ExpiredLeases, q.Retrying, q.BlockedSequences,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%s%d\t%s%d\t%s%d\n", q.Queue, state, q.Pending, q.Due,
+			q.OldestDueAge.Round(time.Millisecond), q.Running, q.ExpiredLeases, q.Retrying, q.BlockedSequences, q.Waiting,
 			est, q.Succeeded, est, q.Failed, est, q.Cancelled)
 	}
 	tw.Flush()
@@ -164,6 +170,9 @@ func printStats(w io.Writer, s *skiplock.Stats, lim *limitsRead, took time.Durat
 		r.Cancelled, float64(r.Succeeded+r.Failed+r.Cancelled)/max(r.Window.Seconds(), 1))
 	fmt.Fprintf(w, "outbox: %d unpublished, lag %s, %d dead\n", s.Outbox.Unpublished,
 		s.Outbox.OldestUnpublishedAge.Round(time.Millisecond), s.Outbox.Dead)
+	if s.Waiting > 0 || s.OpenBatches > 0 {
+		fmt.Fprintf(w, "flows and batches: %d waiting jobs, %d open batches\n", s.Waiting, s.OpenBatches)
+	}
 	printLimits(w, lim.limits, lim.usage)
 	if s.FinishedEstimated {
 		fmt.Fprintln(w, "~ estimated from a sample of the table (--exact to count)")
