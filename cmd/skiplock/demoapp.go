@@ -64,6 +64,9 @@ func demoApp(ctx context.Context, pool *pgxpool.Pool, schema string, stdout, std
 		Schema:  schema,
 		Queues:  map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 50}},
 		Workers: workers,
+		// No customer gets more than two emails in flight at once, across every
+		// worker (docs/limits.md); EnqueueTx below keys each email by its customer.
+		Limits: []skiplock.Limit{{Queue: skiplock.DefaultQueue, Key: skiplock.EachKey, MaxRunning: 2}},
 	})
 	if err != nil {
 		return err
@@ -151,7 +154,7 @@ func demoShop(ctx context.Context, pool *pgxpool.Pool, client *skiplock.Client, 
 		err = tx.QueryRow(ctx, `INSERT INTO `+orders+` (customer, total_cents) VALUES ($1, $2) RETURNING id`, customer, 100+rand.IntN(10000)).Scan(&id)
 		if err == nil {
 			_, err = client.EnqueueTx(ctx, tx, demoEmail{OrderID: id, Customer: customer},
-				&skiplock.EnqueueOpts{DeduplicationKey: fmt.Sprintf("order-%d", id)})
+				&skiplock.EnqueueOpts{DeduplicationKey: fmt.Sprintf("order-%d", id), ConcurrencyKey: customer})
 		}
 		if err == nil {
 			err = ob.write(ctx, tx, id, customer)
