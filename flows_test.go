@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -340,6 +341,30 @@ func TestFlowTreeAndStats(t *testing.T) {
 	r.must(err)
 	if st.Waiting != 2 {
 		t.Fatalf("Stats.Waiting = %d, want 2", st.Waiting)
+	}
+}
+
+// A flow's jobs keep their concurrency key (limits govern children like any job), by
+// the one-statement insert of a small flow and by the COPY of a large one.
+func TestFlowJobsKeepTheirConcurrencyKey(t *testing.T) {
+	t.Parallel()
+	r := newFlowRig(t, skiplock.Config{})
+	for _, n := range []int{2, 100} {
+		f := skiplock.Flow{Args: parentArgs{Name: "root"}, Opts: skiplock.EnqueueOpts{ConcurrencyKey: "tenant-root"}}
+		for i := range n {
+			c := leaf(i)
+			c.Opts.ConcurrencyKey = "tenant-" + strconv.Itoa(i%3)
+			f.Children = append(f.Children, c)
+		}
+		res, err := r.client.EnqueueFlow(r.ctx, f)
+		r.must(err)
+		root, err := r.client.JobGet(r.ctx, res.ID)
+		r.must(err)
+		last, err := r.client.JobGet(r.ctx, res.Children[n-1].ID)
+		r.must(err)
+		if root.ConcurrencyKey != "tenant-root" || last.ConcurrencyKey != "tenant-"+strconv.Itoa((n-1)%3) {
+			t.Errorf("flow of %d: keys %q and %q", n, root.ConcurrencyKey, last.ConcurrencyKey)
+		}
 	}
 }
 
