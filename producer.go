@@ -19,7 +19,6 @@ type producer struct {
 	wake     chan struct{}  // NOTIFY, (re)connect
 	slot     chan struct{}  // a job finished running, or an outcome became durable
 	freed    chan struct{}  // an outcome became durable: its limit slot is free in the database
-
 }
 
 // capacity is how many jobs the producer may hold: its workers plus an adaptive

@@ -52,7 +52,7 @@ const unlimited = `NOT EXISTS (SELECT 1 FROM {{s}}.limits l WHERE (l.scope = 'qu
 // admits, as <p>_pick(id, pos), at most $5, in pos order. It also defines <p>_cb: each
 // candidate's buckets with their room now.
 //
-// Buckets: a limit with key ” is one bucket for its whole queue or kind ("wide"); a
+// Buckets: a limit with an empty key is one bucket for its whole queue or kind ("wide"); a
 // per-key limit is one bucket per concurrency key ('*' unless the key has its own row).
 // Room = max_running − jobs running under a valid lease in the bucket, and
 // rate − starts in the bucket's window, whichever is smaller. Candidates are ranked
@@ -252,7 +252,8 @@ func newLimitStatements(b *builder) limitStatements {
 		claim: b.add("limit_claim", limitedClaimSQL()),
 
 		// After a limited claim, in its transaction: how many due jobs of the queue are
-		// still waiting (at most $3), and in how many microseconds a full rate window of
+		// still waiting (at most $3; none while the queue is paused: a pause is not a
+		// limit), and in how many microseconds a full rate window of
 		// a limit on the queue or on any kind frees a start (its oldest start plus its
 		// period, less now: the database's clock, so host clock skew cannot shift
 		// it). NULL when no rate window is full.
@@ -262,6 +263,7 @@ SELECT
   (SELECT count(*) FROM (
      SELECT 1 FROM {{s}}.jobs
      WHERE status = 'pending' AND queue = $2 AND run_at <= (SELECT now FROM t)
+       AND NOT EXISTS (SELECT 1 FROM {{s}}.queues p WHERE p.name = $2 AND p.paused_at IS NOT NULL)
      LIMIT $3) d),
   (SELECT (extract(epoch FROM min(o.oldest + w.per_us * interval '1 microsecond') - (SELECT now FROM t)) * 1000000)::bigint
    FROM {{s}}.limit_windows w
