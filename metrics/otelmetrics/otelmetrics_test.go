@@ -29,18 +29,7 @@ func TestBridgeReportsOldestDueAge(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Advance(42 * time.Second)
-	reader := sdkmetric.NewManualReader()
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer provider.Shutdown(ctx)
-	b, err := otelmetrics.Register(provider.Meter("skiplock"), c, otelmetrics.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
-		t.Fatal(err)
-	}
+	rm := collect(t, c)
 	found := map[string]float64{}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
@@ -87,18 +76,7 @@ func TestBridgeReportsLimits(t *testing.T) {
 	if jobs, err := c.Manual().Claim(ctx, "mail", 10); err != nil || len(jobs) != 3 {
 		t.Fatalf("claimed %d jobs (%v), want 3: two of acme and bob's", len(jobs), err)
 	}
-	reader := sdkmetric.NewManualReader()
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-	defer provider.Shutdown(ctx)
-	b, err := otelmetrics.Register(provider.Meter("skiplock"), c, otelmetrics.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	var rm metricdata.ResourceMetrics
-	if err := reader.Collect(ctx, &rm); err != nil {
-		t.Fatal(err)
-	}
+	rm := collect(t, c)
 	found := map[string]float64{}
 	throttled := false
 	for _, sm := range rm.ScopeMetrics {
@@ -132,4 +110,23 @@ func TestBridgeReportsLimits(t *testing.T) {
 	if len(found) != len(want) || !throttled {
 		t.Fatalf("instruments: %v (skiplock.jobs.throttled observed: %v)", found, throttled)
 	}
+}
+
+// collect registers the bridge for c on a manual reader and collects once.
+func collect(t *testing.T, c *skiplock.Client) metricdata.ResourceMetrics {
+	t.Helper()
+	ctx := context.Background()
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = provider.Shutdown(ctx) })
+	b, err := otelmetrics.Register(provider.Meter("skiplock"), c, otelmetrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	return rm
 }

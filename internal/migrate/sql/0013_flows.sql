@@ -101,39 +101,40 @@ $$;
 -- the failure callback at the first failed or cancelled member, the completion
 -- callback once the batch is sealed and every member finished (then a failure
 -- callback that never fired is cancelled). The counts go to the callback's metadata
--- under "skiplock_batch" (skiplock.BatchResultOf reads them).
+-- under "skiplock_batch" (skiplock.BatchResultOf reads them); batch_release releases
+-- one callback with the batch's counts and wakes its queue.
+CREATE FUNCTION {{schema}}.batch_release(b {{schema}}.batches, callback uuid, complete boolean, at timestamptz)
+RETURNS void LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+DECLARE
+  channel CONSTANT text := left((parse_ident('{{schema}}'))[1] || '.jobs', 63);
+  q text;
+BEGIN
+  UPDATE {{schema}}.jobs SET status = 'pending', updated_at = greatest(updated_at, at),
+    metadata = coalesce(metadata, '{}'::jsonb) || jsonb_build_object('skiplock_batch',
+      json_build_object('id', b.id, 'total', b.total, 'succeeded', b.succeeded, 'failed', b.failed,
+                        'cancelled', b.cancelled, 'complete', complete)::text)
+  WHERE id = callback AND status = 'waiting'
+  RETURNING queue INTO q;
+  IF q IS NOT NULL THEN PERFORM pg_notify(channel, q); END IF;
+END
+$$;
+
 CREATE FUNCTION {{schema}}.batch_fire(batch uuid, at timestamptz) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
 DECLARE
-  channel CONSTANT text := left((parse_ident('{{schema}}'))[1] || '.jobs', 63);
-  b record;
-  counts text;
-  q text;
+  b {{schema}}.batches;
 BEGIN
   UPDATE {{schema}}.batches SET failure_fired_at = at
   WHERE id = batch AND failure_fired_at IS NULL AND on_failure IS NOT NULL AND failed + cancelled > 0
   RETURNING * INTO b;
   IF FOUND THEN
-    counts := json_build_object('id', b.id, 'total', b.total, 'succeeded', b.succeeded, 'failed', b.failed,
-                                'cancelled', b.cancelled, 'complete', false)::text;
-    UPDATE {{schema}}.jobs SET status = 'pending', updated_at = greatest(updated_at, at),
-      metadata = coalesce(metadata, '{}'::jsonb) || jsonb_build_object('skiplock_batch', counts)
-    WHERE id = b.on_failure AND status = 'waiting'
-    RETURNING queue INTO q;
-    IF q IS NOT NULL THEN PERFORM pg_notify(channel, q); END IF;
+    PERFORM {{schema}}.batch_release(b, b.on_failure, false, at);
   END IF;
   UPDATE {{schema}}.batches SET completed_at = at
   WHERE id = batch AND completed_at IS NULL AND sealed_at IS NOT NULL AND succeeded + failed + cancelled >= total
   RETURNING * INTO b;
   IF FOUND THEN
-    counts := json_build_object('id', b.id, 'total', b.total, 'succeeded', b.succeeded, 'failed', b.failed,
-                                'cancelled', b.cancelled, 'complete', true)::text;
-    q := NULL;
-    UPDATE {{schema}}.jobs SET status = 'pending', updated_at = greatest(updated_at, at),
-      metadata = coalesce(metadata, '{}'::jsonb) || jsonb_build_object('skiplock_batch', counts)
-    WHERE id = b.on_complete AND status = 'waiting'
-    RETURNING queue INTO q;
-    IF q IS NOT NULL THEN PERFORM pg_notify(channel, q); END IF;
+    PERFORM {{schema}}.batch_release(b, b.on_complete, true, at);
     UPDATE {{schema}}.jobs SET status = 'cancelled', updated_at = greatest(updated_at, at),
       last_error = 'batch ' || b.id || ' finished without a failure'
     WHERE id = b.on_failure AND status = 'waiting';
