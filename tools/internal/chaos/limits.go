@@ -160,15 +160,7 @@ func (p *producer) enqueueBatch(ctx context.Context, ps []skiplock.EnqueueParams
 		p.fail(err)
 		return
 	}
-	if err := tx.Commit(tctx); err != nil {
-		p.mu.Lock()
-		p.ambiguous++
-		p.mu.Unlock()
-		return
-	}
-	p.mu.Lock()
-	p.acked = append(p.acked, ids...)
-	p.mu.Unlock()
+	p.commit(tctx, tx, ids...)
 }
 
 // injectLimitFaults injects the three faults in turn: SIGKILLs (each worker

@@ -138,15 +138,7 @@ func (p *producer) enqueueOne(ctx context.Context, rollback bool) {
 		}
 		return
 	}
-	if err := tx.Commit(tctx); err != nil {
-		p.mu.Lock()
-		p.ambiguous++
-		p.mu.Unlock()
-		return
-	}
-	p.mu.Lock()
-	p.acked = append(p.acked, res.ID)
-	p.mu.Unlock()
+	p.commit(tctx, tx, res.ID)
 }
 
 func (p *producer) fail(err error) {
@@ -340,4 +332,18 @@ func declareQueue(url, queue string) error {
 		return fmt.Errorf("declaring queue %s: %w", queue, err)
 	}
 	return nil
+}
+
+// commit commits tx, whose jobs are ids: acknowledged when the commit returns, and
+// counted as ambiguous when it fails (the commit may have happened).
+func (p *producer) commit(ctx context.Context, tx pgx.Tx, ids ...string) {
+	if err := tx.Commit(ctx); err != nil {
+		p.mu.Lock()
+		p.ambiguous++
+		p.mu.Unlock()
+		return
+	}
+	p.mu.Lock()
+	p.acked = append(p.acked, ids...)
+	p.mu.Unlock()
 }
