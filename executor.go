@@ -174,6 +174,9 @@ func (r *runtime) finish(f *inflight, status *string) {
 	default:
 		f.job.State = JobState(*status)
 		ev.Kind = c.count(f.outcome.Action, *status)
+		if f.unblocks {
+			r.rewindAll()
+		}
 	}
 	c.emit(ev)
 	r.release(f)

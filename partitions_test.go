@@ -118,7 +118,7 @@ GRANT UPDATE (status) ON `+e.q("jobs")+` TO "`+role+`"`)
 	_, err = e.pool.Exec(e.ctx, `INSERT INTO `+e.q("jobs")+` (kind, payload, status, updated_at)
 SELECT 'k', '{}', 'succeeded', now() FROM generate_series(1, 20000); ANALYZE `+e.q("jobs"))
 	e.must(err)
-	plan := explainGeneric(e, e.client.ClaimSQLForTest(), nil, "default", "w", int64(30e6), 10)
+	plan := explainGeneric(e, e.client.ClaimSQLForTest(), nil, "default", "w", int64(30e6), 10, nil, nil, int64(0))
 	if strings.Contains(plan, "Seq Scan on jobs_legacy") || !strings.Contains(plan, "jobs_legacy_ready_idx") ||
 		!strings.Contains(plan, "jobs_legacy_pkey") {
 		t.Errorf("claim plan on the partitioned layout:\n%s", plan)

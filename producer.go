@@ -19,6 +19,7 @@ type producer struct {
 	wake     chan struct{}  // NOTIFY, (re)connect
 	slot     chan struct{}  // a job finished running, or an outcome became durable
 	freed    chan struct{}  // an outcome became durable: its limit slot is free in the database
+	cursor   claimCursor    // where the next plain claim starts (cursor.go)
 }
 
 // capacity is how many jobs the producer may hold: its workers plus an adaptive
@@ -187,14 +188,19 @@ func (r *runtime) claim(p *producer, n int) claimResult {
 	if r.limited(p.queue) {
 		rows, res, err = r.claimLimited(ctx, p, n)
 	} else {
+		after, gen := p.cursor.get()
 		rows, err = c.store.Claim(ctx, c.pool, store.NowParam(c.cfg.Clock), store.ClaimParams{
 			Queue: p.queue, WorkerID: c.cfg.ID, Limit: n, Lease: c.cfg.LeaseDuration,
+			After: after, Lag: c.cfg.PollInterval,
 		})
 		res.short = len(rows) < n
+		if len(rows) > 0 {
+			p.cursor.advance(gen, store.CursorOf(rows[len(rows)-1]))
+		}
 	}
 	c.metrics.claimNanos.Add(int64(hostclock.Since(began)))
 	for _, row := range rows {
-		r.hold(p, fromRow(row))
+		r.hold(p, fromRow(row), row.Unblocks)
 	}
 	unused := int32(n - len(rows))
 	p.active.Add(-unused)
@@ -210,9 +216,9 @@ func (r *runtime) claim(p *producer, n int) claimResult {
 
 // hold registers a claimed job (so the heartbeater renews its lease) and queues it
 // for the producer's executors. Its capacity was reserved before the claim.
-func (r *runtime) hold(p *producer, job *Job) {
+func (r *runtime) hold(p *producer, job *Job, unblocks bool) {
 	r.jobsWG.Add(1)
-	f := &inflight{job: job, p: p}
+	f := &inflight{job: job, p: p, unblocks: unblocks}
 	r.mu.Lock()
 	r.inflight[job.ID] = f
 	r.mu.Unlock()

@@ -72,6 +72,7 @@ type inflight struct {
 	started  time.Time
 	begun    atomic.Bool // the handler was started
 	released bool        // never started; handed back at Stop
+	unblocks bool        // its outcome can make a job ready behind a claim cursor (cursor.go)
 	returned atomic.Bool
 	lost     atomic.Bool
 	warned   atomic.Bool
@@ -179,8 +180,9 @@ func (c *Client) Start(ctx context.Context) error {
 		go func() { defer r.prodWG.Done(); l.Run(r.fetchCtx) }()
 	}
 	for _, p := range r.producers {
-		r.prodWG.Add(1)
+		r.prodWG.Add(2)
 		go r.produce(p)
+		go r.checkHead(p)
 		for i := 0; i < p.cfg.MaxWorkers; i++ {
 			r.execWG.Add(1)
 			go r.executor(p)

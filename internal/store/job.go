@@ -46,6 +46,10 @@ type Job struct {
 	ConcurrencyKey   string
 	CreatedAt        time.Time
 	UpdatedAt        time.Time
+	// Unblocks is set by claims only: the job has a sequence key, a parent or a batch,
+	// so its outcome can make a job ready whose run_at lies behind a claim cursor
+	// (see ClaimCursor).
+	Unblocks bool
 }
 
 // jobColumns lists what statements returning jobs select, in scanJob's order.
@@ -71,23 +75,41 @@ func prefixedExcept(p string, replace map[string]string) string {
 	return strings.Join(cols, ", ")
 }
 
-// claimReturns is what the claim returns of each job: everything a handler reads, but
+// claimReturns is what a claim returns of each job: everything a handler reads, but
 // not the output and attempt history of earlier attempts (up to MaxHistory records
-// and a 64 KiB output per job, read back on every claim for nobody).
-var claimReturns = prefixedExcept("j", map[string]string{"output": "NULL::jsonb", "attempt_history": "NULL::jsonb"})
+// and a 64 KiB output per job, read back on every claim for nobody), and then
+// whether the job's outcome can make another job ready (Job.Unblocks).
+var claimReturns = prefixedExcept("j", map[string]string{"output": "NULL::jsonb", "attempt_history": "NULL::jsonb"}) +
+	`, (j.sequence_key IS NOT NULL OR j.parent_id IS NOT NULL OR j.batch_id IS NOT NULL) AS unblocks`
+
+// jobDest is where scanJob puts jobColumns.
+func jobDest(j *Job) []any {
+	return []any{&j.ID, &j.Queue, &j.Kind, &j.Payload, &j.Status, &j.Priority, &j.RunAt, &j.Attempts,
+		&j.MaxAttempts, &j.LeaseUntil, &j.LeaseToken, &j.WorkerID, &j.DeduplicationKey, &j.LastError,
+		&j.Metadata, &j.Tags, &j.Output, &j.History, &j.TxID, &j.AttemptedAt, &j.ConcurrencyKey, &j.CreatedAt, &j.UpdatedAt}
+}
 
 func scanJob(row pgx.Row) (*Job, error) {
 	var j Job
-	err := row.Scan(&j.ID, &j.Queue, &j.Kind, &j.Payload, &j.Status, &j.Priority, &j.RunAt, &j.Attempts,
-		&j.MaxAttempts, &j.LeaseUntil, &j.LeaseToken, &j.WorkerID, &j.DeduplicationKey, &j.LastError,
-		&j.Metadata, &j.Tags, &j.Output, &j.History, &j.TxID, &j.AttemptedAt, &j.ConcurrencyKey, &j.CreatedAt, &j.UpdatedAt)
-	if err != nil {
+	if err := row.Scan(jobDest(&j)...); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
+// scanClaimed scans a row of claimReturns.
+func scanClaimed(row pgx.Row) (*Job, error) {
+	var j Job
+	if err := row.Scan(append(jobDest(&j), &j.Unblocks)...); err != nil {
 		return nil, err
 	}
 	return &j, nil
 }
 
 func collectJobs(rows pgx.Rows, err error) ([]*Job, error) { return collect(rows, err, scanJob) }
+
+// collectClaimed collects the rows of a claim (claimReturns).
+func collectClaimed(rows pgx.Rows, err error) ([]*Job, error) { return collect(rows, err, scanClaimed) }
 
 type jobStatements struct {
 	get, list, byTx, runNow              stmt

@@ -33,36 +33,96 @@ const claimSet = `SET status = 'running',
     updated_at = t.now`
 
 type leaseStatements struct {
-	claim, heartbeat stmt
+	claim, claimHead, heartbeat stmt
+}
+
+// claimBranch is one index range of the claim: the due pending jobs of queue $2 whose
+// priority compares to the cursor's by op, from the floor on (t.floor: the cursor's
+// run_at, or lag ($8) before now if that is earlier), in claim order.
+//
+// Why a cursor. A claim that starts at the head of jobs_ready_idx walks every entry
+// of a job claimed since the last vacuum: the claim's update leaves the old tuple's
+// entry behind. Those entries are normally marked dead by the scans that meet them
+// (kill_prior_tuple) once no snapshot can see the old tuple, and skipped cheaply
+// after that. But while any session holds an older snapshot (a transaction left idle,
+// a long report, a replication slot), neither vacuum nor that marking can act, and
+// each claim visits the heap for every job claimed since the snapshot was taken:
+// pickup latency grows with the pin (about 110 ns a claimed job, 11 ms after 100,000;
+// docs/benchmarks.md, W10). Starting at the floor, with the priority an equality
+// (branch b), the index scan begins where the live jobs are, and the dead entries
+// before it are never read; in the other branches run_at >= floor is checked on the
+// index entry, without a heap visit.
+//
+// What the floor can leave behind — a job of an enqueue transaction that committed
+// more than lag after it began, a job given a run_at in the past, a sequence's next
+// job or a flow's parent made ready late — the producer's head check (ClaimHead)
+// finds, within its poll interval; and a producer whose own outcomes can unblock
+// jobs (Job.Unblocks) restarts at the head.
+func claimBranch(name, op string) string {
+	return name + ` AS (
+  SELECT id FROM {{s}}.jobs
+  WHERE status = 'pending' AND queue = $2 AND priority ` + op + ` (SELECT prio FROM t)
+    AND run_at >= (SELECT floor FROM t) AND run_at <= (SELECT now FROM t)
+    AND (SELECT open FROM t)
+    AND ` + sequenceReady("jobs") + `
+  ORDER BY priority DESC, run_at, id
+  LIMIT $5
+  FOR UPDATE SKIP LOCKED
+)`
 }
 
 func newLeaseStatements(b *builder) leaseStatements {
 	return leaseStatements{
 		// The claim: lock up to $5 due pending jobs of one queue in index order, skipping
 		// rows other claimers hold, and lease them under a fresh token in the same statement.
-		// A paused queue claims nothing: the pause check does not depend on the row, so
-		// it runs once per statement (a one-time filter on a primary-key probe of queues).
-		// A job of a sequence waits while an earlier job of its sequence can still run
-		// (or failed and blocks): one probe of jobs_sequence_idx, made only for jobs that
-		// have a sequence key. A job some limit governs is left to the limited claim
-		// (limits.go): see unlimited.
+		// A paused queue claims nothing, and a queue some limit may govern is left to the
+		// limited claim (limits.go: unlimited): both checks do not depend on the row, so
+		// they run once per statement (open, a one-time filter). A job of a sequence waits
+		// while an earlier job of its sequence can still run (or failed and blocks): one
+		// probe of jobs_sequence_idx, made only for jobs that have a sequence key.
+		//
+		// The scan resumes from a cursor ($6 priority, $7 run_at: the last job the
+		// producer claimed) instead of the index head; claimBranch says why. Without a
+		// cursor ($6 and $7 NULL) it starts at the head. Branches a (higher priorities),
+		// b (the cursor's priority) and c (lower ones) are read in claim order and only as
+		// far as the LIMIT needs: a CTE is evaluated only as far as its reader fetches, so
+		// c is never run, nor its rows locked, when a and b fill the claim.
 		claim: b.add("claim", `
-WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now, `+asyncCommit+`),
+WITH t AS (
+  SELECT n.now,
+         least(coalesce($7::timestamptz, '-infinity'), n.now - $8::bigint * interval '1 microsecond') AS floor,
+         coalesce($6::int, 2147483647) AS prio,
+         NOT EXISTS (SELECT 1 FROM {{s}}.queues p WHERE p.name = $2 AND p.paused_at IS NOT NULL)
+           AND `+unlimited+` AS open,
+         `+asyncCommit+`
+  FROM (SELECT coalesce($1::timestamptz, now()) AS now) n
+),
+`+claimBranch("a", ">")+`,
+`+claimBranch("b", "=")+`,
+`+claimBranch("c", "<")+`,
 claimed AS (
-  SELECT id FROM {{s}}.jobs
-  WHERE status = 'pending' AND queue = $2 AND run_at <= (SELECT now FROM t)
-    AND NOT EXISTS (SELECT 1 FROM {{s}}.queues p WHERE p.name = $2 AND p.paused_at IS NOT NULL)
-    AND `+sequenceReady("jobs")+`
-    AND `+unlimited+`
-  ORDER BY priority DESC, run_at, id
+  SELECT id FROM a UNION ALL SELECT id FROM b UNION ALL SELECT id FROM c
   LIMIT $5
-  FOR UPDATE SKIP LOCKED
 )
 UPDATE {{s}}.jobs AS j
 `+claimSet+`
 FROM t
 WHERE j.id = ANY(ARRAY(SELECT id FROM claimed)) AND t.async IS NOT NULL
 RETURNING `+claimReturns),
+
+		// ClaimHead: the first job the claim would take if it started at the index head,
+		// for the producer's check that nothing claimable lies behind its cursor. It
+		// reads without locking (a job another claim is taking still shows), and it
+		// leaves out the pause and limit checks: the claim applies those.
+		claimHead: b.add("claim_head", `
+WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
+SELECT h.priority, h.run_at, t.now
+FROM t LEFT JOIN LATERAL (
+  SELECT priority, run_at FROM {{s}}.jobs
+  WHERE status = 'pending' AND queue = $2 AND run_at <= t.now AND `+sequenceReady("jobs")+`
+  ORDER BY priority DESC, run_at, id
+  LIMIT 1
+) h ON true`),
 
 		// Heartbeat renews every listed lease that is still held and has more than a
 		// margin ($5) left. It never touches the token. The margin keeps a renewal from
@@ -89,17 +149,54 @@ type ClaimParams struct {
 	WorkerID string
 	Limit    int
 	Lease    time.Duration
+	// After is where the claim resumes (claimBranch): nil starts at the index head.
+	After *ClaimCursor
+	// Lag is how far before now the claim looks at the cursor's priority even when the
+	// cursor is later, for jobs of transactions that committed after it moved on.
+	Lag time.Duration
 }
+
+// ClaimCursor is a position in claim order: the priority and run_at of the last job
+// a producer claimed.
+type ClaimCursor struct {
+	Priority int
+	RunAt    time.Time
+}
+
+// CursorOf returns the claim-order position of j.
+func CursorOf(j *Job) *ClaimCursor { return &ClaimCursor{Priority: j.Priority, RunAt: j.RunAt} }
 
 // Claim leases up to p.Limit due jobs of one queue. Rows come back in claim order
 // (priority, then run_at, then id).
 func (s *Store) Claim(ctx context.Context, db DBTX, now *time.Time, p ClaimParams) ([]*Job, error) {
-	jobs, err := collectJobs(db.Query(ctx, s.lease.claim.sql, Now(now), p.Queue, p.WorkerID, micros(p.Lease), p.Limit))
+	var prio *int
+	var after *time.Time
+	if p.After != nil {
+		prio, after = &p.After.Priority, &p.After.RunAt
+	}
+	jobs, err := collectClaimed(db.Query(ctx, s.lease.claim.sql, Now(now), p.Queue, p.WorkerID, micros(p.Lease), p.Limit,
+		prio, after, micros(p.Lag)))
 	if err != nil {
 		return nil, err
 	}
 	SortClaimOrder(jobs)
 	return jobs, nil
+}
+
+// ClaimHead returns the claim-order position of the first due pending job of queue
+// that a claim starting at the index head would consider (nil when there is none),
+// and the database time it used. It takes no locks.
+func (s *Store) ClaimHead(ctx context.Context, db DBTX, now *time.Time, queue string) (*ClaimCursor, time.Time, error) {
+	var prio *int
+	var runAt *time.Time
+	var at time.Time
+	if err := db.QueryRow(ctx, s.lease.claimHead.sql, Now(now), queue).Scan(&prio, &runAt, &at); err != nil {
+		return nil, time.Time{}, err
+	}
+	if prio == nil || runAt == nil {
+		return nil, at, nil
+	}
+	return &ClaimCursor{Priority: *prio, RunAt: *runAt}, at, nil
 }
 
 // SortClaimOrder sorts jobs as the claim's ORDER BY does (UPDATE … RETURNING does not

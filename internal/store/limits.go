@@ -483,7 +483,7 @@ func (s *Store) ClaimLimited(ctx context.Context, db Batcher, now *time.Time, p 
 	if _, err := br.Exec(); err != nil {
 		return out, fmt.Errorf("limit lock: %w", err)
 	}
-	jobs, err := collectJobs(br.Query())
+	jobs, err := collectClaimed(br.Query())
 	if err != nil {
 		return out, err
 	}

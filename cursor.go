@@ -1,0 +1,123 @@
+package skiplock
+
+// The claim cursor: each producer resumes its claims where its last claim ended
+// instead of at the head of the ready index, so a snapshot held open elsewhere (which
+// stops vacuum) does not make every claim walk the entries of every job claimed since
+// (store.claimBranch has the mechanism; docs/benchmarks.md, W10, the measurements).
+//
+// The cursor is only a starting point, never a promise that nothing lies behind it.
+// Three things bring a producer back to the head:
+//   - its head check: every poll interval, a read-only query finds the first due job a
+//     claim from the head would take; if that job lies before the cursor's floor, the
+//     next claim starts at the head;
+//   - its own outcomes that can make an old job ready (a sequence's next job, a flow's
+//     parent, a batch callback): the next claim of every producer starts at the head;
+//   - a limited queue, a Manual claim or a process start: those claim from the head.
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/skiplock/skiplock/internal/hostclock"
+	"github.com/skiplock/skiplock/internal/store"
+)
+
+// claimCursor is a producer's cursor. gen counts rewinds, so a claim that started
+// before a rewind cannot move the cursor past what the rewind uncovered.
+type claimCursor struct {
+	mu  sync.Mutex
+	at  *store.ClaimCursor
+	gen uint64
+}
+
+// get returns where the next claim starts (nil: at the head) and the generation to
+// hand back to advance.
+func (c *claimCursor) get() (*store.ClaimCursor, uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.at, c.gen
+}
+
+// advance moves the cursor to the last job a claim took, unless a rewind happened
+// since that claim read the cursor.
+func (c *claimCursor) advance(gen uint64, at *store.ClaimCursor) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen == gen {
+		c.at = at
+	}
+}
+
+// rewind makes the next claim start at the head.
+func (c *claimCursor) rewind() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.at = nil
+	c.gen++
+}
+
+// rewindAll rewinds and wakes every producer: an outcome may have made a job of any
+// queue ready whose run_at lies behind that queue's cursor (and the NOTIFY that
+// announced it may have woken a claim that still used the cursor).
+func (r *runtime) rewindAll() {
+	for _, p := range r.producers {
+		p.cursor.rewind()
+		signal(p.wake)
+	}
+}
+
+// headCheckBudget bounds the head check's share of one database backend: it waits at
+// least this many times its last duration before the next check. The check is what
+// the cursor saves the claims from (a walk over every entry left since vacuum last
+// ran), so under a long-held snapshot it grows; the bound keeps it below 5%.
+const headCheckBudget = 20
+
+// checkHead runs the producer's head check every poll interval (jittered) while its
+// queue claims through a cursor. Finding a due job before the cursor's floor, it
+// rewinds the cursor and wakes the producer.
+func (r *runtime) checkHead(p *producer) {
+	defer r.prodWG.Done()
+	c := r.c
+	timer := time.NewTimer(hostclock.Jitter(c.cfg.PollInterval))
+	defer timer.Stop()
+	for {
+		select {
+		case <-timer.C:
+		case <-r.fetchCtx.Done():
+			return
+		}
+		began := hostclock.Now()
+		if behind, err := r.headBehind(p); err != nil {
+			c.failures.warn("claim_head", err, "queue", p.queue)
+		} else {
+			c.failures.ok("claim_head")
+			if behind {
+				p.cursor.rewind()
+				signal(p.wake)
+			}
+		}
+		timer.Reset(max(hostclock.Jitter(c.cfg.PollInterval), headCheckBudget*hostclock.Since(began)))
+	}
+}
+
+// headBehind reports whether the first due job of the producer's queue lies before
+// the floor its next claim would use.
+func (r *runtime) headBehind(p *producer) (bool, error) {
+	at, _ := p.cursor.get()
+	if at == nil || r.limited(p.queue) {
+		return false, nil
+	}
+	c := r.c
+	ctx, cancel := context.WithTimeout(r.fetchCtx, 30*time.Second)
+	defer cancel()
+	head, now, err := c.store.ClaimHead(ctx, c.pool, store.NowParam(c.cfg.Clock), p.queue)
+	if err != nil || head == nil {
+		return false, err
+	}
+	floor := at.RunAt
+	if lagged := now.Add(-c.cfg.PollInterval); lagged.Before(floor) {
+		floor = lagged
+	}
+	return head.RunAt.Before(floor), nil
+}

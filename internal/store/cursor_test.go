@@ -1,0 +1,182 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/skiplock/skiplock/internal/pgtest"
+)
+
+// readyIndexBlocks runs the claim under EXPLAIN (ANALYZE, BUFFERS) — it really claims
+// — and returns how many buffers its scans of jobs_ready_idx touched (index and heap).
+func readyIndexBlocks(t *testing.T, ctx context.Context, s *Store, db DBTX, p ClaimParams) (blocks float64, claimed int) {
+	t.Helper()
+	var prio *int
+	var after *time.Time
+	if p.After != nil {
+		prio, after = &p.After.Priority, &p.After.RunAt
+	}
+	var out []byte
+	err := db.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+s.lease.claim.sql,
+		nil, p.Queue, "w", micros(time.Minute), p.Limit, prio, after, micros(p.Lag)).Scan(&out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plans []struct{ Plan map[string]any }
+	if err := json.Unmarshal(out, &plans); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(n map[string]any)
+	walk = func(n map[string]any) {
+		if n["Index Name"] == "jobs_ready_idx" {
+			blocks += n["Shared Hit Blocks"].(float64) + n["Shared Read Blocks"].(float64)
+		}
+		if n["Node Type"] == "ModifyTable" {
+			claimed = int(n["Actual Rows"].(float64))
+		}
+		kids, _ := n["Plans"].([]any)
+		for _, k := range kids {
+			walk(k.(map[string]any))
+		}
+	}
+	walk(plans[0].Plan)
+	return blocks, claimed
+}
+
+// TestClaimCursorUnderPinnedSnapshot: with a snapshot held open (vacuum and index
+// entry killing stopped), a claim from the index head walks every job claimed since,
+// and a claim from the cursor does not. Then what lies behind the cursor: ClaimHead
+// finds it, the cursor's claim leaves it, a head claim takes it.
+func TestClaimCursorUnderPinnedSnapshot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	schema := pgtest.Schema(t)
+	s := newStore(t, schema)
+	pool := pgtest.Pool(t)
+	const n = 3000
+	if _, err := pool.Exec(ctx, `INSERT INTO `+s.Table("jobs")+` (kind, payload, run_at)
+SELECT 'k', '{}', now() - interval '1 hour' + g * interval '1 millisecond' FROM generate_series(1, $1) g`, n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "ANALYZE "+s.Table("jobs")); err != nil {
+		t.Fatal(err)
+	}
+	pin, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pin.Rollback(ctx)
+	if _, err := pin.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pin.Exec(ctx, "SELECT txid_current(), count(*) FROM "+s.Table("jobs")); err != nil {
+		t.Fatal(err)
+	}
+
+	var cursor *ClaimCursor
+	for taken := 0; taken < n-100; {
+		jobs, err := s.Claim(ctx, pool, nil, ClaimParams{Queue: "default", WorkerID: "w", Limit: 100, Lease: time.Minute,
+			After: cursor, Lag: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(jobs) != 100 {
+			t.Fatalf("claim took %d jobs, want 100", len(jobs))
+		}
+		cursor = CursorOf(jobs[len(jobs)-1])
+		taken += len(jobs)
+	}
+
+	p := ClaimParams{Queue: "default", Limit: 10, Lag: time.Second}
+	p.After = cursor
+	fromCursor, got := readyIndexBlocks(t, ctx, s, pool, p)
+	if got != 10 {
+		t.Fatalf("cursor claim took %d jobs, want 10", got)
+	}
+	p.After = nil
+	fromHead, got := readyIndexBlocks(t, ctx, s, pool, p)
+	if got != 10 {
+		t.Fatalf("head claim took %d jobs, want 10", got)
+	}
+	t.Logf("buffers read by the ready-index scans after %d claimed jobs: from the head %.0f, from the cursor %.0f", n-100, fromHead, fromCursor)
+	if fromHead < 50 || fromCursor*5 > fromHead {
+		t.Fatalf("from the head %.0f buffers, from the cursor %.0f: want the cursor's at most a fifth", fromHead, fromCursor)
+	}
+
+	// A job behind the cursor (an old run_at, as a late-committing enqueue leaves).
+	var behind string
+	if err := pool.QueryRow(ctx, `INSERT INTO `+s.Table("jobs")+` (kind, payload, run_at)
+VALUES ('k', '{}', now() - interval '2 hours') RETURNING id`).Scan(&behind); err != nil {
+		t.Fatal(err)
+	}
+	head, at, err := s.ClaimHead(ctx, pool, nil, "default")
+	if err != nil || head == nil {
+		t.Fatalf("ClaimHead: %v, %v", head, err)
+	}
+	if !head.RunAt.Before(cursor.RunAt) || at.IsZero() {
+		t.Fatalf("ClaimHead = %+v at %v; want the job behind the cursor %+v", head, at, cursor)
+	}
+	jobs, err := s.Claim(ctx, pool, nil, ClaimParams{Queue: "default", WorkerID: "w", Limit: 1000, Lease: time.Minute,
+		After: cursor, Lag: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range jobs {
+		if j.ID == behind {
+			t.Fatal("the cursor's claim took the job behind it")
+		}
+	}
+	jobs, err = s.Claim(ctx, pool, nil, ClaimParams{Queue: "default", WorkerID: "w", Limit: 1, Lease: time.Minute})
+	if err != nil || len(jobs) != 1 || jobs[0].ID != behind {
+		t.Fatalf("head claim: %v, %v; want the job behind the cursor", jobs, err)
+	}
+	if head, _, err := s.ClaimHead(ctx, pool, nil, "default"); err != nil || head != nil {
+		t.Fatalf("ClaimHead on an empty queue: %+v, %v", head, err)
+	}
+}
+
+// TestClaimCursorKeepsPriorityOrder: a claim from a cursor still takes higher
+// priorities first and lower ones last, each from the floor on.
+func TestClaimCursorKeepsPriorityOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t, pgtest.Schema(t))
+	pool := pgtest.Pool(t)
+	if _, err := pool.Exec(ctx, `INSERT INTO `+s.Table("jobs")+` (kind, payload, priority, run_at)
+SELECT 'k', '{}', p, now() - interval '1 minute' + g * interval '1 second'
+FROM generate_series(1, 10) g, (VALUES (-1), (0), (5)) v(p)`); err != nil {
+		t.Fatal(err)
+	}
+	var floor time.Time
+	if err := pool.QueryRow(ctx, `SELECT run_at FROM `+s.Table("jobs")+` WHERE priority = 0 ORDER BY run_at OFFSET 4 LIMIT 1`).Scan(&floor); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := s.Claim(ctx, pool, nil, ClaimParams{Queue: "default", WorkerID: "w", Limit: 100, Lease: time.Minute,
+		After: &ClaimCursor{Priority: 0, RunAt: floor}, Lag: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Lag of an hour: the floor is an hour ago, so all 30 are in range, in claim order.
+	if len(jobs) != 30 || jobs[0].Priority != 5 || jobs[10].Priority != 0 || jobs[29].Priority != -1 {
+		t.Fatalf("claimed %d jobs, priorities %d, %d, %d", len(jobs), jobs[0].Priority, jobs[10].Priority, jobs[len(jobs)-1].Priority)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE `+s.Table("jobs")+` SET status = 'pending', lease_until = NULL, lease_token = NULL`); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err = s.Claim(ctx, pool, nil, ClaimParams{Queue: "default", WorkerID: "w", Limit: 100, Lease: time.Minute,
+		After: &ClaimCursor{Priority: 0, RunAt: floor}, Lag: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The floor is the cursor's run_at (the fifth job's): jobs 5..10 of each priority, in claim order.
+	if len(jobs) != 18 || jobs[0].Priority != 5 || jobs[6].Priority != 0 || jobs[17].Priority != -1 {
+		t.Fatalf("claimed %d jobs from the floor", len(jobs))
+	}
+	for _, j := range jobs {
+		if j.RunAt.Before(floor) {
+			t.Fatalf("claimed a job before the floor: %v < %v", j.RunAt, floor)
+		}
+	}
+}
