@@ -150,11 +150,12 @@ func (s *Store) runFinish(ctx context.Context, db DBTX, now *time.Time, outs []O
 		}
 		outputs[i] = jsonOrNil(o.Output)
 	}
-	rows, err := db.Query(ctx, st.sql, Now(now), ids, tokens, actions, delays, errs, outputs)
-	if err != nil {
-		return nil, err
-	}
-	return collectStatuses(rows)
+	return guarded(ctx, db, func(rows pgx.Rows, err error) (map[string]string, error) {
+		if err != nil {
+			return nil, err
+		}
+		return collectStatuses(rows)
+	}, st.sql, Now(now), ids, tokens, actions, delays, errs, outputs)
 }
 
 func collectStatuses(rows pgx.Rows) (map[string]string, error) {

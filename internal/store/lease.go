@@ -174,8 +174,8 @@ func (s *Store) Claim(ctx context.Context, db DBTX, now *time.Time, p ClaimParam
 	if p.After != nil {
 		prio, after = &p.After.Priority, &p.After.RunAt
 	}
-	jobs, err := collectClaimed(db.Query(ctx, s.lease.claim.sql, Now(now), p.Queue, p.WorkerID, micros(p.Lease), p.Limit,
-		prio, after, micros(p.Lag)))
+	jobs, err := guarded(ctx, db, collectClaimed, s.lease.claim.sql, Now(now), p.Queue, p.WorkerID, micros(p.Lease), p.Limit,
+		prio, after, micros(p.Lag))
 	if err != nil {
 		return nil, err
 	}
@@ -224,11 +224,7 @@ type Lease struct {
 // means that lease is lost — or had less than HeartbeatMargin(d) left.
 func (s *Store) Heartbeat(ctx context.Context, db DBTX, now *time.Time, leases []Lease, d time.Duration) (map[string]bool, error) {
 	ids, tokens := splitLeases(leases)
-	rows, err := db.Query(ctx, s.lease.heartbeat.sql, Now(now), ids, tokens, micros(d), micros(HeartbeatMargin(d)))
-	if err != nil {
-		return nil, err
-	}
-	renewed, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	renewed, err := guarded(ctx, db, collectStrings, s.lease.heartbeat.sql, Now(now), ids, tokens, micros(d), micros(HeartbeatMargin(d)))
 	if err != nil {
 		return nil, err
 	}
@@ -242,6 +238,13 @@ func (s *Store) Heartbeat(ctx context.Context, db DBTX, now *time.Time, leases [
 // HeartbeatMargin is how much of a lease of duration d must be left for a heartbeat
 // to renew it: a tenth, at most a second (heartbeats come at most every d/2).
 func HeartbeatMargin(d time.Duration) time.Duration { return min(d/10, time.Second) }
+
+func collectStrings(rows pgx.Rows, err error) ([]string, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
 
 func splitLeases(leases []Lease) (ids, tokens []string) {
 	ids, tokens = make([]string, len(leases)), make([]string, len(leases))
