@@ -29,7 +29,7 @@ lint: vet
 bench: deps
 	$(GO) run ./cmd/skiplock bench
 
-## chaos: the short fault-injection profile (under 5 minutes); soak: 30 minutes of
+## chaos: the short fault-injection profile (about 6 minutes); soak: 30 minutes of
 ## randomized faults from a printed seed (replay with: go run ./tools/chaos --soak --seed N).
 ## The harness is a test rig in tools/, not part of the skiplock binary.
 chaos: deps

@@ -33,4 +33,16 @@ func TestWorkloadsRunAndVerify(t *testing.T) {
 	if _, err := Select("W99"); err == nil {
 		t.Fatal("unknown workload accepted")
 	}
+	all, err := Select("all")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range all {
+		if w.Name == "W10" {
+			t.Fatal(`"all" includes the twelve-minute W10`)
+		}
+	}
+	if ws, err := Select("W10"); err != nil || len(ws) != 1 || ws[0].Name != "W10" {
+		t.Fatalf("Select(W10) = %v, %v", ws, err)
+	}
 }

@@ -60,5 +60,10 @@ func guarded[T any](ctx context.Context, db DBTX, collect func(pgx.Rows, error) 
 	if _, err := br.Exec(); err != nil {
 		return zero, fmt.Errorf("plan guard restore: %w", err)
 	}
-	return out, br.Close()
+	// The pipeline's implicit transaction commits at its end: rows read before a
+	// failed commit were never written, so nothing is returned with the error.
+	if err := br.Close(); err != nil {
+		return zero, err
+	}
+	return out, nil
 }

@@ -3,7 +3,7 @@
 // of fault per scenario and checks the invariants. It is a test rig, kept out of the
 // skiplock binary; the worker and relay processes are this binary re-executed.
 //
-//	go run ./tools/chaos                              # the short profile (under 5 minutes)
+//	go run ./tools/chaos                              # the short profile (about 5½ minutes)
 //	go run ./tools/chaos --scenario rate-limit        # one scenario (--scenarios a,b for several)
 //	go run ./tools/chaos --soak --duration 30m        # randomized rounds from a seed
 //	go run ./tools/chaos --soak --seed N              # replay a seed
@@ -52,6 +52,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		soak      bool
 		rate      int
 		idleTx    time.Duration
+		pin       time.Duration
 		verbose   bool
 	)
 	fs.DurationVar(&duration, "duration", 0, "short run: how long each scenario injects faults (default 6s);\nwith --soak: how long the whole soak runs (default 30m)")
@@ -61,6 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&soak, "soak", false, "randomized rounds (scenario and fault parameters drawn from the seed) until --duration has passed")
 	fs.IntVar(&rate, "rate", 40, "jobs enqueued per second during each scenario")
 	fs.DurationVar(&idleTx, "idle-tx", 0, "how long the idle-in-tx scenario holds its transaction (default 5s; soak: random 30s–2m)")
+	fs.DurationVar(&pin, "pin", 0, "how long the mvcc-pin scenario holds its snapshot, in 10s windows (default 60s; soak: random 30s–2m)")
 	fs.BoolVar(&verbose, "v", false, "log every fault as it is injected")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: go run ./tools/chaos [flags]\n\nStarts a throwaway PostgreSQL, runs worker and relay processes against it, injects one\n"+
@@ -83,7 +85,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "chaos: unexpected arguments %q (see --help)\n", fs.Args())
 		return 2
 	}
-	cfg := chaos.Config{Seed: seed, Soak: soak, Rate: rate, IdleTx: idleTx, Progress: stderr}
+	cfg := chaos.Config{Seed: seed, Soak: soak, Rate: rate, IdleTx: idleTx, Pin: pin, Progress: stderr}
 	if scenarios != "" {
 		cfg.Scenarios = strings.Split(scenarios, ",")
 		for _, s := range cfg.Scenarios {

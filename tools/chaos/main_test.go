@@ -21,6 +21,8 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"--scenarios", "worker-sigkill,no-such"}, 2, `unknown scenario "no-such"; valid: `},
 		{[]string{"--scenario", "no-such"}, 2, `unknown scenario "no-such"; valid: `},
 		{[]string{"--help"}, 0, "rate-limit"},
+		{[]string{"--help"}, 0, "mvcc-pin"},
+		{[]string{"--pin", "long"}, 2, `invalid value "long" for flag -pin`},
 		{[]string{"extra"}, 2, `unexpected arguments ["extra"]`},
 	} {
 		var out, errb bytes.Buffer

@@ -32,6 +32,9 @@ type Row struct {
 	// Flow holds the flow-control scenarios' figures: the most slots each limit's
 	// bucket held at once beside the limit, the busiest rate window.
 	Flow []string
+	// Pickup holds the mvcc-pin scenario's windows (a header line, one line per
+	// window) and, last, its summary.
+	Pickup []string
 }
 
 func (r *Row) ok() bool { return len(r.Violations) == 0 }
@@ -47,6 +50,9 @@ func (r *Row) progressLine(p params) string {
 	var flow string
 	if len(r.Flow) > 0 {
 		flow = " [" + strings.Join(r.Flow, "; ") + "]"
+	}
+	if len(r.Pickup) > 0 {
+		flow += " [" + r.Pickup[len(r.Pickup)-1] + "]"
 	}
 	return fmt.Sprintf("chaos: %-18s jobs=%d events=%d faults=%d lost=%d double=%d stale=%d dup=%d recovery=%s phase=%s%s %s",
 		r.Scenario, r.Jobs, r.Events, r.Faults, r.Lost, r.DoubleSuccess, r.StaleWrites, r.Duplicates, fmtRecovery(r.Recovery), p.faultPhase, flow, status)
@@ -83,6 +89,7 @@ func (rep *Report) add(r *Row) {
 		have.Violations = append(have.Violations, r.Violations...)
 		have.Notes = append(have.Notes, r.Notes...)
 		have.Flow = append(have.Flow, r.Flow...)
+		have.Pickup = append(have.Pickup, r.Pickup...)
 		return
 	}
 	rep.Rows = append(rep.Rows, r)
@@ -142,6 +149,15 @@ func (rep *Report) WriteTable(w io.Writer) {
 		fmt.Fprintln(w, "\n\nflow control (most held at once vs limit):")
 		for _, f := range flows {
 			fmt.Fprintln(w, "  "+f)
+		}
+	}
+	for _, r := range rep.Rows {
+		if len(r.Pickup) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n\npickup latency per window, %s (run_at → the handler's first write):\n", r.Scenario)
+		for _, l := range r.Pickup {
+			fmt.Fprintln(w, "  "+l)
 		}
 	}
 	var notes []string

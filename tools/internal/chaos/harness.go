@@ -23,6 +23,10 @@
 //	limits           (the flow-control scenarios, limits.go) no concurrency limit's
 //	                 bucket ever held more slots than its limit, replayed from every
 //	                 claim and end; no rate window held more starts than its rate
+//	pickup           (mvcc-pin, pin.go) while a snapshot is held open, the pickup p99
+//	                 (the median of its 10 s windows') stays within max(2 × the
+//	                 baseline's, the baseline's + 50 ms), and every window completes at
+//	                 least 90% of the jobs offered in it
 //
 // The audit lives in the scenario's schema, created by the harness (never by
 // skiplock's migrations): chaos_enqueued (written in the producer's transaction),
@@ -73,6 +77,9 @@ type Config struct {
 	// IdleTx is how long the idle-in-transaction session holds back xmin. Default 5s
 	// (in a soak: drawn between 30s and 2m).
 	IdleTx time.Duration
+	// Pin is how long the mvcc-pin scenario holds its snapshot, in windows of 10s.
+	// Default 60s (in a soak: drawn between 30s and 2m).
+	Pin time.Duration
 	// ChildCommand returns the command that runs a child process; the harness adds
 	// ChildEnv with the spec. Default: this executable (tools/chaos, or a test
 	// binary) with no arguments; its main must call ChildMain when IsChild.
@@ -108,6 +115,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if cfg.IdleTx <= 0 {
 		cfg.IdleTx = 5 * time.Second
+	}
+	if cfg.Pin <= 0 {
+		cfg.Pin = time.Minute
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -282,6 +292,7 @@ func (h *harness) runAll(ctx context.Context, selected []*scenario, report *Repo
 type params struct {
 	faultPhase time.Duration
 	idleTx     time.Duration
+	pin        time.Duration // the mvcc-pin scenario's pin (a soak draws its own: injectPin)
 	stall      time.Duration
 	zombieStop time.Duration
 	faults     int // how many faults the scenario injects (kills, drops, …)
@@ -289,13 +300,14 @@ type params struct {
 }
 
 func (h *harness) shortParams(s *scenario) params {
-	return params{faultPhase: h.cfg.FaultPhase, idleTx: h.cfg.IdleTx, stall: 3 * time.Second, zombieStop: 5 * time.Second, faults: 3, rate: h.cfg.Rate}
+	return params{faultPhase: h.cfg.FaultPhase, idleTx: h.cfg.IdleTx, pin: h.cfg.Pin, stall: 3 * time.Second, zombieStop: 5 * time.Second, faults: 3, rate: h.cfg.Rate}
 }
 
 func (h *harness) soakParams(s *scenario) params {
 	return params{
 		faultPhase: time.Duration(10+h.rng.IntN(31)) * time.Second,
 		idleTx:     time.Duration(30+h.rng.IntN(91)) * time.Second,
+		pin:        h.cfg.Pin,
 		stall:      time.Duration(1000+h.rng.IntN(9000)) * time.Millisecond,
 		zombieStop: time.Duration(3000+h.rng.IntN(7000)) * time.Millisecond,
 		faults:     2 + h.rng.IntN(6),

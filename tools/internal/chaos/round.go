@@ -53,7 +53,9 @@ type round struct {
 	// The rate-limit scenario: its first start and when it lifted the limit (the
 	// database's clock).
 	rateFirst, rateFreed time.Time
-	stopped              bool
+	// The mvcc-pin scenario's windows (pin.go).
+	pin     *pinRun
+	stopped bool
 }
 
 // fault is one injected fault: when it began and when it was lifted.

@@ -67,6 +67,7 @@ var allScenarios = []*scenario{
 	{name: "zombie-sigstop", summary: "SIGSTOP a worker past its lease, SIGCONT it: its late completions must change nothing", zombie: true, inject: injectZombie, recoverOn: "jobs"},
 	{name: "clock-jump", summary: "in-process clients whose injected clocks jump forward and backward", inProcess: 2, inject: injectClockJump, recoverOn: "jobs"},
 	{name: "idle-in-tx", summary: "a session idle in transaction holds back xmin", inject: injectIdleTx, recoverOn: "jobs"},
+	pinScenario,
 	{name: "migrators", summary: "10 migrator processes start at once against the live system", inject: injectMigrators, recoverOn: "jobs"},
 	limitsScenario,
 	rateScenario,

@@ -1,0 +1,592 @@
+package bench
+
+// The MVCC-pin workload W10 (issue #16): a steady 800 jobs/s while another session
+// sits idle in a REPEATABLE READ transaction that has taken a snapshot and holds an
+// xid, as a forgotten BEGIN or a long report does. Nothing the claims and completions
+// leave behind can be vacuumed, or marked dead in the indexes, while that snapshot
+// lives; the question is whether pickup latency and throughput stay where they were.
+//
+// Three phases, cut into windows (10 s each at Scale 1; --scale shrinks the window,
+// so every phase keeps its number of windows):
+//
+//	baseline  3 windows (30 s)    no pin
+//	pin       60 windows (10 min) the snapshot held
+//	recovery  9 windows (90 s)    the pin rolled back
+//
+// Pickup latency is measured as in W6: from just before the autocommit
+// Client.Enqueue call to the first line of the job's handler, both read from this
+// process's monotonic clock. It includes the enqueue's durable commit, which the pin
+// leaves alone; what the pin adds lies in the claim. Jobs are placed in the window in
+// which their enqueue began.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock"
+)
+
+const (
+	w10Rate        = 800              // jobs offered per second, in every phase
+	w10Window      = 10 * time.Second // at Scale 1
+	w10BaseWindows = 3                // 30 s at Scale 1
+	w10PinWindows  = 60               // 10 min
+	w10RecWindows  = 9                // 90 s
+	w10AppConns    = 40               // the enqueuing client's pool
+	w10Workers     = 100              // MaxWorkers of the working client
+	w10WorkerConns = 8                // the working client's pool, as in W6
+	w10Pace        = 5 * time.Millisecond
+	// w10RateShare is the share of the offered rate every window must complete, and
+	// w10P99Factor how far above the baseline p99 a pin window's p99 may go.
+	w10RateShare = 0.95
+	w10P99Factor = 2.0
+	// w10WarmWindows windows at the start of the baseline are left out of the rate
+	// check: the working client's first claims and the pool's first statements.
+	w10WarmWindows = 1
+	// w10Drain bounds the wait for the last jobs after the recovery phase.
+	w10Drain = 2 * time.Minute
+)
+
+// W10 phases, as reported in each window.
+const (
+	W10Baseline = "baseline"
+	W10Pin      = "pin"
+	W10Recovery = "recovery"
+)
+
+// W10Window is one window of W10: what was offered and done in it, the pickup
+// latency of the jobs whose enqueue began in it, and the state of the jobs table at
+// its end.
+type W10Window struct {
+	Phase string `json:"phase"`
+	// StartS is the window's start in seconds from the start of the baseline.
+	StartS float64 `json:"start_s"`
+	// Offered counts the enqueues begun in the window; OfferedPerSec and
+	// CompletedPerSec (successes the working client committed in the window) are per
+	// second.
+	Offered         int     `json:"offered"`
+	OfferedPerSec   float64 `json:"offered_per_sec"`
+	CompletedPerSec float64 `json:"completed_per_sec"`
+	P50ms           float64 `json:"p50_ms"`
+	P99ms           float64 `json:"p99_ms"`
+	// DeadTuples is pg_stat_user_tables.n_dead_tup of the jobs table at the window's
+	// end (the statistics lag their backends by up to a second).
+	DeadTuples int64 `json:"dead_tuples"`
+	// IndexReadsPerSec is the entries of jobs_ready_idx that index scans read in the
+	// window, per second (pg_stat_user_indexes.idx_tup_read): the claims' walk,
+	// entries of dead tuples included.
+	IndexReadsPerSec float64 `json:"index_reads_per_sec"`
+	// Claims counts the working client's claim statements in the window, ClaimMeanMs
+	// their mean duration.
+	Claims      int64   `json:"claims"`
+	ClaimMeanMs float64 `json:"claim_mean_ms"`
+}
+
+// w10Windows prints as a table in the text output and as an array in JSON.
+type w10Windows []W10Window
+
+func (ws w10Windows) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n       %-8s %7s %9s %11s %8s %8s %11s %13s %7s %9s", "phase", "start s", "offered/s", "completed/s", "p50 ms", "p99 ms", "dead tuples",
+		"idx reads/s", "claims", "claim ms")
+	for _, w := range ws {
+		fmt.Fprintf(&b, "\n       %-8s %7.0f %9.0f %11.0f %8.2f %8.2f %11d %13.0f %7d %9.2f", w.Phase, w.StartS, w.OfferedPerSec, w.CompletedPerSec,
+			w.P50ms, w.P99ms, w.DeadTuples, w.IndexReadsPerSec, w.Claims, w.ClaimMeanMs)
+	}
+	return b.String()
+}
+
+// w10Sample is one measured job: host monotonic readings.
+type w10Sample struct {
+	begin, started time.Time
+	runs           int
+}
+
+// w10Recorder collects W10's per-job readings from the enqueuers and the handler.
+type w10Recorder struct {
+	mu        sync.Mutex
+	samples   []w10Sample
+	measured  int // first handler runs of measured jobs
+	warm      int // warm-up jobs, one per enqueuing connection
+	warmRuns  int
+	warmDone  chan struct{}
+	allDone   chan struct{}
+	bad       []string
+	tr        *tracker
+	trHandler skiplock.HandlerFunc
+}
+
+func newW10Recorder(total, warm int) *w10Recorder {
+	r := &w10Recorder{samples: make([]w10Sample, total), warm: warm, warmDone: make(chan struct{}), allDone: make(chan struct{}),
+		tr: newTracker(total + warm)}
+	r.trHandler = r.tr.handler()
+	return r
+}
+
+// handle is the working client's no-op handler; its first line ends the pickup.
+func (r *w10Recorder) handle(ctx context.Context, job *skiplock.Job) error {
+	now := time.Now()
+	var args noop
+	if err := json.Unmarshal(job.Payload, &args); err != nil {
+		r.mu.Lock()
+		r.bad = append(r.bad, job.ID)
+		r.mu.Unlock()
+		return skiplock.Permanent(fmt.Errorf("W10: decoding payload: %w", err))
+	}
+	r.mu.Lock()
+	switch {
+	case args.I < 0:
+		r.warmRuns++
+		if r.warmRuns == r.warm {
+			close(r.warmDone)
+		}
+	case args.I < len(r.samples):
+		s := &r.samples[args.I]
+		s.runs++
+		if s.runs == 1 {
+			s.started = now
+			r.measured++
+			if r.measured == len(r.samples) {
+				close(r.allDone)
+			}
+		}
+	default:
+		r.bad = append(r.bad, job.ID)
+	}
+	r.mu.Unlock()
+	return r.trHandler(ctx, job)
+}
+
+func (r *w10Recorder) done() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return int64(r.measured)
+}
+
+// w10Plan is W10's timeline at the run's scale.
+type w10Plan struct {
+	window                  time.Duration
+	base, pin, rec, windows int
+}
+
+func newW10Plan(scale float64) w10Plan {
+	if scale <= 0 {
+		scale = 1
+	}
+	p := w10Plan{window: time.Duration(float64(w10Window) * scale), base: w10BaseWindows, pin: w10PinWindows, rec: w10RecWindows}
+	p.window = max(p.window, 100*time.Millisecond)
+	p.windows = p.base + p.pin + p.rec
+	return p
+}
+
+func (p w10Plan) phase(i int) string {
+	switch {
+	case i < p.base:
+		return W10Baseline
+	case i < p.base+p.pin:
+		return W10Pin
+	default:
+		return W10Recovery
+	}
+}
+
+// w10Pin is the session that pins the xmin horizon.
+type w10Pin struct {
+	conn *pgx.Conn
+	xid  int64
+	held bool
+}
+
+// pinSnapshot opens the pinning session: a REPEATABLE READ transaction that reads
+// the jobs table (its snapshot is taken) and takes an xid, then stays idle.
+func pinSnapshot(ctx context.Context, url, schema string) (*w10Pin, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil, fmt.Errorf("connecting the pinning session: %w", err)
+	}
+	p := &w10Pin{conn: conn}
+	if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ"); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("beginning the pinning transaction: %w", err)
+	}
+	p.held = true
+	if _, err := conn.Exec(ctx, "SELECT 1 FROM "+pgx.Identifier{schema, "jobs"}.Sanitize()+" LIMIT 1"); err != nil {
+		p.release(ctx)
+		return nil, fmt.Errorf("taking the pinning snapshot: %w", err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT txid_current()").Scan(&p.xid); err != nil {
+		p.release(ctx)
+		return nil, fmt.Errorf("taking the pinning xid: %w", err)
+	}
+	return p, nil
+}
+
+// release rolls the pinning transaction back and closes its session; calls after
+// the first do nothing.
+func (p *w10Pin) release(ctx context.Context) error {
+	if p == nil || p.conn == nil {
+		return nil
+	}
+	ctx = context.WithoutCancel(ctx)
+	var err error
+	if p.held {
+		if _, rerr := p.conn.Exec(ctx, "ROLLBACK"); rerr != nil {
+			err = fmt.Errorf("rolling the pinning transaction back: %w", rerr)
+		}
+	}
+	p.held = false
+	p.conn.Close(ctx)
+	p.conn = nil
+	return err
+}
+
+// w10Mark is what the observer reads at a window's end.
+type w10Mark struct {
+	succeeded, claims int64
+	claimTime         time.Duration
+	dead, indexReads  int64
+	deadErr           error
+}
+
+func runW10(ctx context.Context, e *Env) (*Result, error) {
+	schema, err := e.schema(ctx, "bench_w10")
+	if err != nil {
+		return nil, fmt.Errorf("W10: creating the schema: %w", err)
+	}
+	plan := newW10Plan(e.Scale)
+	total := int(float64(w10Rate) * (time.Duration(plan.windows) * plan.window).Seconds())
+	rec := newW10Recorder(total, w10AppConns)
+	ws := skiplock.NewWorkers()
+	if err := ws.AddHandler("noop", rec.handle, nil); err != nil {
+		return nil, fmt.Errorf("W10: registering the handler: %w", err)
+	}
+	workerPool, err := e.pool(ctx, w10WorkerConns)
+	if err != nil {
+		return nil, fmt.Errorf("W10: worker pool: %w", err)
+	}
+	defer workerPool.Close()
+	worker, err := skiplock.NewClient(workerPool, skiplock.Config{Schema: schema, Workers: ws,
+		Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: w10Workers}}})
+	if err != nil {
+		return nil, fmt.Errorf("W10: creating the worker: %w", err)
+	}
+	if err := worker.Start(ctx); err != nil {
+		return nil, fmt.Errorf("W10: starting the worker: %w", err)
+	}
+	defer worker.Stop(context.WithoutCancel(ctx))
+	appPool, err := e.pool(ctx, w10AppConns)
+	if err != nil {
+		return nil, fmt.Errorf("W10: enqueuing pool: %w", err)
+	}
+	defer appPool.Close()
+	app, err := skiplock.NewClient(appPool, skiplock.Config{Schema: schema})
+	if err != nil {
+		return nil, fmt.Errorf("W10: creating the enqueuing client: %w", err)
+	}
+	defer app.Close()
+	if err := w10WarmUp(ctx, app, appPool, rec); err != nil {
+		return nil, err
+	}
+
+	stopBar := e.progress("W10", total, rec.done)
+	var stopOnce sync.Once
+	stop := func() { stopOnce.Do(stopBar) }
+	defer stop()
+	// runCtx ends the generator early when the observer fails.
+	runCtx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	start := time.Now()
+	// The observer reads the counters and the dead tuples at every window's end, and
+	// takes and releases the pin at the phase boundaries.
+	marks := make([]w10Mark, plan.windows+1)
+	read := func() w10Mark {
+		c := worker.Counters()
+		m := w10Mark{succeeded: c.Succeeded, claims: c.ClaimStatements, claimTime: c.ClaimTime}
+		m.deadErr = e.Pool.QueryRow(ctx, `SELECT
+  (SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'jobs'),
+  (SELECT coalesce(sum(idx_tup_read), 0) FROM pg_stat_user_indexes WHERE schemaname = $1 AND indexrelname = 'jobs_ready_idx')`,
+			schema).Scan(&m.dead, &m.indexReads)
+		return m
+	}
+	marks[0] = read()
+	var pin *w10Pin
+	defer func() { pin.release(ctx) }()
+	var pinXid int64
+	var pinDead int64
+	obsErr := make(chan error, 1)
+	go func() {
+		err := func() error {
+			t := time.NewTimer(time.Until(start.Add(plan.window)))
+			defer t.Stop()
+			for k := 1; k <= plan.windows; k++ {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-t.C:
+				}
+				marks[k] = read()
+				switch k {
+				case plan.base:
+					p, err := pinSnapshot(ctx, e.URL, schema)
+					if err != nil {
+						return fmt.Errorf("W10: %w", err)
+					}
+					pin, pinXid = p, p.xid
+				case plan.base + plan.pin:
+					pinDead = marks[k].dead
+					if err := pin.release(ctx); err != nil {
+						return fmt.Errorf("W10: %w", err)
+					}
+				}
+				if k < plan.windows {
+					t.Reset(time.Until(start.Add(time.Duration(k+1) * plan.window)))
+				}
+			}
+			return nil
+		}()
+		if err != nil {
+			cancelRun()
+		}
+		obsErr <- err
+	}()
+
+	// Open loop, paced on the schedule (job i is due at i/rate): each job's enqueue runs
+	// in a goroutine of its own, so a slow enqueue delays no later one, and a late tick
+	// launches every job that fell due meanwhile.
+	var wg sync.WaitGroup
+	var errMu sync.Mutex
+	var enqueueErr error
+	tick := time.NewTicker(w10Pace)
+	launched := 0
+	for launched < total && runCtx.Err() == nil {
+		<-tick.C
+		due := min(int(time.Since(start).Seconds()*w10Rate)+1, total)
+		for ; launched < due; launched++ {
+			wg.Add(1)
+			go func(i int) {
+				defer wg.Done()
+				rec.mu.Lock()
+				rec.samples[i].begin = time.Now()
+				rec.mu.Unlock()
+				if _, err := app.Enqueue(ctx, noop{I: i}, nil); err != nil {
+					errMu.Lock()
+					enqueueErr = errors.Join(enqueueErr, fmt.Errorf("W10: enqueueing job %d: %w", i, err))
+					errMu.Unlock()
+				}
+			}(launched)
+		}
+	}
+	tick.Stop()
+	wg.Wait()
+	if err := <-obsErr; err != nil {
+		return nil, err
+	}
+	if enqueueErr != nil {
+		return nil, enqueueErr
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	select {
+	case <-rec.allDone:
+	case <-time.After(w10Drain):
+		return nil, fmt.Errorf("W10: %d of %d jobs started within %s of the last enqueue", rec.done(), total, w10Drain)
+	}
+	elapsed := time.Since(start)
+	stop()
+	if err := worker.Stop(ctx); err != nil {
+		return nil, fmt.Errorf("W10: stopping the worker: %w", err)
+	}
+	verified, err := rec.tr.verify(ctx, e.Pool, schema, total+rec.warm, false)
+	if err != nil {
+		return nil, fmt.Errorf("W10: %w", err)
+	}
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.bad) > 0 {
+		return nil, fmt.Errorf("W10: %d unexpected handler runs (first job %s)", len(rec.bad), rec.bad[0])
+	}
+	for k, m := range marks {
+		if m.deadErr != nil {
+			return nil, fmt.Errorf("W10: reading the table statistics at the end of window %d: %w", k, m.deadErr)
+		}
+	}
+	windows, all := w10Split(plan, start, rec.samples, marks)
+	v := judgeW10(plan, windows)
+	r := &Result{Workload: "W10", N: total, Seconds: elapsed.Seconds(), JobsPerSec: float64(total) / elapsed.Seconds(),
+		Settings: e.Settings + fmt.Sprintf("; %d jobs/s offered: autocommit Client.Enqueue, pool of %d; worker: MaxWorkers %d, client defaults",
+			w10Rate, w10AppConns, w10Workers),
+		Target:   fmt.Sprintf("≥ %.0f%% of offered; pin p99 ≤ %g× base", 100*w10RateShare, w10P99Factor),
+		Met:      boolp(v.met()),
+		Verified: verified + fmt.Sprintf(" (%d measured, %d warm-up)", total, rec.warm),
+		Extra: map[string]any{
+			"windows": w10Windows(windows),
+			"measured": "pickup: from just before Client.Enqueue (autocommit, durable commit included) to the handler's first line; " +
+				"each job counted in the window its enqueue began",
+			"phases": fmt.Sprintf("baseline %s, pin %s (REPEATABLE READ snapshot and xid held by an idle session), recovery %s; windows of %s",
+				time.Duration(plan.base)*plan.window, time.Duration(plan.pin)*plan.window, time.Duration(plan.rec)*plan.window, plan.window),
+			"pin":             fmt.Sprintf("xid %d held; %d dead job tuples at release", pinXid, pinDead),
+			"baseline_p99_ms": round2(v.baseP99),
+			"pin_p99_max_ms":  round2(v.pinP99Max),
+			"pin_p99_ratio":   round2(v.ratio),
+			"verdict":         v.String(),
+		},
+	}
+	all.fill(r)
+	return r, nil
+}
+
+// w10WarmUp enqueues one job on each of the enqueuing pool's connections (so every
+// connection is open and has the insert prepared) and waits until the working client
+// has run them all, as W6 does.
+func w10WarmUp(ctx context.Context, app *skiplock.Client, pool *pgxpool.Pool, rec *w10Recorder) error {
+	conns := make([]*pgxpool.Conn, 0, rec.warm)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	for i := 0; i < rec.warm; i++ {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return fmt.Errorf("W10: warm-up: acquiring connection %d: %w", i, err)
+		}
+		conns = append(conns, c)
+	}
+	for i, c := range conns {
+		if _, err := app.EnqueueTx(ctx, c, noop{I: -1 - i}, nil); err != nil {
+			return fmt.Errorf("W10: warm-up: enqueueing on connection %d: %w", i, err)
+		}
+	}
+	select {
+	case <-rec.warmDone:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(30 * time.Second):
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return fmt.Errorf("W10: warm-up: %d of %d jobs ran", rec.warmRuns, rec.warm)
+	}
+}
+
+// w10Split computes the windows from the samples and the observer's marks, and the
+// latencies of every job.
+func w10Split(plan w10Plan, start time.Time, samples []w10Sample, marks []w10Mark) ([]W10Window, *latencies) {
+	per := make([]latencies, plan.windows)
+	all := &latencies{}
+	for _, s := range samples {
+		d := s.started.Sub(s.begin)
+		all.add(d)
+		k := min(max(int(s.begin.Sub(start)/plan.window), 0), plan.windows-1)
+		per[k].add(d)
+	}
+	secs := plan.window.Seconds()
+	out := make([]W10Window, plan.windows)
+	for k := range out {
+		var pr Result
+		per[k].fill(&pr)
+		claims := marks[k+1].claims - marks[k].claims
+		w := W10Window{Phase: plan.phase(k), StartS: float64(k) * secs, Offered: len(per[k].d),
+			OfferedPerSec: float64(len(per[k].d)) / secs, CompletedPerSec: float64(marks[k+1].succeeded-marks[k].succeeded) / secs,
+			P50ms: pr.P50ms, P99ms: pr.P99ms, DeadTuples: marks[k+1].dead, Claims: claims,
+			IndexReadsPerSec: float64(marks[k+1].indexReads-marks[k].indexReads) / secs}
+		if claims > 0 {
+			w.ClaimMeanMs = float64((marks[k+1].claimTime - marks[k].claimTime).Microseconds()) / 1000 / float64(claims)
+		}
+		out[k] = w
+	}
+	return out, all
+}
+
+// w10Verdict is W10's decision and the figures it rests on.
+type w10Verdict struct {
+	baseP99, pinP99Max, ratio float64
+	slow                      []string // windows below the completed share
+	behind                    []string // windows whose offered rate the generator missed
+	over                      int      // pin windows above the p99 bound
+}
+
+func (v w10Verdict) met() bool {
+	return len(v.slow) == 0 && len(v.behind) == 0 && v.over == 0 && v.baseP99 > 0
+}
+
+func (v w10Verdict) String() string {
+	var parts []string
+	if v.met() {
+		parts = append(parts, "MET")
+	} else {
+		parts = append(parts, "missed")
+	}
+	parts = append(parts, fmt.Sprintf("pin p99 max %.2f ms = %.2f× the baseline's %.2f ms (bound %g×; %d pin windows above it)",
+		v.pinP99Max, v.ratio, v.baseP99, w10P99Factor, v.over))
+	if len(v.slow) > 0 {
+		parts = append(parts, fmt.Sprintf("completed below %.0f%% of offered in %d windows (%s)", 100*w10RateShare, len(v.slow), firstFew(v.slow, 5)))
+	} else {
+		parts = append(parts, fmt.Sprintf("every window completed ≥ %.0f%% of offered", 100*w10RateShare))
+	}
+	if len(v.behind) > 0 {
+		parts = append(parts, fmt.Sprintf("the generator offered below %.0f%% of %d jobs/s in %d windows (%s): the machine, not the queue, held it back",
+			100*w10RateShare, w10Rate, len(v.behind), firstFew(v.behind, 5)))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func round2(x float64) float64 { return math.Round(x*100) / 100 }
+
+func firstFew(s []string, n int) string {
+	if len(s) > n {
+		return strings.Join(s[:n], ", ") + ", …"
+	}
+	return strings.Join(s, ", ")
+}
+
+// judgeW10 decides: every window after the warm-up completes at least w10RateShare
+// of what was offered in it (and the generator offered at least that share of
+// w10Rate), and every pin window's p99 stays within w10P99Factor of the baseline p99,
+// the median of the baseline windows' p99.
+func judgeW10(plan w10Plan, ws []W10Window) w10Verdict {
+	var v w10Verdict
+	var base []float64
+	for k, w := range ws {
+		switch w.Phase {
+		case W10Baseline:
+			base = append(base, w.P99ms)
+		case W10Pin:
+			v.pinP99Max = max(v.pinP99Max, w.P99ms)
+		}
+		if k < w10WarmWindows {
+			continue
+		}
+		at := fmt.Sprintf("%s @%.0fs", w.Phase, w.StartS)
+		if w.CompletedPerSec < w10RateShare*w.OfferedPerSec {
+			v.slow = append(v.slow, at)
+		}
+		if w.OfferedPerSec < w10RateShare*w10Rate {
+			v.behind = append(v.behind, at)
+		}
+	}
+	if len(base) > 0 {
+		slices.Sort(base)
+		v.baseP99 = base[len(base)/2]
+	}
+	if v.baseP99 > 0 {
+		v.ratio = v.pinP99Max / v.baseP99
+	}
+	for _, w := range ws {
+		if w.Phase == W10Pin && w.P99ms > w10P99Factor*v.baseP99 {
+			v.over++
+		}
+	}
+	return v
+}

@@ -1,0 +1,94 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/skiplock/skiplock/internal/pgtest"
+)
+
+// W10 runs end to end at a small scale (windows of 200 ms, 14 s in all): the windows
+// cover the three phases, every job ran exactly once, and the pin left dead tuples
+// the statistics show. The verdict itself is not asserted: at this scale it is noise.
+func TestW10QuickScale(t *testing.T) {
+	env := &Env{Pool: pgtest.Pool(t), URL: pgtest.URL(t), Settings: "test", Scale: 0.02}
+	r, err := runW10(context.Background(), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(r.Verified, "ok") || r.Met == nil || r.N <= 0 {
+		t.Fatalf("result %+v", r)
+	}
+	ws, ok := r.Extra["windows"].(w10Windows)
+	if !ok {
+		t.Fatalf("windows: %T", r.Extra["windows"])
+	}
+	phases := map[string]int{}
+	var pinDead int64
+	for _, w := range ws {
+		phases[w.Phase]++
+		if w.Offered == 0 || w.P99ms <= 0 {
+			t.Errorf("empty window %+v", w)
+		}
+		if w.Phase == W10Pin {
+			pinDead = max(pinDead, w.DeadTuples)
+		}
+	}
+	if phases[W10Baseline] != w10BaseWindows || phases[W10Pin] != w10PinWindows || phases[W10Recovery] != w10RecWindows {
+		t.Errorf("phases %v", phases)
+	}
+	if pinDead == 0 {
+		t.Error("no dead tuples seen during the pin")
+	}
+	var table strings.Builder
+	Table(&table, []*Result{r})
+	if !strings.Contains(table.String(), "completed/s") || !strings.Contains(table.String(), "verdict: ") {
+		t.Errorf("table output:\n%s", table.String())
+	}
+	var js strings.Builder
+	if err := JSON(&js, []*Result{r}); err != nil {
+		t.Fatal(err)
+	}
+	var back struct {
+		Extra struct {
+			Windows []W10Window `json:"windows"`
+		} `json:"extra"`
+	}
+	if err := json.Unmarshal([]byte(js.String()), &back); err != nil || len(back.Extra.Windows) != len(ws) {
+		t.Fatalf("JSON windows: %v, %d of %d", err, len(back.Extra.Windows), len(ws))
+	}
+}
+
+func TestJudgeW10(t *testing.T) {
+	t.Parallel()
+	plan := w10Plan{base: 3, pin: 4, rec: 2, windows: 9}
+	flat := func() []W10Window {
+		ws := make([]W10Window, plan.windows)
+		for k := range ws {
+			ws[k] = W10Window{Phase: plan.phase(k), StartS: float64(10 * k), OfferedPerSec: w10Rate, CompletedPerSec: w10Rate, P50ms: 3, P99ms: 6}
+		}
+		ws[1].P99ms = 5 // baseline p99s 6, 5, 6: the median is 6
+		return ws
+	}
+	if v := judgeW10(plan, flat()); !v.met() || v.baseP99 != 6 || v.ratio != 1 {
+		t.Errorf("flat: %+v %s", v, v)
+	}
+	ws := flat()
+	ws[3].P99ms, ws[6].P99ms = 12, 12.5 // exactly 2× is within; above is not
+	if v := judgeW10(plan, ws); v.met() || v.over != 1 || v.pinP99Max != 12.5 {
+		t.Errorf("grown: %+v %s", v, v)
+	}
+	ws = flat()
+	ws[0].CompletedPerSec = 100 // the warm-up window is not judged on rate
+	ws[8].CompletedPerSec = 0.9 * w10Rate
+	if v := judgeW10(plan, ws); v.met() || len(v.slow) != 1 || !strings.Contains(v.String(), "recovery @80s") {
+		t.Errorf("slow: %+v %s", v, v)
+	}
+	ws = flat()
+	ws[5].OfferedPerSec, ws[5].CompletedPerSec = 500, 500
+	if v := judgeW10(plan, ws); v.met() || len(v.behind) != 1 {
+		t.Errorf("behind: %+v %s", v, v)
+	}
+}
