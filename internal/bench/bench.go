@@ -84,7 +84,7 @@ func All() []Workload {
 		{"W3", "bulk enqueue, batches of 1,000", runW3, false},
 		{"W4", "work pre-inserted jobs, concurrency 1", runW4, false},
 		{"W5", "work pre-inserted jobs, best concurrency", runW5, false},
-		{"W6", "latency enqueue commit → handler start, 200 jobs/s for 10 s", runW6, false},
+		{"W6", "latency from the enqueue call to handler start, 200 jobs/s for 10 s", runW6, false},
 		{"W7", "burn-down of 1,000,000 pre-inserted jobs", runW7, false},
 		{"W8", "outbox relay", runW8, false},
 		{"W9", "work with limits: 1,000 keys at 5 each (not binding); then a binding queue limit of 50, 10 ms jobs", runW9, false},
