@@ -78,4 +78,3 @@ func TestPlanGuardKeepsIndexPlans(t *testing.T) {
 		t.Errorf("claim, unguarded: expected the sequential scan the guard prevents (has the planner changed?):\n%s", p)
 	}
 }
-
