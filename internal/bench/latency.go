@@ -282,23 +282,8 @@ func runW6(ctx context.Context, e *Env) (*Result, error) {
 // idle for over a second before handing it out (ShouldPing's default), which an
 // enqueue that overlaps another can still meet: that is part of what is measured.
 func w6WarmUp(ctx context.Context, app *skiplock.Client, pool *pgxpool.Pool, rec *w6Recorder) error {
-	conns := make([]*pgxpool.Conn, 0, rec.warm)
-	defer func() {
-		for _, c := range conns {
-			c.Release()
-		}
-	}()
-	for i := 0; i < rec.warm; i++ {
-		c, err := pool.Acquire(ctx)
-		if err != nil {
-			return fmt.Errorf("W6: warm-up: acquiring connection %d: %w", i, err)
-		}
-		conns = append(conns, c)
-	}
-	for i, c := range conns {
-		if _, err := app.EnqueueTx(ctx, c, noop{I: -1 - i}, nil); err != nil {
-			return fmt.Errorf("W6: warm-up: enqueueing on connection %d: %w", i, err)
-		}
+	if err := enqueueOnEachConn(ctx, "W6", app, pool, rec.warm); err != nil {
+		return err
 	}
 	select {
 	case <-rec.warmDone:

@@ -450,23 +450,8 @@ func runW10(ctx context.Context, e *Env) (*Result, error) {
 // connection is open and has the insert prepared) and waits until the working client
 // has run them all, as W6 does.
 func w10WarmUp(ctx context.Context, app *skiplock.Client, pool *pgxpool.Pool, rec *w10Recorder) error {
-	conns := make([]*pgxpool.Conn, 0, rec.warm)
-	defer func() {
-		for _, c := range conns {
-			c.Release()
-		}
-	}()
-	for i := 0; i < rec.warm; i++ {
-		c, err := pool.Acquire(ctx)
-		if err != nil {
-			return fmt.Errorf("W10: warm-up: acquiring connection %d: %w", i, err)
-		}
-		conns = append(conns, c)
-	}
-	for i, c := range conns {
-		if _, err := app.EnqueueTx(ctx, c, noop{I: -1 - i}, nil); err != nil {
-			return fmt.Errorf("W10: warm-up: enqueueing on connection %d: %w", i, err)
-		}
+	if err := enqueueOnEachConn(ctx, "W10", app, pool, rec.warm); err != nil {
+		return err
 	}
 	select {
 	case <-rec.warmDone:
