@@ -426,9 +426,10 @@ func TestScheduleEditedWhileRunning(t *testing.T) {
 	// row lock, and every fire time still has one job.
 	clients := []*skiplock.Client{e.client, e.newClient(skiplock.Config{}), e.newClient(skiplock.Config{})}
 	e.addSchedule(e.client, skiplock.PeriodicJob{Name: "busy", Spec: "@every 1s"})
-	done := make(chan struct{})
+	done, editorExited := make(chan struct{}), make(chan struct{})
 	var edits atomic.Int64
 	go func() {
+		defer close(editorExited)
 		for i := 0; ; i++ {
 			select {
 			case <-done:
@@ -453,6 +454,7 @@ func TestScheduleEditedWhileRunning(t *testing.T) {
 		wg.Wait()
 	}
 	close(done)
+	<-editorExited // an edit still running when the test ends would fail after it
 	if got := e.fireTimes("busy"); len(got) != 200 {
 		t.Fatalf("%d jobs for 200 fire times under %d concurrent edits", len(got), edits.Load())
 	}
