@@ -313,7 +313,7 @@ func (s *Store) OutboxClaim(ctx context.Context, db DBTX, now *time.Time, p Outb
 	if p.Ordered {
 		st = s.outbox.claimOrdered
 	}
-	evs, err := collectOutboxEvents(db.Query(ctx, st.sql, Now(now), p.Limit, micros(p.Lease)))
+	evs, err := guarded(ctx, db, collectOutboxEvents, st.sql, Now(now), p.Limit, micros(p.Lease))
 	if err != nil {
 		return nil, err
 	}
@@ -364,20 +364,21 @@ func (s *Store) OutboxFinish(ctx context.Context, db DBTX, now *time.Time, outs 
 			errs[i] = &e
 		}
 	}
-	rows, err := db.Query(ctx, s.outbox.finish.sql, Now(now), ids, tokens, actions, delays, errs)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	m := make(map[string]OutboxAction, n)
-	for rows.Next() {
-		var id, a string
-		if err := rows.Scan(&id, &a); err != nil {
+	return guarded(ctx, db, func(rows pgx.Rows, err error) (map[string]OutboxAction, error) {
+		if err != nil {
 			return nil, err
 		}
-		m[id] = OutboxAction(a)
-	}
-	return m, rows.Err()
+		defer rows.Close()
+		m := make(map[string]OutboxAction, n)
+		for rows.Next() {
+			var id, a string
+			if err := rows.Scan(&id, &a); err != nil {
+				return nil, err
+			}
+			m[id] = OutboxAction(a)
+		}
+		return m, rows.Err()
+	}, s.outbox.finish.sql, Now(now), ids, tokens, actions, delays, errs)
 }
 
 // OutboxGet returns one event, or pgx.ErrNoRows.

@@ -1,7 +1,7 @@
 package store
 
-// The plan guard: the hot statements that find jobs by id are planned with sequential
-// scans, hash joins and merge joins off.
+// The plan guard: the hot statements that find jobs (or outbox events) by id are
+// planned with sequential scans, hash joins and merge joins off.
 //
 // Why. pgx prepares each statement once per connection, and after five executions
 // PostgreSQL may keep a generic plan for the connection's lifetime, re-planning only

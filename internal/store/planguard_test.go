@@ -12,7 +12,7 @@ import (
 )
 
 // TestPlanGuardKeepsIndexPlans: on a new, small jobs table the generic plans of the
-// claim and of the completion read jobs with a sequential scan unless guarded (the
+// claim and of the completion (and the outbox relay's) read their table with a sequential scan unless guarded (the
 // control, so the test shows what it guards against), and by primary key when guarded
 // — a plan a connection may keep while the table grows without bound.
 func TestPlanGuardKeepsIndexPlans(t *testing.T) {
@@ -21,6 +21,10 @@ func TestPlanGuardKeepsIndexPlans(t *testing.T) {
 	s := newStore(t, pgtest.Schema(t))
 	pool := pgtest.Pool(t)
 	if _, err := pool.Exec(ctx, `INSERT INTO `+s.Table("jobs")+` (kind, payload) SELECT 'k', '{}' FROM generate_series(1, 40)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO `+s.Table("outbox")+` (aggregate_type, aggregate_id, event_type, payload)
+SELECT 'a', g::text, 'e', '{}' FROM generate_series(1, 40) g`); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := pgx.Connect(ctx, pgtest.URL(t))
@@ -37,6 +41,9 @@ func TestPlanGuardKeepsIndexPlans(t *testing.T) {
 		{"finish", s.finish.finish.sql, "(NULL, '{}', '{}', '{}', '{}', '{}', '{}')"},
 		{"finish_delete", s.finish.finishDelete.sql, "(NULL, '{}', '{}', '{}', '{}', '{}', '{}')"},
 		{"heartbeat", s.lease.heartbeat.sql, "(NULL, '{}', '{}', 1000000, 100000)"},
+		{"outbox_claim", s.outbox.claim.sql, "(NULL, 10, 1000000)"},
+		{"outbox_claim_ordered", s.outbox.claimOrdered.sql, "(NULL, 10, 1000000)"},
+		{"outbox_finish", s.outbox.finish.sql, "(NULL, '{}', '{}', '{}', '{}', '{}')"},
 	}
 	plan := func(guard bool, i int, sql, args string) string {
 		tx, err := conn.Begin(ctx)
@@ -67,7 +74,7 @@ func TestPlanGuardKeepsIndexPlans(t *testing.T) {
 		return strings.Join(lines, "\n")
 	}
 	bad := func(p string) bool {
-		return strings.Contains(p, "Seq Scan on jobs") || strings.Contains(p, "Hash Join")
+		return strings.Contains(p, "Seq Scan on jobs") || strings.Contains(p, "Seq Scan on outbox") || strings.Contains(p, "Hash Join")
 	}
 	for i, st := range statements {
 		if p := plan(true, i, st.sql, st.args); bad(p) {
