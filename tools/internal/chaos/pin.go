@@ -150,7 +150,7 @@ func feedPin(ctx context.Context, r *round) {
 		defer wg.Wait()
 		tick := time.NewTicker(pinPace)
 		defer tick.Stop()
-		start := time.Now()
+		start := wallNow()
 		n := 0
 		for {
 			select {
