@@ -52,11 +52,14 @@ func (r *runtime) complete() {
 // doing, not the batch's: the batch is split so every other outcome is written at
 // once, and the offending outcome is written with a safe fallback (see fallback).
 func (r *runtime) flush(batch []*inflight) {
-	// The split is bounded: an error every outcome hits (a trigger that refuses all
-	// updates) costs a few dozen statements, not two per job.
-	budget := 8*bits.Len(uint(len(batch))) + 8
+	budget := splitBudget(len(batch))
 	r.flushSplit(batch, false, false, &budget)
 }
+
+// splitBudget bounds the statements flush spends on a batch of n: an error every
+// outcome hits (a trigger that refuses all updates) costs a few dozen statements, not
+// two per job.
+func splitBudget(n int) int { return 8*bits.Len(uint(n)) + 8 }
 
 // flushSplit is flush for part of a batch. ambiguous says an earlier attempt at these
 // outcomes failed in a way that may have committed; fellBack says the outcomes are
@@ -93,7 +96,7 @@ func (r *runtime) flushSplit(batch []*inflight, ambiguous, fellBack bool, budget
 			c.metrics.flushes.Add(1)
 			c.metrics.flushed.Add(int64(len(outs)))
 			for _, f := range batch {
-				if st, ok := res[f.job.ID]; ok {
+				if st, ok := res[f.outcome.Lease]; ok {
 					r.finish(f, &st)
 				} else {
 					r.finish(f, nil)
@@ -174,11 +177,13 @@ func fallback(o store.Outcome, refusal error) store.Outcome {
 // not change, it reads the row and adds it to res when the row is exactly what this
 // outcome writes (state, attempt count and, where written, the error), so the worker
 // reports the outcome it wrote instead of a lost lease. A job taken over by another
-// worker cannot match: a reclaim writes its own error, a new claim raises attempts.
-func (r *runtime) recognise(ctx context.Context, batch []*inflight, res map[string]string) error {
+// worker cannot match: a reclaim writes its own error, a new claim raises attempts —
+// or, after a claim lost in a server crash, counts the same attempt again but at
+// another claim time.
+func (r *runtime) recognise(ctx context.Context, batch []*inflight, res map[store.Lease]string) error {
 	var missing []string
 	for _, f := range batch {
-		if _, ok := res[f.job.ID]; !ok {
+		if _, ok := res[f.outcome.Lease]; !ok {
 			missing = append(missing, f.job.ID)
 		}
 	}
@@ -190,24 +195,29 @@ func (r *runtime) recognise(ctx context.Context, batch []*inflight, res map[stri
 		return err
 	}
 	for _, f := range batch {
-		if _, ok := res[f.job.ID]; ok {
+		if _, ok := res[f.outcome.Lease]; ok {
 			continue
 		}
 		row, found := rows[f.job.ID]
-		if st, ok := ownOutcome(f.outcome, f.job.Attempt, row, found, r.c.cfg.DeleteOnSuccess); ok {
-			res[f.job.ID] = st
+		if st, ok := ownOutcome(f.outcome, f.job.Attempt, f.job.claimedAt, row, found, r.c.cfg.DeleteOnSuccess); ok {
+			res[f.outcome.Lease] = st
 		}
 	}
 	return nil
 }
 
 // ownOutcome reports whether a job row (found or deleted) is what outcome o, written
-// for a claim at attempt, leaves behind, and the state it left.
-func ownOutcome(o store.Outcome, attempt int, row store.FinishedRow, found, deleteOnSuccess bool) (string, bool) {
+// for a claim at attempt made at claimedAt (zero: unknown), leaves behind, and the
+// state it left. A deleted row (DeleteOnSuccess) keeps no trace of which claim
+// completed it: it is taken as ours.
+func ownOutcome(o store.Outcome, attempt int, claimedAt time.Time, row store.FinishedRow, found, deleteOnSuccess bool) (string, bool) {
 	if !found {
 		return store.StatusSucceeded, o.Action == store.ActionComplete && deleteOnSuccess
 	}
 	if row.Running {
+		return "", false
+	}
+	if !claimedAt.IsZero() && row.AttemptedAt != nil && !row.AttemptedAt.Equal(claimedAt) {
 		return "", false
 	}
 	wantAttempts, wantErr := attempt, o.Error

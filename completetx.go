@@ -38,7 +38,7 @@ func (c *Client) CompleteTx(ctx context.Context, tx DB, job *Job) error {
 	if err != nil {
 		return fmt.Errorf("completing job %s in the caller's transaction: %w", job.ID, wrapPgError(err))
 	}
-	if _, ok := res[job.ID]; !ok {
+	if _, ok := res[job.lease()]; !ok {
 		// Abort tx in the database, so it cannot commit what the stale worker wrote.
 		abort := c.store.AbortLeaseLost(ctx, tx, job.ID)
 		if abort != nil && pgerr.Code(abort) != store.SQLStateLeaseLost {

@@ -159,7 +159,9 @@ func clampDelay(d time.Duration) time.Duration {
 func (r *runtime) finish(f *inflight, status *string) {
 	c := r.c
 	r.mu.Lock()
-	delete(r.inflight, f.job.ID)
+	if r.inflight[f.job.ID] == f { // a later claim of the job may have replaced it (hold)
+		delete(r.inflight, f.job.ID)
+	}
 	r.mu.Unlock()
 	ev := &Event{Job: f.job, Err: f.err, RunDuration: f.runDur, QueueWait: f.wait}
 	switch {

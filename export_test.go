@@ -18,17 +18,42 @@ func (c *Client) ClaimSQLForTest() string { return c.store.SQL("claim") }
 // the text policy, so a test can hand the database an outcome it refuses — and
 // returns the state each job was left in (StateRunning where no outcome was written).
 func (c *Client) FlushRetriesForTest(jobs []*Job, errs []string) []JobState {
+	outs := make([]store.Outcome, len(jobs))
+	for i, j := range jobs {
+		outs[i] = store.Outcome{Lease: j.lease(), Action: store.ActionRetry, Error: errs[i]}
+	}
+	return c.flushForTest(jobs, outs, false)
+}
+
+// FlushForTest writes one batch through the completer: a completion for each job
+// with complete[i] set, a retry with the error "boom" for the others. ambiguous says
+// an earlier attempt at the batch may have committed, so the completer reads back
+// the rows its write did not change (recognise). It returns the state each job was
+// left in (StateRunning where the completer reported the lease lost).
+func (c *Client) FlushForTest(jobs []*Job, complete []bool, ambiguous bool) []JobState {
+	outs := make([]store.Outcome, len(jobs))
+	for i, j := range jobs {
+		outs[i] = store.Outcome{Lease: j.lease(), Action: store.ActionRetry, Error: "boom"}
+		if complete[i] {
+			outs[i] = store.Outcome{Lease: j.lease(), Action: store.ActionComplete}
+		}
+	}
+	return c.flushForTest(jobs, outs, ambiguous)
+}
+
+func (c *Client) flushForTest(jobs []*Job, outs []store.Outcome, ambiguous bool) []JobState {
 	r := &runtime{c: c, inflight: map[string]*inflight{}}
 	r.bgCtx, r.stopBg = context.WithCancel(context.Background())
 	defer r.stopBg()
 	p := &producer{slot: make(chan struct{}, 1)}
 	batch := make([]*inflight, len(jobs))
 	for i, j := range jobs {
-		batch[i] = &inflight{job: j, p: p, outcome: store.Outcome{Lease: j.lease(), Action: store.ActionRetry, Error: errs[i]}}
+		batch[i] = &inflight{job: j, p: p, outcome: outs[i]}
 		r.inflight[j.ID] = batch[i]
 		r.jobsWG.Add(1)
 	}
-	r.flush(batch)
+	budget := splitBudget(len(batch))
+	r.flushSplit(batch, ambiguous, false, &budget)
 	out := make([]JobState, len(jobs))
 	for i, j := range jobs {
 		out[i] = j.State

@@ -60,8 +60,9 @@ type Job struct {
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 
-	completedInTx bool   // CompleteTx wrote this claim's completion in the handler's transaction
-	output        []byte // SetOutput's JSON, written with the success
+	completedInTx bool      // CompleteTx wrote this claim's completion in the handler's transaction
+	output        []byte    // SetOutput's JSON, written with the success
+	claimedAt     time.Time // the claim's attempted_at: tells this claim from a later one of the same attempt
 }
 
 // IdempotencyKey is stable across every attempt of this job: pass it to external APIs
@@ -80,6 +81,9 @@ func fromRow(r *store.Job) *Job {
 	}
 	j.Tags, j.Output, j.History = r.Tags, r.Output, history(r.History)
 	j.ConcurrencyKey = r.ConcurrencyKey
+	if r.AttemptedAt != nil {
+		j.claimedAt = *r.AttemptedAt
+	}
 	if r.Status == store.StatusSucceeded && r.AttemptedAt != nil {
 		// A success is not appended to the stored history (that would cost every
 		// completion a JSON rewrite): its record is the row itself.

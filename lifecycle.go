@@ -10,12 +10,12 @@ import (
 // them, and reclaiming expired leases.
 
 // finish writes outcomes with the statement the configuration asks for.
-func (c *Client) finish(ctx context.Context, outs []store.Outcome) (map[string]string, error) {
+func (c *Client) finish(ctx context.Context, outs []store.Outcome) (map[store.Lease]string, error) {
 	return c.finishOn(ctx, c.pool, outs)
 }
 
 // finishOn is finish through db (the caller's transaction, for CompleteTx).
-func (c *Client) finishOn(ctx context.Context, db store.DBTX, outs []store.Outcome) (map[string]string, error) {
+func (c *Client) finishOn(ctx context.Context, db store.DBTX, outs []store.Outcome) (map[store.Lease]string, error) {
 	if c.cfg.DeleteOnSuccess {
 		return c.store.FinishDeleting(ctx, db, store.NowParam(c.cfg.Clock), outs)
 	}

@@ -163,7 +163,7 @@ func (c *Client) finishOne(ctx context.Context, job *Job, o store.Outcome) (JobS
 	if err != nil {
 		return "", fmt.Errorf("finishing job %s (%s): %w", o.ID, o.Action, wrapPgError(err))
 	}
-	st, ok := res[o.ID]
+	st, ok := res[o.Lease]
 	if !ok {
 		c.metrics.leaseLost.Add(1)
 		return "", fmt.Errorf("finishing job %s (%s): %w", o.ID, o.Action, ErrLeaseLost)

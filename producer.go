@@ -220,6 +220,19 @@ func (r *runtime) hold(p *producer, job *Job, unblocks bool) {
 	r.jobsWG.Add(1)
 	f := &inflight{job: job, p: p, unblocks: unblocks}
 	r.mu.Lock()
+	if old, ok := r.inflight[job.ID]; ok {
+		// This process already holds the job under an earlier claim, so that claim
+		// is dead: its commit was lost in a server crash (claims commit
+		// asynchronously, internal/store/lease.go) or its lease was reclaimed. It is
+		// treated as the heartbeater treats a lost lease: its handler is cancelled
+		// and its outcome, fenced by the dead token, is reported as lease lost.
+		old.lost.Store(true)
+		if old.begun.Load() {
+			old.cancel(ErrLeaseLost)
+		}
+		r.c.log.Warn("skiplock: claimed a job this process still holds under an earlier claim that is no longer valid (a server crash undid it, or its lease was reclaimed); that run is treated as a lost lease",
+			"job_id", job.ID, "kind", job.Kind, "attempt", job.Attempt)
+	}
 	r.inflight[job.ID] = f
 	r.mu.Unlock()
 	p.local <- f // never blocks: local holds the producer's whole capacity

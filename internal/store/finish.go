@@ -5,6 +5,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -62,7 +63,7 @@ SET status = (CASE o.action
     updated_at = t.now
 FROM ` + o + `, t
 WHERE j.id = o.id AND j.lease_token = o.token
-RETURNING j.id, j.status::text`
+RETURNING o.n, j.status::text`
 }
 
 type finishStatements struct {
@@ -80,7 +81,7 @@ func newFinishStatements(b *builder) finishStatements {
 		// snooze: pending after the delay and the claim's attempt given back.
 		finish: b.add("finish", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
-`+finishUpdate("unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[], $7::jsonb[]) AS o(id, token, action, delay_us, error, output)")),
+`+finishUpdate("unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[], $7::jsonb[]) WITH ORDINALITY AS o(id, token, action, delay_us, error, output, n)")),
 
 		// finish_delete is finish for clients that delete succeeded jobs at once instead
 		// of keeping them for retention: completions become fenced DELETEs, the other
@@ -89,18 +90,18 @@ WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
 		// it): its completion falls through to the UPDATE, still fenced by the token.
 		finishDelete: b.add("finish_delete", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
-o AS (SELECT * FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[], $7::jsonb[]) AS o(id, token, action, delay_us, error, output)),
+o AS (SELECT * FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[], $7::jsonb[]) WITH ORDINALITY AS o(id, token, action, delay_us, error, output, n)),
 del AS (
   DELETE FROM {{s}}.jobs AS j USING o
   WHERE o.action = 'complete' AND j.id = o.id AND j.lease_token = o.token
     AND j.parent_id IS NULL AND j.batch_id IS NULL
-  RETURNING j.id
+  RETURNING o.n
 ),
-upd AS (`+finishUpdate("(SELECT * FROM o WHERE action <> 'complete' OR o.id NOT IN (SELECT id FROM del))")+`)
-SELECT id, 'succeeded' FROM del UNION ALL SELECT * FROM upd`),
+upd AS (`+finishUpdate("(SELECT * FROM o WHERE action <> 'complete' OR o.n NOT IN (SELECT n FROM del))")+`)
+SELECT n, 'succeeded' FROM del UNION ALL SELECT * FROM upd`),
 
 		finished: b.add("finished", `
-SELECT id, status::text, attempts, coalesce(last_error, ''), lease_token IS NOT NULL
+SELECT id, status::text, attempts, coalesce(last_error, ''), lease_token IS NOT NULL, attempted_at
 FROM {{s}}.jobs WHERE id = ANY($1::uuid[])`),
 	}
 }
@@ -126,19 +127,26 @@ type Outcome struct {
 	Output []byte        // complete: the handler's JSON output, or nil
 }
 
-// Finish applies outcomes in one statement and returns, for each job it changed, the
-// status it now has. A job missing from the map had lost its lease: nothing was written.
-func (s *Store) Finish(ctx context.Context, db DBTX, now *time.Time, outs []Outcome) (map[string]string, error) {
+// Finish applies outcomes in one statement and returns, for each lease it changed a
+// job under, the status the job now has. A lease missing from the map was lost:
+// nothing was written for it.
+//
+// The map is keyed by lease, not by job id: one batch can hold two outcomes for the
+// same job, one of them under a dead token — a claim lost in a server crash (claims
+// commit asynchronously, lease.go) after which the same process claimed the job
+// again. Keyed by id, the live outcome's row would have answered for both. Rows come
+// back by their outcome's ordinal, so the key is the caller's own Lease as given.
+func (s *Store) Finish(ctx context.Context, db DBTX, now *time.Time, outs []Outcome) (map[Lease]string, error) {
 	return s.runFinish(ctx, db, now, outs, s.finish.finish)
 }
 
 // FinishDeleting is Finish, but a completed job is deleted instead of kept as
 // succeeded.
-func (s *Store) FinishDeleting(ctx context.Context, db DBTX, now *time.Time, outs []Outcome) (map[string]string, error) {
+func (s *Store) FinishDeleting(ctx context.Context, db DBTX, now *time.Time, outs []Outcome) (map[Lease]string, error) {
 	return s.runFinish(ctx, db, now, outs, s.finish.finishDelete)
 }
 
-func (s *Store) runFinish(ctx context.Context, db DBTX, now *time.Time, outs []Outcome, st stmt) (map[string]string, error) {
+func (s *Store) runFinish(ctx context.Context, db DBTX, now *time.Time, outs []Outcome, st stmt) (map[Lease]string, error) {
 	n := len(outs)
 	ids, tokens, actions, delays, errs := make([]string, n), make([]string, n), make([]string, n), make([]int64, n), make([]*string, n)
 	outputs := make([]*string, n)
@@ -150,11 +158,24 @@ func (s *Store) runFinish(ctx context.Context, db DBTX, now *time.Time, outs []O
 		}
 		outputs[i] = jsonOrNil(o.Output)
 	}
-	return guarded(ctx, db, func(rows pgx.Rows, err error) (map[string]string, error) {
+	return guarded(ctx, db, func(rows pgx.Rows, err error) (map[Lease]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		return collectStatuses(rows)
+		defer rows.Close()
+		m := map[Lease]string{}
+		for rows.Next() {
+			var n int
+			var st string
+			if err := rows.Scan(&n, &st); err != nil {
+				return nil, err
+			}
+			if n < 1 || n > len(outs) {
+				return nil, fmt.Errorf("finish: the statement returned outcome %d of %d", n, len(outs))
+			}
+			m[outs[n-1].Lease] = st
+		}
+		return m, rows.Err()
 	}, st.sql, Now(now), ids, tokens, actions, delays, errs, outputs)
 }
 
@@ -177,6 +198,11 @@ type FinishedRow struct {
 	Attempts  int
 	LastError string
 	Running   bool // still leased
+	// AttemptedAt is when the job's latest claim took it (nil if never claimed): a
+	// finished row whose claim time is not the caller's was finished under another
+	// claim, even one with the same attempt number (a claim lost in a server crash
+	// is followed by one that counts the same attempt again).
+	AttemptedAt *time.Time
 }
 
 // Finished reads the state of the given jobs (absent ids were deleted).
@@ -190,7 +216,7 @@ func (s *Store) Finished(ctx context.Context, db DBTX, ids []string) (map[string
 	for rows.Next() {
 		var id string
 		var r FinishedRow
-		if err := rows.Scan(&id, &r.Status, &r.Attempts, &r.LastError, &r.Running); err != nil {
+		if err := rows.Scan(&id, &r.Status, &r.Attempts, &r.LastError, &r.Running, &r.AttemptedAt); err != nil {
 			return nil, err
 		}
 		out[id] = r

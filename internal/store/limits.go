@@ -497,5 +497,10 @@ func (s *Store) ClaimLimited(ctx context.Context, db Batcher, now *time.Time, p 
 		d := time.Duration(*retryUS) * time.Microsecond
 		out.RetryIn = &d
 	}
-	return out, br.Close()
+	// The batch's implicit transaction commits at its end: jobs read before a failed
+	// commit were never claimed, so none are returned with the error.
+	if err := br.Close(); err != nil {
+		return LimitedClaim{}, err
+	}
+	return out, nil
 }

@@ -182,7 +182,17 @@ func (rep *Report) WriteTable(w io.Writer) {
 	if rep.OK() {
 		fmt.Fprintln(w, "\nall invariants held")
 	} else {
-		fmt.Fprintf(w, "\nINVARIANTS VIOLATED; replay with --seed %d\n", rep.Seed)
+		// Repeated last, shortened: a CI log often keeps only its tail.
+		fmt.Fprintln(w)
+		for _, r := range rep.Rows {
+			for _, v := range r.Violations {
+				if rs := []rune(v); len(rs) > 300 {
+					v = string(rs[:300]) + "…"
+				}
+				fmt.Fprintf(w, "violated in %s: %s\n", r.Scenario, v)
+			}
+		}
+		fmt.Fprintf(w, "INVARIANTS VIOLATED; replay with --seed %d\n", rep.Seed)
 	}
 }
 
@@ -256,7 +266,16 @@ WHERE a.event = 'manual_lease_lost' AND EXISTS (SELECT 1 FROM `+q+`.chaos_transi
 WHERE a.event IN ('ack_succeeded', 'manual_ok') AND NOT EXISTS (SELECT 1 FROM `+q+`.chaos_transitions t
   WHERE t.job_id = a.job_id AND t.old_token = a.lease_token AND t.new_status = 'succeeded')`)
 	if phantomAck > 0 {
-		row.Violations = append(row.Violations, fmt.Sprintf("%d successes were acknowledged to workers but no transition to succeeded holds their token", phantomAck))
+		row.Violations = append(row.Violations, fmt.Sprintf("%d successes were acknowledged to workers but no transition to succeeded holds their token: %s", phantomAck,
+			r.sample(ctx, `SELECT format('job %s ack token %s; transitions [%s]; audit [%s]', a.job_id, a.lease_token,
+  (SELECT string_agg(format('%s->%s old=%s new=%s att=%s by %s at %s', t.old_status, t.new_status, t.old_token, t.new_token, t.new_attempts, t.app, t.at), ', ' ORDER BY t.seq)
+   FROM `+q+`.chaos_transitions t WHERE t.job_id = a.job_id),
+  (SELECT string_agg(format('%s %s tok=%s at %s', b.event, b.worker, b.lease_token, b.at), ', ' ORDER BY b.seq)
+   FROM `+q+`.chaos_audit b WHERE b.job_id = a.job_id))
+FROM `+q+`.chaos_audit a
+WHERE a.event IN ('ack_succeeded', 'manual_ok') AND NOT EXISTS (SELECT 1 FROM `+q+`.chaos_transitions t
+  WHERE t.job_id = a.job_id AND t.old_token = a.lease_token AND t.new_status = 'succeeded')
+LIMIT 3`)))
 	}
 	row.StaleWrites = staleTrig + lostButWritten + phantomAck
 	if misreported := one("misreported outcomes", `SELECT count(*) FROM `+q+`.chaos_audit a
