@@ -1,0 +1,122 @@
+package bench
+
+// W10's judgement: the samples cut into windows, and the verdict on them.
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+)
+
+// w10Split computes the windows from the samples and the observer's marks, and the
+// latencies of every job.
+func w10Split(plan w10Plan, start time.Time, samples []w10Sample, marks []w10Mark) ([]W10Window, *latencies) {
+	per := make([]latencies, plan.windows)
+	all := &latencies{}
+	for _, s := range samples {
+		d := s.started.Sub(s.begin)
+		all.add(d)
+		k := min(max(int(s.begin.Sub(start)/plan.window), 0), plan.windows-1)
+		per[k].add(d)
+	}
+	secs := plan.window.Seconds()
+	out := make([]W10Window, plan.windows)
+	for k := range out {
+		var pr Result
+		per[k].fill(&pr)
+		claims := marks[k+1].claims - marks[k].claims
+		w := W10Window{Phase: plan.phase(k), StartS: float64(k) * secs, Offered: len(per[k].d),
+			OfferedPerSec: float64(len(per[k].d)) / secs, CompletedPerSec: float64(marks[k+1].succeeded-marks[k].succeeded) / secs,
+			P50ms: pr.P50ms, P99ms: pr.P99ms, DeadTuples: marks[k+1].dead, Claims: claims,
+			IndexReadsPerSec: float64(marks[k+1].indexReads-marks[k].indexReads) / secs}
+		if claims > 0 {
+			w.ClaimMeanMs = float64((marks[k+1].claimTime - marks[k].claimTime).Microseconds()) / 1000 / float64(claims)
+		}
+		out[k] = w
+	}
+	return out, all
+}
+
+// w10Verdict is W10's decision and the figures it rests on.
+type w10Verdict struct {
+	baseP99, pinP99Max, ratio float64
+	slow                      []string // windows below the completed share
+	behind                    []string // windows whose offered rate the generator missed
+	over                      int      // pin windows above the p99 bound
+}
+
+func (v w10Verdict) met() bool {
+	return len(v.slow) == 0 && len(v.behind) == 0 && v.over == 0 && v.baseP99 > 0
+}
+
+func (v w10Verdict) String() string {
+	var parts []string
+	if v.met() {
+		parts = append(parts, "MET")
+	} else {
+		parts = append(parts, "missed")
+	}
+	parts = append(parts, fmt.Sprintf("pin p99 max %.2f ms = %.2f× the baseline's %.2f ms (bound %g×; %d pin windows above it)",
+		v.pinP99Max, v.ratio, v.baseP99, w10P99Factor, v.over))
+	if len(v.slow) > 0 {
+		parts = append(parts, fmt.Sprintf("completed below %.0f%% of offered in %d windows (%s)", 100*w10RateShare, len(v.slow), firstFew(v.slow, 5)))
+	} else {
+		parts = append(parts, fmt.Sprintf("every window completed ≥ %.0f%% of offered", 100*w10RateShare))
+	}
+	if len(v.behind) > 0 {
+		parts = append(parts, fmt.Sprintf("the generator offered below %.0f%% of %d jobs/s in %d windows (%s): the machine, not the queue, held it back",
+			100*w10RateShare, w10Rate, len(v.behind), firstFew(v.behind, 5)))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func round2(x float64) float64 { return math.Round(x*100) / 100 }
+
+func firstFew(s []string, n int) string {
+	if len(s) > n {
+		return strings.Join(s[:n], ", ") + ", …"
+	}
+	return strings.Join(s, ", ")
+}
+
+// judgeW10 decides: every window after the warm-up completes at least w10RateShare
+// of what was offered in it (and the generator offered at least that share of
+// w10Rate), and every pin window's p99 stays within w10P99Factor of the baseline p99,
+// the median of the baseline windows' p99.
+func judgeW10(plan w10Plan, ws []W10Window) w10Verdict {
+	var v w10Verdict
+	var base []float64
+	for k, w := range ws {
+		switch w.Phase {
+		case W10Baseline:
+			base = append(base, w.P99ms)
+		case W10Pin:
+			v.pinP99Max = max(v.pinP99Max, w.P99ms)
+		}
+		if k < w10WarmWindows {
+			continue
+		}
+		at := fmt.Sprintf("%s @%.0fs", w.Phase, w.StartS)
+		if w.CompletedPerSec < w10RateShare*w.OfferedPerSec {
+			v.slow = append(v.slow, at)
+		}
+		if w.OfferedPerSec < w10RateShare*w10Rate {
+			v.behind = append(v.behind, at)
+		}
+	}
+	if len(base) > 0 {
+		slices.Sort(base)
+		v.baseP99 = base[len(base)/2]
+	}
+	if v.baseP99 > 0 {
+		v.ratio = v.pinP99Max / v.baseP99
+	}
+	for _, w := range ws {
+		if w.Phase == W10Pin && w.P99ms > w10P99Factor*v.baseP99 {
+			v.over++
+		}
+	}
+	return v
+}
