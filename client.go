@@ -389,7 +389,7 @@ type counters struct {
 	inserted, succeeded, failed, retried, snoozed, cancelled, leaseLost, reclaimed atomic.Int64
 	claims, claimed, flushes, flushed                                              atomic.Int64
 	claimNanos, flushNanos                                                         atomic.Int64
-	throttled                                                                      atomic.Int64
+	throttled, handoffs, handoffsReturned                                          atomic.Int64
 }
 
 // ErrNotMigrated is matched by errors from a database whose schema lacks skiplock's

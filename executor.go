@@ -15,22 +15,37 @@ import (
 // executor runs the producer's queued jobs one at a time until Stop closes the
 // queue. Jobs still queued at Stop were never started: they go back to pending at
 // once, with the claim's attempt given back.
+//
+// A job that took a successor (a limit slot's handoff, limiter.go) is followed on the
+// same executor by that successor, as soon as its handler has returned.
 func (r *runtime) executor(p *producer) {
 	defer r.execWG.Done()
 	for f := range p.local {
-		switch {
-		case r.fetchCtx.Err() != nil:
-			f.outcome = store.Outcome{Lease: f.job.lease(), Action: store.ActionSnooze}
-			f.released = true
-			r.outcomes <- f
-		case f.lost.Load(): // the lease ran out while the job waited locally
-			r.finish(f, nil)
-		default:
-			r.execute(f)
+		for ; f != nil; f = r.successor(f) {
+			switch {
+			case r.fetchCtx.Err() != nil:
+				r.giveBack(f)
+				continue
+			case f.lost.Load(): // the lease ran out while the job waited locally
+				r.finish(f, nil)
+			default:
+				r.execute(f)
+			}
+			p.active.Add(-1)
+			signal(p.slot)
 		}
-		p.active.Add(-1)
-		signal(p.slot)
 	}
+}
+
+// giveBack hands a job that was never started back to pending, with the claim's
+// attempt given back (its outcome is written by the completer), and frees its place
+// in the producer's capacity.
+func (r *runtime) giveBack(f *inflight) {
+	f.outcome = store.Outcome{Lease: f.job.lease(), Action: store.ActionSnooze}
+	f.released = true
+	r.outcomes <- f
+	f.p.active.Add(-1)
+	signal(f.p.slot)
 }
 
 // begin prepares a job's context just before its handler runs.
@@ -73,6 +88,9 @@ func (r *runtime) execute(f *inflight) {
 	c := r.c
 	job := f.job
 	reg, known := r.begin(f)
+	if f.p.handoff.Load() {
+		signal(f.p.orphan) // its slot can be handed on: worth a claim for a successor
+	}
 	var err error
 	if !known {
 		err = Permanent(fmt.Errorf("no worker registered for kind %q", job.Kind))
@@ -188,6 +206,8 @@ func (r *runtime) finish(f *inflight, status *string) {
 func (r *runtime) release(f *inflight) {
 	f.p.held.Add(-1)
 	signal(f.p.slot)
-	signal(f.p.freed)
+	if !f.handedOn.Load() { // else its slot went to its successor, not back to the limit
+		signal(f.p.freed)
+	}
 	r.jobsWG.Done()
 }

@@ -116,3 +116,31 @@ func NextFireForTest(spec, tz string, t time.Time) (time.Time, error) {
 	}
 	return s.Next(t), nil
 }
+
+// ClaimWithPredsForTest runs the limited claim of queue (or, with successorsOnly, the
+// claim of successors only) offering preds as predecessors, and returns the jobs
+// with, per job, the id of the predecessor it succeeds ("" when it took a free slot).
+func (c *Client) ClaimWithPredsForTest(ctx context.Context, queue string, n int, preds []*Job, successorsOnly bool) ([]*Job, []string, error) {
+	p := store.ClaimParams{Queue: queue, WorkerID: c.cfg.ID, Limit: n, Lease: c.cfg.LeaseDuration}
+	for _, j := range preds {
+		p.Preds = append(p.Preds, j.lease())
+	}
+	var rows []*store.Job
+	var err error
+	if successorsOnly {
+		rows, err = c.store.ClaimSuccessors(ctx, c.pool, store.NowParam(c.cfg.Clock), p)
+	} else {
+		var res store.LimitedClaim
+		res, err = c.store.ClaimLimited(ctx, c.pool, store.NowParam(c.cfg.Clock), p)
+		rows = res.Jobs
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	jobs := fromRows(rows)
+	of := make([]string, len(jobs))
+	for i, j := range jobs {
+		of[i] = j.slotOf.ID
+	}
+	return jobs, of, nil
+}

@@ -19,7 +19,11 @@ type producer struct {
 	wake     chan struct{}  // NOTIFY, (re)connect
 	slot     chan struct{}  // a job finished running, or an outcome became durable
 	freed    chan struct{}  // an outcome became durable: its limit slot is free in the database
-	cursor   claimCursor    // where the next plain claim starts (cursor.go)
+	orphan   chan struct{}  // a job began under a binding limit: it may take a successor
+	// handoff: the last limited claim was throttled, so the next one offers the
+	// running jobs as predecessors (limiter.go).
+	handoff atomic.Bool
+	cursor  claimCursor // where the next plain claim starts (cursor.go)
 }
 
 // capacity is how many jobs the producer may hold: its workers plus an adaptive
@@ -77,6 +81,9 @@ type claimResult struct {
 	// this client, or retryIn (when a rate window is full), is worth another claim.
 	throttled bool
 	retryIn   time.Duration
+	// successors: it was a claim of successors only (limiter.go), which reads no
+	// rate window, so the last full claim's retryIn still stands.
+	successors bool
 }
 
 // produce keeps one claim statement at a time in flight for its queue. A claim locks
@@ -101,6 +108,9 @@ func (r *runtime) produce(p *producer) {
 	// its snapshot may predate the job it announces, so a short result from it must
 	// not put the producer to sleep.
 	woken := false
+	// successors: the producer was woken only because a job began that can hand its
+	// limit slots on, so a claim of successors is enough (limiter.go).
+	successors := false
 	// throttle is the last claim's throttling, which the producer waits on while empty.
 	throttle := claimResult{}
 	defer func() { // a claim in flight still hands its jobs over
@@ -117,9 +127,10 @@ func (r *runtime) produce(p *producer) {
 				}
 			}
 			poll.Reset(hostclock.Jitter(c.cfg.PollInterval))
-			var freed chan struct{}
+			var freed, orphan chan struct{}
 			var retry <-chan time.Time
 			if throttle.throttled {
+				orphan = p.orphan
 				// An outcome made durable since the claim's snapshot may have freed a
 				// slot. (One that was durable before it costs one claim that finds
 				// nothing.) A handler's return is not enough: its job holds the slot
@@ -134,6 +145,8 @@ func (r *runtime) produce(p *producer) {
 			case <-p.wake:
 			case <-poll.C:
 			case <-freed:
+			case <-orphan:
+				successors = true
 			case <-retry:
 			case <-r.fetchCtx.Done():
 				return
@@ -157,6 +170,9 @@ func (r *runtime) produce(p *producer) {
 				c.failures.ok("claim")
 				backoff = 100 * time.Millisecond
 				empty = empty || (res.short && !woken)
+				if res.successors {
+					res.retryIn = throttle.retryIn
+				}
 				throttle = res
 			case <-p.slot:
 			case <-p.wake:
@@ -170,14 +186,16 @@ func (r *runtime) produce(p *producer) {
 		p.active.Add(int32(n))
 		p.held.Add(int32(n))
 		claiming, woken = true, false
-		go func() { results <- r.claim(p, n) }()
+		go func(successors bool) { results <- r.claim(p, n, successors) }(successors)
+		successors = false
 	}
 }
 
 // claim runs one claim statement for up to n jobs (already reserved) and hands the
-// jobs to the executors. It is not cancelled by Stop: a claim that commits must hand
-// its jobs over, or they would sit leased until their lease expired.
-func (r *runtime) claim(p *producer, n int) claimResult {
+// jobs to the executors; successors asks for a claim of successors only, if the
+// queue is limited. It is not cancelled by Stop: a claim that commits must hand its
+// jobs over, or they would sit leased until their lease expired.
+func (r *runtime) claim(p *producer, n int, successors bool) claimResult {
 	c := r.c
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.fetchCtx), 30*time.Second)
 	defer cancel()
@@ -186,7 +204,7 @@ func (r *runtime) claim(p *producer, n int) claimResult {
 	var err error
 	res := claimResult{}
 	if r.limited(p.queue) {
-		rows, res, err = r.claimLimited(ctx, p, n)
+		rows, res, err = r.claimLimited(ctx, p, n, successors)
 	} else {
 		after, gen := p.cursor.get()
 		rows, err = c.store.Claim(ctx, c.pool, store.NowParam(c.cfg.Clock), store.ClaimParams{
@@ -220,6 +238,7 @@ func (r *runtime) hold(p *producer, job *Job, unblocks bool) {
 	r.jobsWG.Add(1)
 	f := &inflight{job: job, p: p, unblocks: unblocks}
 	r.mu.Lock()
+	succ := r.successorOf(f, job)
 	if old, ok := r.inflight[job.ID]; ok {
 		// This process already holds the job under an earlier claim, so that claim
 		// is dead: its commit was lost in a server crash (claims commit
@@ -235,5 +254,14 @@ func (r *runtime) hold(p *producer, job *Job, unblocks bool) {
 	}
 	r.inflight[job.ID] = f
 	r.mu.Unlock()
+	switch succ {
+	case attached:
+		r.c.metrics.handoffs.Add(1)
+		return // it runs on its predecessor's executor (runtime.successor)
+	case giveUp:
+		r.c.metrics.handoffsReturned.Add(1)
+		r.giveBack(f)
+		return
+	}
 	p.local <- f // never blocks: local holds the producer's whole capacity
 }

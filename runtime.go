@@ -77,6 +77,18 @@ type inflight struct {
 	lost     atomic.Bool
 	warned   atomic.Bool
 
+	// A limit slot's handoff (limiter.go), both guarded by runtime.mu: next is the
+	// successor that runs on this job's executor once its handler returned; closed is
+	// set when the executor moved on, after which no successor can be attached.
+	next   *inflight
+	closed bool
+	// refused: a successor of this job was given back, so it takes no other.
+	refused bool
+	// handedOn: a successor took over its slots, so its outcome frees none.
+	handedOn atomic.Bool
+	// giveBack returns a successor to pending if its predecessor runs too long.
+	giveBack *time.Timer
+
 	outcome store.Outcome
 	err     error
 	runDur  time.Duration
@@ -140,7 +152,8 @@ func (c *Client) Start(ctx context.Context) error {
 	for name, q := range c.cfg.Queues {
 		active := q.MaxWorkers + max(q.MaxPrefetch, 0)
 		r.producers[name] = &producer{queue: name, cfg: q, local: make(chan *inflight, active),
-			wake: make(chan struct{}, 1), slot: make(chan struct{}, 1), freed: make(chan struct{}, 1)}
+			wake: make(chan struct{}, 1), slot: make(chan struct{}, 1), freed: make(chan struct{}, 1),
+			orphan: make(chan struct{}, 1)}
 		total += active + c.cfg.CompletionBatchSize
 	}
 	r.outcomes = make(chan *inflight, total)
@@ -269,6 +282,7 @@ func (r *runtime) shutdown() {
 	for _, p := range r.producers {
 		close(p.local) // executors release what they have not started, then exit
 	}
+	r.returnSuccessors() // as are successors waiting for a running job's slot
 	done := make(chan struct{})
 	go func() { r.jobsWG.Wait(); close(done) }()
 	abandoned := false

@@ -70,6 +70,11 @@ type ProcessCounters struct {
 	// Throttled counts due jobs a limited claim left pending because a limit held
 	// them back (a job held back by several claims counts once per claim).
 	Throttled int64
+	// Handoffs counts jobs a limited claim took as successors of running jobs (their
+	// slots pass on without a database round trip; docs/limits.md, "Handoff"), and
+	// HandoffsReturned those of them given back to pending because their predecessor
+	// ran too long or the client stopped.
+	Handoffs, HandoffsReturned int64
 }
 
 // RecentStats count the jobs of all queues that finished within Window: divide by
@@ -269,7 +274,8 @@ func (c *Client) Counters() ProcessCounters {
 		ClaimStatements: m.claims.Load(), Claimed: m.claimed.Load(),
 		CompletionStatements: m.flushes.Load(), Completed: m.flushed.Load(),
 		ClaimTime: time.Duration(m.claimNanos.Load()), CompletionTime: time.Duration(m.flushNanos.Load()),
-		Throttled:         m.throttled.Load(),
+		Throttled: m.throttled.Load(),
+		Handoffs:  m.handoffs.Load(), HandoffsReturned: m.handoffsReturned.Load(),
 		OperationFailures: map[string]int64{},
 	}
 	for _, op := range c.failures.snapshot() {

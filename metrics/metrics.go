@@ -27,6 +27,8 @@
 //	skiplock_<outcome>_total                         counters of this process (inserted, succeeded, failed,
 //	                                                 retried, snoozed, cancelled, lease_lost, reclaimed)
 //	skiplock_jobs_throttled_total                    counter: due jobs this process's claims left pending for a limit
+//	skiplock_limit_handoffs_total                    counter: jobs claimed as successors of running jobs (slot handoff)
+//	skiplock_limit_handoffs_returned_total           counter: successors given back to pending (predecessor too long, stop)
 //	skiplock_operation_failures_total{operation}     counter: failed claims, heartbeats, completions, maintenance runs
 //	skiplock_operation_failing{operation}            gauge: 1 while the operation keeps failing; alert on it
 //	skiplock_outbox_<outcome>_total                  counters of the relays added with AddRelay
@@ -205,6 +207,8 @@ func New(c *skiplock.Client, opts Options) *Metrics {
 		d(n+"_total", "Jobs "+n+" by this process.")
 	}
 	d("jobs_throttled_total", "Due jobs that this process's claims left pending because a limit held them back (once per claim).")
+	d("limit_handoffs_total", "Jobs this process claimed as successors of its running jobs, taking over their limit slots.")
+	d("limit_handoffs_returned_total", "Successors this process gave back to pending: their predecessor ran too long, or the client stopped.")
 	d("operation_failures_total", "Failed attempts of this process's repeating operations (claim, heartbeat, completion, maintenance:<service>).", "operation")
 	d("operation_failing", "1 while the operation's latest attempt failed.", "operation")
 	for _, n := range []string{"published", "retried", "dead", "lease_lost", "errors"} {
@@ -326,6 +330,8 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		counter(name+"_total", v)
 	}
 	counter("jobs_throttled_total", p.Throttled)
+	counter("limit_handoffs_total", p.Handoffs)
+	counter("limit_handoffs_returned_total", p.HandoffsReturned)
 	for _, op := range m.c.Operations() {
 		counter("operation_failures_total", op.Failures, op.Operation)
 		failing := 0.0

@@ -92,3 +92,42 @@ func TestStatusOfEmptyDatabase(t *testing.T) {
 		t.Fatal("SQL accepted a bad schema name")
 	}
 }
+
+// TestHandoffColumnsFollowTheWorkersGrant: migration 14 adds columns that every claim
+// writes, so a role given UPDATE on the lease under a column grant before the upgrade
+// (the worker role of `skiplock roles`) must be able to write them after it.
+func TestHandoffColumnsFollowTheWorkersGrant(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema := pgtest.SchemaName(t)
+	t.Cleanup(func() { pgtest.DropSchema(t, schema) })
+	role := schema + "_w"
+	if _, err := pool.Exec(ctx, `CREATE ROLE "`+role+`" NOLOGIN`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Exec(ctx, `DROP OWNED BY "`+role+`"; DROP ROLE "`+role+`"`) })
+	if _, err := pool.Exec(ctx, `CREATE SCHEMA "`+schema+`"`); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range migrate.All() {
+		if m.Version == 14 {
+			if _, err := pool.Exec(ctx, `GRANT UPDATE (status, lease_token) ON "`+schema+`".jobs TO "`+role+`"`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := pool.Exec(ctx, m.Render(schema)); err != nil {
+			t.Fatalf("%04d: %v", m.Version, err)
+		}
+	}
+	for _, col := range []string{"slot_of", "slot_token"} {
+		var ok bool
+		if err := pool.QueryRow(ctx, `SELECT has_column_privilege($1, $2, $3, 'UPDATE')`, role, `"`+schema+`".jobs`, col).Scan(&ok); err != nil || !ok {
+			t.Errorf("UPDATE (%s) for the worker after the upgrade: %v (%v)", col, ok, err)
+		}
+	}
+	var other bool
+	if err := pool.QueryRow(ctx, `SELECT has_column_privilege('pg_monitor', $1, 'slot_of', 'UPDATE')`, `"`+schema+`".jobs`).Scan(&other); err != nil || other {
+		t.Errorf("a role without a grant on the lease got UPDATE (slot_of): %v (%v)", other, err)
+	}
+}

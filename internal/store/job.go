@@ -50,6 +50,10 @@ type Job struct {
 	// so its outcome can make a job ready whose run_at lies behind a claim cursor
 	// (see ClaimCursor).
 	Unblocks bool
+	// SlotOf and SlotToken are set by limited claims only: the job is the successor
+	// of this running job (under this lease) of the same worker, and must not start
+	// before that job's handler returned.
+	SlotOf, SlotToken *string
 }
 
 // jobColumns lists what statements returning jobs select, in scanJob's order.

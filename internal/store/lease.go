@@ -24,6 +24,8 @@ const asyncCommit = `set_config('synchronous_commit', 'off', true) AS async`
 
 // claimSet is what a claim writes to each job it takes ($3 the worker, $4 the lease in
 // microseconds, t.now the claim's time): running, one more attempt, a fresh lease.
+// Each claim also sets slot_of and slot_token (limits.go, holdsSlot): NULL, or the
+// predecessor a limited claim hands the job's slots from.
 const claimSet = `SET status = 'running',
     attempts = j.attempts + 1,
     lease_until = t.now + $4::bigint * interval '1 microsecond',
@@ -105,7 +107,8 @@ claimed AS (
   LIMIT $5
 )
 UPDATE {{s}}.jobs AS j
-`+claimSet+`
+`+claimSet+`,
+    slot_of = NULL, slot_token = NULL
 FROM t
 WHERE j.id = ANY(ARRAY(SELECT id FROM claimed)) AND t.async IS NOT NULL
 RETURNING `+claimReturns),
@@ -154,6 +157,9 @@ type ClaimParams struct {
 	// Lag is how far before now the claim looks at the cursor's priority even when the
 	// cursor is later, for jobs of transactions that committed after it moved on.
 	Lag time.Duration
+	// Preds are running jobs of the caller that a limited claim may hand their slots
+	// to a successor from (limitedClaimSQL, "Handoff"); the plain claim ignores them.
+	Preds []Lease
 }
 
 // ClaimCursor is a position in claim order: the priority and run_at of the last job

@@ -47,6 +47,36 @@ func sequenceReady(a string) string {
 // about 55,000 to 25,000 jobs/s.)
 const unlimited = `NOT EXISTS (SELECT 1 FROM {{s}}.limits l WHERE (l.scope = 'queue' AND l.target = $2) OR l.scope = 'kind')`
 
+// bucketsOf selects one row per job of relation cand (columns id, queue, kind, ckey,
+// pos) and bucket of a limit in lim that governs it: the bucket (scope, target, bkey),
+// whether it is wide (the limit has no key), and the limit's figures.
+func bucketsOf(cand string) string {
+	return `
+  SELECT c.id, c.pos, l.scope, l.target, CASE WHEN l.key = '' THEN '' ELSE c.ckey END AS bkey,
+         l.key = '' AS wide, l.max_running, l.rate, l.per_us
+  FROM ` + cand + ` c JOIN lim l
+    ON l.target = CASE l.scope WHEN 'queue' THEN c.queue ELSE c.kind END
+   AND (l.key = '' OR (c.ckey <> '' AND (l.key = c.ckey OR (l.key = '*' AND NOT EXISTS (
+        SELECT 1 FROM lim o WHERE o.scope = l.scope AND o.target = l.target AND o.key = c.ckey)))))
+`
+}
+
+// holdsSlot is the condition that job r (an alias of jobs) holds a slot of every
+// limit that governs it: it runs under an unexpired lease, and it is not the
+// successor of a job that still runs under the lease it was handed over from
+// (slot_of, slot_token: see handoff in limitedClaimSQL). A predecessor and its
+// successor thus count once between them, whichever of the two holds the slot.
+func holdsSlot(r string) string {
+	return r + `.status = 'running' AND ` + r + `.lease_until > (SELECT now FROM t)
+    AND (` + r + `.slot_of IS NULL OR NOT EXISTS (
+      SELECT 1 FROM {{s}}.jobs q WHERE q.id = ` + r + `.slot_of AND q.lease_token = ` + r + `.slot_token
+        AND q.status = 'running' AND q.lease_until > (SELECT now FROM t)))`
+}
+
+// bucketSig is the signature of a job's set of buckets (rows of bucketsOf, aliased
+// b, grouped by job): equal signatures mean the same buckets.
+const bucketSig = `string_agg(quote_literal(b.scope) || quote_literal(b.target) || quote_literal(b.bkey), '' ORDER BY b.scope, b.target, b.bkey)`
+
 // limitEval returns CTEs that choose, among the candidates of relation cand (columns
 // id, queue, kind, ckey, priority, run_at, pos), the ones every applicable limit
 // admits, as <p>_pick(id, pos), at most $5, in pos order. It also defines <p>_cb: each
@@ -66,14 +96,7 @@ const unlimited = `NOT EXISTS (SELECT 1 FROM {{s}}.limits l WHERE (l.scope = 'qu
 // cost about a third of a first version that collected distinct buckets and probed
 // limit_windows for each.
 func limitEval(p, cand string) string {
-	return p + `_x AS MATERIALIZED (
-  SELECT c.id, c.pos, l.scope, l.target, CASE WHEN l.key = '' THEN '' ELSE c.ckey END AS bkey,
-         l.key = '' AS wide, l.max_running, l.rate, l.per_us
-  FROM ` + cand + ` c JOIN lim l
-    ON l.target = CASE l.scope WHEN 'queue' THEN c.queue ELSE c.kind END
-   AND (l.key = '' OR (c.ckey <> '' AND (l.key = c.ckey OR (l.key = '*' AND NOT EXISTS (
-        SELECT 1 FROM lim o WHERE o.scope = l.scope AND o.target = l.target AND o.key = c.ckey)))))
-),
+	return p + `_x AS MATERIALIZED (` + bucketsOf(cand) + `),
 ` + p + `_ws AS MATERIALIZED (
   SELECT b.scope, b.target, b.bkey, coalesce((
            SELECT sum(x.n) FROM {{s}}.limit_windows w, unnest(w.starts, w.counts) AS x(at, n)
@@ -130,19 +153,28 @@ func limitEval(p, cand string) string {
 // Its time is clock_timestamp(), read after the statement's snapshot: a start is then
 // never recorded earlier than the end of a job whose slot it took (now() is the
 // transaction's start, which precedes the wait for the lock).
+//
+// Handoff. $7 and $8 (ids and tokens) are jobs the calling worker is running and
+// has no successor for. When fewer than $5 candidates fit the limits, the candidates
+// left out can be taken as successors of those jobs, one each, in claim order: a
+// candidate goes to a predecessor whose set of buckets is the same as its own (by
+// signature, bucketSig), so it needs no room of its own — it holds no slot while its
+// predecessor runs under the recorded lease (holdsSlot), and its worker starts it
+// only once the predecessor's handler has returned. A slot then changes hands on the
+// worker, with no database round trip between one job and the next: with 50 slots
+// and 10 ms jobs, freeing a slot through the database (outcome committed, claim)
+// cost about 7 ms of every 17 ms cycle (docs/benchmarks.md, W9). Buckets with a rate
+// limit take no successors: a start is recorded at the claim, and a successor starts
+// later than that.
 func limitedClaimSQL() string {
 	return `
 WITH RECURSIVE
-t AS MATERIALIZED (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now, ` + asyncCommit + `),
-lim AS MATERIALIZED (
-  SELECT scope, target, key, max_running, rate, per_us FROM {{s}}.limits
-  WHERE (scope = 'queue' AND target = $2) OR scope = 'kind'
-),
+` + limitPrologue + `,
 runb AS MATERIALIZED (
   SELECT v.scope, v.target, v.bkey, sum(g.n) AS n
   FROM (
     SELECT r.queue, r.kind, r.concurrency_key, count(*) AS n FROM {{s}}.jobs r
-    WHERE r.status = 'running' AND r.lease_until > (SELECT now FROM t)
+    WHERE ` + holdsSlot("r") + `
     GROUP BY 1, 2, 3
   ) g
   CROSS JOIN LATERAL (VALUES ('queue', g.queue, '', true), ('queue', g.queue, g.concurrency_key, false),
@@ -150,17 +182,7 @@ runb AS MATERIALIZED (
   WHERE v.wide OR g.concurrency_key <> ''
   GROUP BY 1, 2, 3
 ),
-head AS MATERIALIZED (
-  SELECT h.*, row_number() OVER (ORDER BY h.priority DESC, h.run_at, h.id) AS pos FROM (
-    SELECT jobs.id, jobs.queue, jobs.kind, jobs.concurrency_key AS ckey, jobs.priority, jobs.run_at
-    FROM {{s}}.jobs
-    WHERE jobs.status = 'pending' AND jobs.queue = $2 AND jobs.run_at <= (SELECT now FROM t)
-      AND NOT EXISTS (SELECT 1 FROM {{s}}.queues p WHERE p.name = $2 AND p.paused_at IS NOT NULL)
-      AND ` + sequenceReady("jobs") + `
-    ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
-    LIMIT $6
-  ) h
-),
+` + limitHead("$6") + `,
 ` + limitEval("h", "head") + `,
 fb AS MATERIALIZED (
   SELECT (SELECT count(*) FROM head) >= $6
@@ -212,12 +234,18 @@ rated AS (
   UNION ALL
   SELECT id, scope, target, bkey, per_us FROM a_cb WHERE rate IS NOT NULL AND (SELECT need FROM fb)
 ),
+` + handoff(`
+    SELECT id, pos, scope, target, bkey, rate FROM h_x WHERE NOT (SELECT need FROM fb)
+    UNION ALL
+    SELECT id, pos, scope, target, bkey, rate FROM a_x WHERE (SELECT need FROM fb)`, "(SELECT count(*) FROM pick)", "pick") + `,
 claimed AS (
   UPDATE {{s}}.jobs AS j
-  ` + claimSet + `
+  ` + claimSet + `,
+    slot_of = (SELECT s.pred FROM succ s WHERE s.id = j.id),
+    slot_token = (SELECT s.ptoken FROM succ s WHERE s.id = j.id)
   FROM t
-  WHERE j.id = ANY(ARRAY(SELECT id FROM pick)) AND j.status = 'pending' AND t.async IS NOT NULL
-  RETURNING ` + claimReturns + `
+  WHERE j.id = ANY(ARRAY(SELECT id FROM pick UNION ALL SELECT id FROM succ)) AND j.status = 'pending' AND t.async IS NOT NULL
+  RETURNING ` + claimReturns + `, j.slot_of, j.slot_token
 ),
 logged AS (
   INSERT INTO {{s}}.limit_windows AS w (scope, target, key, per_us, starts, counts)
@@ -235,8 +263,111 @@ logged AS (
 SELECT * FROM claimed`
 }
 
+// limitPrologue is the limited claims' time t (now, and the switch to an asynchronous
+// commit: see asyncCommit) and lim, the limits that may govern queue $2's jobs.
+const limitPrologue = `t AS MATERIALIZED (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now, ` + asyncCommit + `),
+lim AS MATERIALIZED (
+  SELECT scope, target, key, max_running, rate, per_us FROM {{s}}.limits
+  WHERE (scope = 'queue' AND target = $2) OR scope = 'kind'
+)`
+
+// limitHead is the CTE head: the first window due, ready jobs of queue $2 (none while
+// it is paused) in claim order, numbered (pos).
+func limitHead(window string) string {
+	return `head AS MATERIALIZED (
+  SELECT h.*, row_number() OVER (ORDER BY h.priority DESC, h.run_at, h.id) AS pos FROM (
+    SELECT jobs.id, jobs.queue, jobs.kind, jobs.concurrency_key AS ckey, jobs.priority, jobs.run_at
+    FROM {{s}}.jobs
+    WHERE jobs.status = 'pending' AND jobs.queue = $2 AND jobs.run_at <= (SELECT now FROM t)
+      AND NOT EXISTS (SELECT 1 FROM {{s}}.queues p WHERE p.name = $2 AND p.paused_at IS NOT NULL)
+      AND ` + sequenceReady("jobs") + `
+    ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
+    LIMIT ` + window + `
+  ) h
+)`
+}
+
+// handoff returns the CTEs that choose successors (see "Handoff" at limitedClaimSQL),
+// as succ(id, pred, ptoken). The predecessors are the jobs of $7 and $8 (ids,
+// tokens) still running under those leases, and without a running successor yet
+// (jobs_slot_of_idx). The candidates are the jobs of the
+// bucket rows cands (id, pos, scope, target, bkey, rate) that the statement does not
+// take anyway (relation takenRel, of ids; their number is the expression taken).
+// At most $5 less taken successors, in claim order.
+//
+// Claim order is kept across different sets of buckets: a successor never passes a
+// candidate ahead of it in claim order that has other buckets but shares one with
+// it (stop). Such a candidate might be waiting for exactly the slot the predecessor
+// holds — a queue limit's slot, under per-key limits as well — and only a slot freed
+// through the database can go to it, by the limited claim's own order. Limits whose
+// buckets are never shared (one queue limit; per-key or per-kind limits alone) never
+// stop a handoff.
+func handoff(cands, taken, takenRel string) string {
+	return `pred AS MATERIALIZED (
+  SELECT p.id, p.lease_token, p.queue, p.kind, p.concurrency_key AS ckey, x.ord AS pos
+  FROM unnest($7::uuid[], $8::uuid[]) WITH ORDINALITY AS x(id, token, ord)
+  JOIN {{s}}.jobs p ON p.id = x.id AND p.lease_token = x.token
+  WHERE p.status = 'running' AND p.queue = $2 AND p.lease_until > (SELECT now FROM t)
+    AND ` + taken + ` < $5
+    AND NOT EXISTS (SELECT 1 FROM {{s}}.jobs o
+                    WHERE o.slot_of = p.id AND o.status = 'running' AND o.slot_token = p.lease_token)
+),
+px AS MATERIALIZED (` + bucketsOf("pred") + `),
+psig AS MATERIALIZED (
+  SELECT b.id, min(b.pos) AS pos, ` + bucketSig + ` AS sig FROM px b
+  GROUP BY b.id HAVING bool_and(b.rate IS NULL)
+),
+rej AS MATERIALIZED (
+  SELECT b.* FROM (` + cands + `
+  ) b
+  WHERE EXISTS (SELECT 1 FROM psig) AND b.id <> ALL(ARRAY(SELECT id FROM ` + takenRel + `))
+),
+rsig AS MATERIALIZED (
+  SELECT b.id, min(b.pos) AS pos, ` + bucketSig + ` AS sig, bool_and(b.rate IS NULL) AS norate FROM rej b GROUP BY b.id
+),
+stop AS MATERIALIZED (
+  SELECT sb.sig, min(r.pos) AS pos
+  FROM (SELECT DISTINCT s.sig, b.scope, b.target, b.bkey FROM psig s JOIN px b ON b.id = s.id) sb
+  JOIN rej r ON r.scope = sb.scope AND r.target = sb.target AND r.bkey = sb.bkey
+  JOIN rsig d ON d.id = r.id AND d.sig <> sb.sig
+  GROUP BY sb.sig
+),
+succ AS MATERIALIZED (
+  SELECT c.id, p.id AS pred, p.lease_token AS ptoken
+  FROM (SELECT id, pos, sig, row_number() OVER (PARTITION BY sig ORDER BY pos) AS rn FROM rsig c
+        WHERE c.norate AND NOT EXISTS (SELECT 1 FROM stop WHERE stop.sig = c.sig AND stop.pos < c.pos)) c
+  JOIN (SELECT s.id, s.sig, pr.lease_token, row_number() OVER (PARTITION BY s.sig ORDER BY s.pos) AS rn
+        FROM psig s JOIN pred pr ON pr.id = s.id) p ON p.sig = c.sig AND p.rn = c.rn
+  ORDER BY c.pos
+  LIMIT greatest($5 - ` + taken + `, 0)
+)`
+}
+
+// successorClaimSQL takes successors only (parameters as limitedClaimSQL's; $6 the
+// head window): it counts no slots and evaluates no limit, so it costs a fraction
+// of the limited claim. A throttled producer runs it when a job begins that could
+// hand its slots on; the limited claim still runs whenever a slot may have been
+// freed. It is serialised with the limited claims by the same lock: a limited claim
+// must not read the jobs before a successor's claim commits and after its
+// predecessor's outcome did, when neither would hold the slot.
+func successorClaimSQL() string {
+	return `
+WITH
+` + limitPrologue + `,
+` + limitHead("$6") + `,
+hx AS MATERIALIZED (` + bucketsOf("head") + `),
+nothing AS (SELECT NULL::uuid AS id WHERE false),
+` + handoff(`SELECT id, pos, scope, target, bkey, rate FROM hx`, "0", "nothing") + `
+UPDATE {{s}}.jobs AS j
+` + claimSet + `,
+  slot_of = s.pred, slot_token = s.ptoken
+FROM t, succ s
+WHERE j.id = s.id AND j.status = 'pending' AND t.async IS NOT NULL
+RETURNING ` + claimReturns + `, j.slot_of, j.slot_token`
+}
+
 type limitStatements struct {
-	lock, claim, status       stmt
+	lock, claim, succ, status stmt
 	set, remove, list, scopes stmt
 	usage, sweep              stmt
 }
@@ -250,6 +381,7 @@ func newLimitStatements(b *builder) limitStatements {
        set_config('plan_cache_mode', 'force_generic_plan', true)`),
 
 		claim: b.add("limit_claim", limitedClaimSQL()),
+		succ:  b.add("limit_successors", successorClaimSQL()),
 
 		// After a limited claim, in its transaction: how many due jobs of the queue are
 		// still waiting (at most $3; none while the queue is paused: a pause is not a
@@ -308,8 +440,8 @@ FROM {{s}}.limits`),
 		usage: b.add("limit_usage", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
 run AS (
-  SELECT queue, kind, concurrency_key AS ckey, count(*) AS n FROM {{s}}.jobs
-  WHERE status = 'running' AND lease_until > (SELECT now FROM t)
+  SELECT r.queue, r.kind, r.concurrency_key AS ckey, count(*) AS n FROM {{s}}.jobs r
+  WHERE `+holdsSlot("r")+`
   GROUP BY 1, 2, 3
 ),
 buckets AS (
@@ -476,18 +608,14 @@ func (s *Store) ClaimLimited(ctx context.Context, db Batcher, now *time.Time, p 
 	var out LimitedClaim
 	b := &pgx.Batch{}
 	b.Queue(s.limits.lock.sql)
-	b.Queue(s.limits.claim.sql, Now(now), p.Queue, p.WorkerID, micros(p.Lease), p.Limit, p.Limit+max(16, min(p.Limit/2, 128)))
+	s.queueLimitedClaim(b, s.limits.claim, now, p)
 	b.Queue(s.limits.status.sql, Now(now), p.Queue, p.Limit)
 	br := db.SendBatch(ctx, b)
 	defer br.Close()
-	if _, err := br.Exec(); err != nil {
-		return out, fmt.Errorf("limit lock: %w", err)
-	}
-	jobs, err := collectClaimed(br.Query())
+	jobs, err := limitedClaimed(br)
 	if err != nil {
 		return out, err
 	}
-	SortClaimOrder(jobs)
 	out.Jobs = jobs
 	var retryUS *int64
 	if err := br.QueryRow().Scan(&out.Waiting, &retryUS); err != nil {
@@ -503,4 +631,48 @@ func (s *Store) ClaimLimited(ctx context.Context, db Batcher, now *time.Time, p 
 		return LimitedClaim{}, err
 	}
 	return out, nil
+}
+
+// ClaimSuccessors takes successors for p.Preds only (successorClaimSQL), under the
+// limited claims' lock.
+func (s *Store) ClaimSuccessors(ctx context.Context, db Batcher, now *time.Time, p ClaimParams) ([]*Job, error) {
+	b := &pgx.Batch{}
+	b.Queue(s.limits.lock.sql)
+	s.queueLimitedClaim(b, s.limits.succ, now, p)
+	br := db.SendBatch(ctx, b)
+	defer br.Close()
+	jobs, err := limitedClaimed(br)
+	if err != nil {
+		return nil, err
+	}
+	if err := br.Close(); err != nil { // as in ClaimLimited
+		return nil, err
+	}
+	return jobs, nil
+}
+
+// queueLimitedClaim queues claim (limitedClaimSQL or successorClaimSQL) with its
+// parameters.
+func (s *Store) queueLimitedClaim(b *pgx.Batch, claim stmt, now *time.Time, p ClaimParams) {
+	ids, tokens := splitLeases(p.Preds)
+	b.Queue(claim.sql, Now(now), p.Queue, p.WorkerID, micros(p.Lease), p.Limit, p.Limit+max(16, min(p.Limit/2, 128)), ids, tokens)
+}
+
+// limitedClaimed reads the lock's result and the claimed jobs of a limited claim's
+// batch, in claim order.
+func limitedClaimed(br pgx.BatchResults) ([]*Job, error) {
+	if _, err := br.Exec(); err != nil {
+		return nil, fmt.Errorf("limit lock: %w", err)
+	}
+	rows, err := br.Query()
+	jobs, err := collect(rows, err, func(row pgx.Row) (*Job, error) {
+		var j Job
+		err := row.Scan(append(jobDest(&j), &j.Unblocks, &j.SlotOf, &j.SlotToken)...)
+		return &j, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	SortClaimOrder(jobs)
+	return jobs, nil
 }

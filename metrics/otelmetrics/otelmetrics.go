@@ -5,7 +5,8 @@
 // one callback from a cached Client.Stats, and two histograms fed from the client's
 // events. Of the limits it reports skiplock.limit.running, .max_running, .started,
 // .rate and .window (attributes scope, target and key, from a cached
-// Client.LimitUsages) and the counter skiplock.jobs.throttled.
+// Client.LimitUsages) and the counters skiplock.jobs.throttled and
+// skiplock.limit.handoffs.
 //
 // It depends only on the OpenTelemetry API (go.opentelemetry.io/otel/metric); the
 // application chooses and configures the SDK and exporter.
@@ -68,7 +69,7 @@ func Register(meter metric.Meter, c *skiplock.Client, opts Options) (*Bridge, er
 	limStarted := gauge("limit.started", "{job}", "Jobs of every process started in a limit's bucket within its rate window.")
 	limRate := gauge("limit.rate", "{job}", "The most starts a limit's bucket may make per window (skiplock.limit.window).")
 	limWindow := gauge("limit.window", "s", "The window of a limit's rate.")
-	var outcomes, throttled metric.Int64ObservableCounter
+	var outcomes, throttled, handoffs metric.Int64ObservableCounter
 	if err == nil {
 		outcomes, err = meter.Int64ObservableCounter("skiplock.jobs.outcomes", metric.WithUnit("{job}"),
 			metric.WithDescription("Job outcomes of this process (attribute outcome)."))
@@ -76,6 +77,10 @@ func Register(meter metric.Meter, c *skiplock.Client, opts Options) (*Bridge, er
 	if err == nil {
 		throttled, err = meter.Int64ObservableCounter("skiplock.jobs.throttled", metric.WithUnit("{job}"),
 			metric.WithDescription("Due jobs that this process's claims left pending because a limit held them back."))
+	}
+	if err == nil {
+		handoffs, err = meter.Int64ObservableCounter("skiplock.limit.handoffs", metric.WithUnit("{job}"),
+			metric.WithDescription("Jobs this process claimed as successors of its running jobs (attribute result: claimed, or returned to pending)."))
 	}
 	var run, wait metric.Float64Histogram
 	if err == nil {
@@ -130,8 +135,10 @@ func Register(meter metric.Meter, c *skiplock.Client, opts Options) (*Bridge, er
 			o.ObserveInt64(outcomes, v, metric.WithAttributes(attribute.String("outcome", name)))
 		}
 		o.ObserveInt64(throttled, p.Throttled)
+		o.ObserveInt64(handoffs, p.Handoffs, metric.WithAttributes(attribute.String("result", "claimed")))
+		o.ObserveInt64(handoffs, p.HandoffsReturned, metric.WithAttributes(attribute.String("result", "returned")))
 		return errors.Join(err, limErr)
-	}, jobs, due, oldest, expired, unpublished, lag, dead, limRunning, limMax, limStarted, limRate, limWindow, outcomes, throttled)
+	}, jobs, due, oldest, expired, unpublished, lag, dead, limRunning, limMax, limStarted, limRate, limWindow, outcomes, throttled, handoffs)
 	if err != nil {
 		return nil, fmt.Errorf("otelmetrics: registering the callback: %w", err)
 	}

@@ -77,7 +77,11 @@ CREATE TABLE {s}.chaos_transitions (
   -- For the flow-control audit (limitaudit.go): a claim's own time (the claim's
   -- attempted_at), and on a transition out of 'running' the lease it ended under.
   claimed_at      timestamptz,
-  old_lease_until timestamptz
+  old_lease_until timestamptz,
+  -- A claim's predecessor (a limit slot's handoff): the claimed job holds no slot
+  -- while that job runs under that token with a valid lease.
+  slot_of         uuid,
+  slot_token      uuid
 );
 CREATE INDEX ON {s}.chaos_transitions (job_id, seq);
 CREATE INDEX ON {s}.chaos_transitions (old_token);
@@ -115,13 +119,15 @@ BEGIN
     ORDER BY t.seq DESC LIMIT 1;
   END IF;
   INSERT INTO {s}.chaos_transitions (job_id, old_status, new_status, old_token, new_token, new_attempts, worker, latest_claim, stale,
-                                     claimed_at, old_lease_until)
+                                     claimed_at, old_lease_until, slot_of, slot_token)
   VALUES (NEW.id, OLD.status, NEW.status, OLD.lease_token, NEW.lease_token, NEW.attempts,
           coalesce(NEW.worker_id, OLD.worker_id), latest,
           OLD.status = 'running' AND (OLD.lease_token IS DISTINCT FROM latest
                                       OR (NEW.status = 'running' AND NEW.lease_token IS DISTINCT FROM OLD.lease_token)),
           CASE WHEN NEW.status = 'running' AND NEW.lease_token IS DISTINCT FROM OLD.lease_token THEN NEW.attempted_at END,
-          CASE WHEN OLD.status = 'running' THEN OLD.lease_until END);
+          CASE WHEN OLD.status = 'running' THEN OLD.lease_until END,
+          CASE WHEN NEW.status = 'running' THEN NEW.slot_of END,
+          CASE WHEN NEW.status = 'running' THEN NEW.slot_token END);
   RETURN NULL;
 END
 $$;

@@ -13,6 +13,11 @@ package chaos
 // admitted a job saw every end recorded before it (the limited claims are serialised
 // and an end's record precedes its commit), so a correct limiter never shows more
 // overlapping slots than its limit.
+//
+// A successor's claim (a slot handed over on the worker, docs/limits.md) holds no
+// slot while its predecessor runs under the token the claim recorded with a valid
+// lease: its slot is its own claim's span less the spans of that claim of the
+// predecessor.
 
 import (
 	"context"
@@ -31,6 +36,8 @@ type slot struct {
 	job, token, key, worker string
 	from, to                time.Time
 	how                     string // how it ended: "succeeded", "pending", "lease expired", "open", …
+	// predJob and predToken: the claim's predecessor, for a successor ("" if none).
+	predJob, predToken string
 }
 
 // limitSlots replays the slots of every claim of queue.
@@ -38,14 +45,15 @@ func (r *round) limitSlots(ctx context.Context, queue string) (slots []slot, cla
 	q := ident.Quote(r.schema)
 	rows, err := r.h.pool.Query(ctx, `
 SELECT x.job_id::text, j.concurrency_key, x.rev, x.old_status, x.new_status, coalesce(x.new_token::text, ''), coalesce(x.worker, ''),
-       x.claimed_at, x.old_lease_until, x.at, x.expired_at, j.status, coalesce(j.lease_token::text, ''), j.lease_until
+       x.claimed_at, x.old_lease_until, x.at, x.expired_at, j.status, coalesce(j.lease_token::text, ''), j.lease_until,
+       coalesce(x.slot_of::text, ''), coalesce(x.slot_token::text, '')
 FROM (
   SELECT seq, job_id, false AS rev, old_status, new_status, new_token, worker,
          CASE WHEN new_status = 'running' AND new_token IS DISTINCT FROM old_token THEN coalesce(claimed_at, at) END AS claimed_at,
-         old_lease_until, at, NULL::timestamptz AS expired_at
+         old_lease_until, at, NULL::timestamptz AS expired_at, slot_of, slot_token
   FROM `+q+`.chaos_transitions
   UNION ALL
-  SELECT seq, job_id, true, 'running', 'running', token, NULL, NULL, NULL, at, expired_at FROM `+q+`.chaos_revivals
+  SELECT seq, job_id, true, 'running', 'running', token, NULL, NULL, NULL, at, expired_at, NULL, NULL FROM `+q+`.chaos_revivals
 ) x JOIN `+q+`.jobs j ON j.id = x.job_id
 WHERE j.queue = $1
 ORDER BY x.job_id, x.seq`, queue)
@@ -69,11 +77,12 @@ ORDER BY x.job_id, x.seq`, queue)
 		}
 	}
 	for rows.Next() {
-		var job, key, oldS, newS, token, worker, jobStatus, jobToken string
+		var job, key, oldS, newS, token, worker, jobStatus, jobToken, predJob, predToken string
 		var rev bool
 		var claimedAt, oldLease, expiredAt, jobLease *time.Time
 		var at time.Time
-		if err := rows.Scan(&job, &key, &rev, &oldS, &newS, &token, &worker, &claimedAt, &oldLease, &at, &expiredAt, &jobStatus, &jobToken, &jobLease); err != nil {
+		if err := rows.Scan(&job, &key, &rev, &oldS, &newS, &token, &worker, &claimedAt, &oldLease, &at, &expiredAt, &jobStatus, &jobToken, &jobLease,
+			&predJob, &predToken); err != nil {
 			return nil, 0, 0, err
 		}
 		if job != lastJob {
@@ -105,11 +114,61 @@ ORDER BY x.job_id, x.seq`, queue)
 		}
 		if newS == "running" && claimedAt != nil {
 			claims++
-			cur = &slot{job: job, token: token, key: key, worker: worker, from: *claimedAt}
+			cur = &slot{job: job, token: token, key: key, worker: worker, from: *claimedAt, predJob: predJob, predToken: predToken}
 		}
 	}
 	closeOpen()
-	return slots, claims, revivals, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, 0, 0, err
+	}
+	return handedOver(slots), claims, revivals, nil
+}
+
+// handedOver returns slots with each successor's spans less its predecessor's: the
+// predecessor's spans under the token the successor's claim recorded (a lease
+// extended after it expired makes several).
+func handedOver(slots []slot) []slot {
+	type claim struct{ job, token string }
+	spans := map[claim][]slot{}
+	for _, s := range slots {
+		spans[claim{s.job, s.token}] = append(spans[claim{s.job, s.token}], s)
+	}
+	var out []slot
+	for _, s := range slots {
+		if s.predToken == "" {
+			out = append(out, s)
+			continue
+		}
+		rest := []slot{s}
+		for _, p := range spans[claim{s.predJob, s.predToken}] {
+			var next []slot
+			for _, r := range rest {
+				next = append(next, subtract(r, p.from, p.to)...)
+			}
+			rest = next
+		}
+		out = append(out, rest...)
+	}
+	return out
+}
+
+// subtract returns what is left of s outside [from, to): none, one or two slots.
+func subtract(s slot, from, to time.Time) []slot {
+	if !to.After(s.from) || !from.Before(s.to) {
+		return []slot{s}
+	}
+	var out []slot
+	if from.After(s.from) {
+		before := s
+		before.to, before.how = from, "handed over while its predecessor held the slot"
+		out = append(out, before)
+	}
+	if to.Before(s.to) {
+		after := s
+		after.from = to
+		out = append(out, after)
+	}
+	return out
 }
 
 // bucketPeak is the most slots of one bucket held at once.
@@ -266,14 +325,19 @@ func verifyLimits(ctx context.Context, r *round, row *Row) error {
 		}
 	}
 	expired := 0
+	successors := map[string]bool{}
 	for _, s := range slots {
 		if strings.HasPrefix(s.how, "lease expired") {
 			expired++
 		}
+		if s.predToken != "" {
+			successors[s.token] = true
+		}
 	}
 	flow(row, "queue %s: max %d of %d (full %s); hot key: max %d of %d (full %s); override key %s: max %d of %d; other keys: max %d of %d (%d of %d keys reached it)",
 		limQueue, queue.max, queue.limit, queue.fullShare(), hot.max, hot.limit, hot.fullShare(), vipKey, vip.max, vip.limit, others, limKeyMax, othersAt, keys)
-	flow(row, "audited %d slots of %d claims: %d ended by lease expiry, %d leases extended after expiry", len(slots), claims, expired, revivals)
+	flow(row, "audited %d slots of %d claims (%d handed over by a predecessor): %d ended by lease expiry, %d leases extended after expiry",
+		len(slots), claims, len(successors), expired, revivals)
 	r.reportOverLimit(ctx, row, ps)
 	if hot.max < hot.limit {
 		row.Violations = append(row.Violations, fmt.Sprintf("the hot key's limit never bound (max %d of %d): the round proves nothing", hot.max, hot.limit))

@@ -64,3 +64,36 @@ func TestRateWindows(t *testing.T) {
 		t.Errorf("%d windows checked before the lift at 10s, want 901 (anchored at 0 … 9s)", f.windows)
 	}
 }
+
+// A successor's slot is its claim's span less its predecessor's spans under the
+// recorded token: nothing while the predecessor holds the slot, the rest after it,
+// and the gap of a predecessor's lease that expired and was extended.
+func TestHandedOver(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	pred := []slot{
+		{job: "p", token: "t1", from: at(0), to: at(10)},
+		{job: "p", token: "t1", from: at(14), to: at(20)}, // extended after expiring at 10
+		{job: "p", token: "t0", from: at(30), to: at(40)}, // another claim of p: no bearing
+	}
+	succ := slot{job: "s", token: "u", from: at(5), to: at(50), predJob: "p", predToken: "t1"}
+	got := handedOver(append(pred, succ))
+	var spans [][2]int
+	for _, s := range got {
+		if s.job == "s" {
+			spans = append(spans, [2]int{int(s.from.Sub(t0) / time.Millisecond), int(s.to.Sub(t0) / time.Millisecond)})
+		}
+	}
+	if len(spans) != 2 || spans[0] != [2]int{10, 14} || spans[1] != [2]int{20, 50} {
+		t.Errorf("successor holds %v, want [[10 14] [20 50]]", spans)
+	}
+	if len(got) != 5 {
+		t.Errorf("%d slots out of 4 in, want 5 (the predecessor's three, the successor's two)", len(got))
+	}
+	ps := peaks(got, 1, func(string) int { return 1 })
+	// Only at 30 ms, where another claim of p begins, do two slots overlap.
+	if p := ps[""]; p.overN != 1 || p.max != 2 || !p.over[0].at.Equal(at(30)) {
+		t.Errorf("queue: max %d, %d instants over 1 (%+v); want 2, once, at 30 ms", p.max, p.overN, p.over)
+	}
+}
