@@ -24,7 +24,7 @@ func (r *runtime) executor(p *producer) {
 		for ; f != nil; f = r.successor(f) {
 			switch {
 			case r.fetchCtx.Err() != nil:
-				r.giveBack(f)
+				r.giveBack(f, true)
 				continue
 			case f.lost.Load(): // the lease ran out while the job waited locally
 				r.finish(f, nil)
@@ -39,12 +39,15 @@ func (r *runtime) executor(p *producer) {
 
 // giveBack hands a job that was never started back to pending, with the claim's
 // attempt given back (its outcome is written by the completer), and frees its place
-// in the producer's capacity.
-func (r *runtime) giveBack(f *inflight) {
+// in the producer's capacity (active: it had one among the queued or running jobs;
+// a successor waiting for its predecessor has none).
+func (r *runtime) giveBack(f *inflight, active bool) {
 	f.outcome = store.Outcome{Lease: f.job.lease(), Action: store.ActionSnooze}
 	f.released = true
 	r.outcomes <- f
-	f.p.active.Add(-1)
+	if active {
+		f.p.active.Add(-1)
+	}
 	signal(f.p.slot)
 }
 

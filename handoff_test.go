@@ -147,7 +147,8 @@ func TestHandoffKeepsClaimOrderAcrossSharedBuckets(t *testing.T) {
 
 // Under a binding limit, slots pass from job to job on the workers (handoffs), and the
 // jobs running at once in two clients never exceed the limit: a successor starts
-// only after its predecessor's handler returned.
+// only after its predecessor's handler returned. Each client has exactly as many
+// workers as the limit, without prefetch: successors need no worker of their own.
 func TestHandoffUnderLoadKeepsTheLimit(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, skiplock.Config{Clock: realClock{}})
@@ -166,7 +167,7 @@ func TestHandoffUnderLoadKeepsTheLimit(t *testing.T) {
 			return nil
 		}, nil))
 		c := e.newClient(skiplock.Config{Workers: ws, Clock: realClock{},
-			Queues: map[string]skiplock.QueueConfig{"h": {MaxWorkers: 8}}})
+			Queues: map[string]skiplock.QueueConfig{"h": {MaxWorkers: 4, MaxPrefetch: -1}}})
 		clients = append(clients, c)
 	}
 	var ps []skiplock.EnqueueParams

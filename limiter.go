@@ -100,7 +100,16 @@ func (r *runtime) claimLimited(ctx context.Context, p *producer, n int, successo
 		return nil, claimResult{}, err
 	}
 	out := claimResult{short: len(res.Jobs) < n}
-	p.handoff.Store(out.short && res.Waiting > 0)
+	// Handoff stays on from a throttled claim until the queue has no due job left: a
+	// claim that got all it asked for, with jobs still waiting, may have taken the last
+	// free slots (a client that holds every slot runs its jobs in step, and its claims
+	// come when all of them have just ended, too late to name them as predecessors).
+	switch {
+	case out.short && res.Waiting > 0:
+		p.handoff.Store(true)
+	case res.Waiting == 0:
+		p.handoff.Store(false)
+	}
 	if out.short && res.Waiting > 0 {
 		out.throttled = true
 		c.metrics.throttled.Add(int64(min(res.Waiting, n-len(res.Jobs))))
@@ -185,6 +194,7 @@ func (r *runtime) successor(f *inflight) *inflight {
 	if next != nil {
 		f.handedOn.Store(true)
 		next.giveBack.Stop()
+		f.p.active.Add(1) // it now runs: the executor's loop counts it out again
 	}
 	return next
 }
@@ -199,7 +209,7 @@ func (r *runtime) returnSuccessor(pred, f *inflight) {
 	r.mu.Unlock()
 	if waiting {
 		r.c.metrics.handoffsReturned.Add(1)
-		r.giveBack(f)
+		r.giveBack(f, false)
 	}
 }
 

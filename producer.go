@@ -13,7 +13,7 @@ type producer struct {
 	queue    string
 	cfg      QueueConfig
 	active   atomic.Int32   // claimed and not yet finished running (queued locally or running)
-	held     atomic.Int32   // claimed and not yet durable (active + outcomes being written)
+	held     atomic.Int32   // claimed and not yet durable (active, successors waiting, outcomes being written)
 	avgRunNs atomic.Int64   // moving average of handler durations; 0 = unknown
 	local    chan *inflight // claimed jobs waiting for an executor
 	wake     chan struct{}  // NOTIFY, (re)connect
@@ -155,6 +155,11 @@ func (r *runtime) produce(p *producer) {
 			empty = false
 		}
 		n, ok := r.claimSize(p)
+		if !ok && successors && p.handoff.Load() {
+			// Successors need no capacity of their own (they run on their
+			// predecessors' executors): claim them even when the workers are full.
+			n, ok = 0, true
+		}
 		if !ok || empty || claiming {
 			select {
 			case res := <-results:
@@ -217,10 +222,17 @@ func (r *runtime) claim(p *producer, n int, successors bool) claimResult {
 		}
 	}
 	c.metrics.claimNanos.Add(int64(hostclock.Since(began)))
+	taken := 0
 	for _, row := range rows {
-		r.hold(p, fromRow(row), row.Unblocks)
+		job := fromRow(row)
+		if job.slotOf.ID == "" {
+			taken++
+		} else {
+			p.held.Add(1) // a successor: not part of the n reserved
+		}
+		r.hold(p, job, row.Unblocks)
 	}
-	unused := int32(n - len(rows))
+	unused := int32(n - taken)
 	p.active.Add(-unused)
 	p.held.Add(-unused)
 	signal(p.slot)
@@ -233,7 +245,10 @@ func (r *runtime) claim(p *producer, n int, successors bool) claimResult {
 }
 
 // hold registers a claimed job (so the heartbeater renews its lease) and queues it
-// for the producer's executors. Its capacity was reserved before the claim.
+// for the producer's executors. Its capacity was reserved before the claim, unless
+// it is a successor (limiter.go): that one waits for its predecessor's executor, or,
+// if the predecessor's handler returned already, takes a place in the local queue
+// if there is one.
 func (r *runtime) hold(p *producer, job *Job, unblocks bool) {
 	r.jobsWG.Add(1)
 	f := &inflight{job: job, p: p, unblocks: unblocks}
@@ -260,7 +275,17 @@ func (r *runtime) hold(p *producer, job *Job, unblocks bool) {
 		return // it runs on its predecessor's executor (runtime.successor)
 	case giveUp:
 		r.c.metrics.handoffsReturned.Add(1)
-		r.giveBack(f)
+		r.giveBack(f, false)
+		return
+	}
+	if job.slotOf.ID != "" {
+		p.active.Add(1)
+		select {
+		case p.local <- f:
+		default: // no place left: back to pending rather than block the claim
+			r.c.metrics.handoffsReturned.Add(1)
+			r.giveBack(f, true)
+		}
 		return
 	}
 	p.local <- f // never blocks: local holds the producer's whole capacity

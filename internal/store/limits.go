@@ -155,8 +155,8 @@ func limitEval(p, cand string) string {
 // transaction's start, which precedes the wait for the lock).
 //
 // Handoff. $7 and $8 (ids and tokens) are jobs the calling worker is running and
-// has no successor for. When fewer than $5 candidates fit the limits, the candidates
-// left out can be taken as successors of those jobs, one each, in claim order: a
+// has no successor for. The candidates the limits leave out can be taken as
+// successors of those jobs, one each, in claim order, on top of the $5: a
 // candidate goes to a predecessor whose set of buckets is the same as its own (by
 // signature, bucketSig), so it needs no room of its own — it holds no slot while its
 // predecessor runs under the recorded lease (holdsSlot), and its worker starts it
@@ -237,7 +237,7 @@ rated AS (
 ` + handoff(`
     SELECT id, pos, scope, target, bkey, rate FROM h_x WHERE NOT (SELECT need FROM fb)
     UNION ALL
-    SELECT id, pos, scope, target, bkey, rate FROM a_x WHERE (SELECT need FROM fb)`, "(SELECT count(*) FROM pick)", "pick") + `,
+    SELECT id, pos, scope, target, bkey, rate FROM a_x WHERE (SELECT need FROM fb)`, "pick") + `,
 claimed AS (
   UPDATE {{s}}.jobs AS j
   ` + claimSet + `,
@@ -292,8 +292,9 @@ func limitHead(window string) string {
 // tokens) still running under those leases, and without a running successor yet
 // (jobs_slot_of_idx). The candidates are the jobs of the
 // bucket rows cands (id, pos, scope, target, bkey, rate) that the statement does not
-// take anyway (relation takenRel, of ids; their number is the expression taken).
-// At most $5 less taken successors, in claim order.
+// take anyway (relation takenRel, of ids). At most one successor per predecessor,
+// in claim order, on top of the $5 jobs the claim may take into free slots:
+// successors need no worker of their own.
 //
 // Claim order is kept across different sets of buckets: a successor never passes a
 // candidate ahead of it in claim order that has other buckets but shares one with
@@ -302,13 +303,12 @@ func limitHead(window string) string {
 // through the database can go to it, by the limited claim's own order. Limits whose
 // buckets are never shared (one queue limit; per-key or per-kind limits alone) never
 // stop a handoff.
-func handoff(cands, taken, takenRel string) string {
+func handoff(cands, takenRel string) string {
 	return `pred AS MATERIALIZED (
   SELECT p.id, p.lease_token, p.queue, p.kind, p.concurrency_key AS ckey, x.ord AS pos
   FROM unnest($7::uuid[], $8::uuid[]) WITH ORDINALITY AS x(id, token, ord)
   JOIN {{s}}.jobs p ON p.id = x.id AND p.lease_token = x.token
   WHERE p.status = 'running' AND p.queue = $2 AND p.lease_until > (SELECT now FROM t)
-    AND ` + taken + ` < $5
     AND NOT EXISTS (SELECT 1 FROM {{s}}.jobs o
                     WHERE o.slot_of = p.id AND o.status = 'running' AND o.slot_token = p.lease_token)
 ),
@@ -339,7 +339,6 @@ succ AS MATERIALIZED (
   JOIN (SELECT s.id, s.sig, pr.lease_token, row_number() OVER (PARTITION BY s.sig ORDER BY s.pos) AS rn
         FROM psig s JOIN pred pr ON pr.id = s.id) p ON p.sig = c.sig AND p.rn = c.rn
   ORDER BY c.pos
-  LIMIT greatest($5 - ` + taken + `, 0)
 )`
 }
 
@@ -357,12 +356,13 @@ WITH
 ` + limitHead("$6") + `,
 hx AS MATERIALIZED (` + bucketsOf("head") + `),
 nothing AS (SELECT NULL::uuid AS id WHERE false),
-` + handoff(`SELECT id, pos, scope, target, bkey, rate FROM hx`, "0", "nothing") + `
+` + handoff(`SELECT id, pos, scope, target, bkey, rate FROM hx`, "nothing") + `
 UPDATE {{s}}.jobs AS j
 ` + claimSet + `,
   slot_of = s.pred, slot_token = s.ptoken
 FROM t, succ s
 WHERE j.id = s.id AND j.status = 'pending' AND t.async IS NOT NULL
+  AND $5::int IS NOT NULL -- the free slots asked for: a claim of successors takes none
 RETURNING ` + claimReturns + `, j.slot_of, j.slot_token`
 }
 
@@ -603,12 +603,13 @@ type LimitedClaim struct {
 
 // ClaimLimited is Claim for a queue some limit governs: see limitedClaimSQL. The head
 // window is the limit and half as many again, at least 16 and at most 128 more: room
-// for the jobs a limit rejects, while the cost of the statement grows with the window.
+// for the jobs a limit rejects (successors come from those), while the cost of the
+// statement grows with the window.
 func (s *Store) ClaimLimited(ctx context.Context, db Batcher, now *time.Time, p ClaimParams) (LimitedClaim, error) {
 	var out LimitedClaim
 	b := &pgx.Batch{}
 	b.Queue(s.limits.lock.sql)
-	s.queueLimitedClaim(b, s.limits.claim, now, p)
+	s.queueLimitedClaim(b, s.limits.claim, now, p, p.Limit+max(16, min(p.Limit/2, 128)))
 	b.Queue(s.limits.status.sql, Now(now), p.Queue, p.Limit)
 	br := db.SendBatch(ctx, b)
 	defer br.Close()
@@ -638,7 +639,7 @@ func (s *Store) ClaimLimited(ctx context.Context, db Batcher, now *time.Time, p 
 func (s *Store) ClaimSuccessors(ctx context.Context, db Batcher, now *time.Time, p ClaimParams) ([]*Job, error) {
 	b := &pgx.Batch{}
 	b.Queue(s.limits.lock.sql)
-	s.queueLimitedClaim(b, s.limits.succ, now, p)
+	s.queueLimitedClaim(b, s.limits.succ, now, p, len(p.Preds)+16) // a successor each, and a margin
 	br := db.SendBatch(ctx, b)
 	defer br.Close()
 	jobs, err := limitedClaimed(br)
@@ -652,10 +653,10 @@ func (s *Store) ClaimSuccessors(ctx context.Context, db Batcher, now *time.Time,
 }
 
 // queueLimitedClaim queues claim (limitedClaimSQL or successorClaimSQL) with its
-// parameters.
-func (s *Store) queueLimitedClaim(b *pgx.Batch, claim stmt, now *time.Time, p ClaimParams) {
+// parameters and its head window.
+func (s *Store) queueLimitedClaim(b *pgx.Batch, claim stmt, now *time.Time, p ClaimParams, window int) {
 	ids, tokens := splitLeases(p.Preds)
-	b.Queue(claim.sql, Now(now), p.Queue, p.WorkerID, micros(p.Lease), p.Limit, p.Limit+max(16, min(p.Limit/2, 128)), ids, tokens)
+	b.Queue(claim.sql, Now(now), p.Queue, p.WorkerID, micros(p.Lease), p.Limit, window, ids, tokens)
 }
 
 // limitedClaimed reads the lock's result and the claimed jobs of a limited claim's
