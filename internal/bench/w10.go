@@ -76,6 +76,13 @@ type W10Window struct {
 	CompletedPerSec float64 `json:"completed_per_sec"`
 	P50ms           float64 `json:"p50_ms"`
 	P99ms           float64 `json:"p99_ms"`
+	// EnqueueP99ms is the p99 of the Enqueue calls alone (insert, commit, disk sync):
+	// the part of the pickup latency that is the application's own commit, which tells
+	// a slow disk from a slow queue.
+	EnqueueP99ms float64 `json:"enqueue_p99_ms"`
+	// QueueP99ms is the p99 from the Enqueue call's return to the handler's first line
+	// (0 when the handler began first): the queue's own part of the pickup.
+	QueueP99ms float64 `json:"queue_p99_ms"`
 	// DeadTuples is pg_stat_user_tables.n_dead_tup of the jobs table at the window's
 	// end (the statistics lag their backends by up to a second).
 	DeadTuples int64 `json:"dead_tuples"`
@@ -94,19 +101,19 @@ type w10Windows []W10Window
 
 func (ws w10Windows) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n       %-8s %7s %9s %11s %8s %8s %11s %13s %7s %9s", "phase", "start s", "offered/s", "completed/s", "p50 ms", "p99 ms", "dead tuples",
-		"idx reads/s", "claims", "claim ms")
+	fmt.Fprintf(&b, "\n       %-8s %7s %9s %11s %8s %8s %10s %10s %11s %13s %7s %9s", "phase", "start s", "offered/s", "completed/s", "p50 ms", "p99 ms",
+		"enq p99", "queue p99", "dead tuples", "idx reads/s", "claims", "claim ms")
 	for _, w := range ws {
-		fmt.Fprintf(&b, "\n       %-8s %7.0f %9.0f %11.0f %8.2f %8.2f %11d %13.0f %7d %9.2f", w.Phase, w.StartS, w.OfferedPerSec, w.CompletedPerSec,
-			w.P50ms, w.P99ms, w.DeadTuples, w.IndexReadsPerSec, w.Claims, w.ClaimMeanMs)
+		fmt.Fprintf(&b, "\n       %-8s %7.0f %9.0f %11.0f %8.2f %8.2f %10.2f %10.2f %11d %13.0f %7d %9.2f", w.Phase, w.StartS, w.OfferedPerSec, w.CompletedPerSec,
+			w.P50ms, w.P99ms, w.EnqueueP99ms, w.QueueP99ms, w.DeadTuples, w.IndexReadsPerSec, w.Claims, w.ClaimMeanMs)
 	}
 	return b.String()
 }
 
 // w10Sample is one measured job: host monotonic readings.
 type w10Sample struct {
-	begin, started time.Time
-	runs           int
+	begin, enqueued, started time.Time // Enqueue called, Enqueue returned, handler's first line
+	runs                     int
 }
 
 // w10Recorder collects W10's per-job readings from the enqueuers and the handler.
@@ -375,7 +382,11 @@ func runW10(ctx context.Context, e *Env) (*Result, error) {
 				rec.mu.Lock()
 				rec.samples[i].begin = time.Now()
 				rec.mu.Unlock()
-				if _, err := app.Enqueue(ctx, noop{I: i}, nil); err != nil {
+				_, err := app.Enqueue(ctx, noop{I: i}, nil)
+				rec.mu.Lock()
+				rec.samples[i].enqueued = time.Now()
+				rec.mu.Unlock()
+				if err != nil {
 					errMu.Lock()
 					enqueueErr = errors.Join(enqueueErr, fmt.Errorf("W10: enqueueing job %d: %w", i, err))
 					errMu.Unlock()

@@ -77,8 +77,12 @@ func TestJudgeW10(t *testing.T) {
 	}
 	ws := flat()
 	ws[3].P99ms, ws[6].P99ms = 12, 12.5 // exactly 2× is within; above is not
-	if v := judgeW10(plan, ws); v.met() || v.over != 1 || v.pinP99Max != 12.5 {
+	if v := judgeW10(plan, ws); v.met() || v.over != 1 || v.pinP99Max != 12.5 || v.overInEnqueue != 0 {
 		t.Errorf("grown: %+v %s", v, v)
+	}
+	ws[6].EnqueueP99ms = 12.2 // the application's own commit was that slow
+	if v := judgeW10(plan, ws); v.met() || v.overInEnqueue != 1 || !strings.Contains(v.String(), "in 1 of those the Enqueue calls alone") {
+		t.Errorf("grown in the enqueue: %+v %s", v, v)
 	}
 	ws = flat()
 	ws[0].CompletedPerSec = 100 // the warm-up window is not judged on rate
