@@ -74,11 +74,14 @@ type Config struct {
 	// PollOnly disables LISTEN (for PgBouncer in transaction pooling mode, where a
 	// session-level LISTEN does not work). Enqueue still sends NOTIFY. Default false.
 	PollOnly bool
-	// NotifyCoalesce is the window within which this process sends at most one
-	// in-transaction NOTIFY per queue, plus one trailing NOTIFY at its end if any
-	// enqueue was skipped. NOTIFY serialises committing transactions on a global
-	// lock; coalescing keeps concurrent enqueues from queueing behind it. Default 2ms;
-	// negative notifies every transaction.
+	// NotifyCoalesce is the window within which this process's own-transaction
+	// enqueues (Enqueue, EnqueueRaw, EnqueueMany: on the client's pool) send at most
+	// one in-transaction NOTIFY per queue, plus one trailing NOTIFY once the window has
+	// ended and every enqueue that skipped its own has committed. NOTIFY serialises
+	// committing transactions on a global lock; coalescing keeps concurrent enqueues
+	// from queueing behind it. Enqueues in the caller's transaction always carry their
+	// own NOTIFY (their commit is the caller's, which no trailing NOTIFY can follow).
+	// Default 2ms; negative notifies every transaction.
 	NotifyCoalesce time.Duration
 	// CompletionBatchSize caps how many outcomes one completion statement writes.
 	// Default 1000.
@@ -286,7 +289,10 @@ type Client struct {
 
 	notifyMu   sync.Mutex
 	lastNotify map[string]time.Time
-	trailing   map[string]bool
+	trailing   map[string]bool // a trailing NOTIFY is scheduled
+	skipped    map[string]int  // enqueues in flight that rely on the trailing NOTIFY
+	due        map[string]bool // the window ended while some of them were in flight
+	sendNotify func(queue string)
 	bg         sync.WaitGroup // trailing notifications
 
 	events eventHub
@@ -312,9 +318,11 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	c := &Client{
 		pool: pool, cfg: full, store: st, workers: full.Workers, log: full.Logger,
 		channel: Channel(full.Schema), lastNotify: map[string]time.Time{}, trailing: map[string]bool{},
+		skipped: map[string]int{}, due: map[string]bool{},
 		failures: newFailures(full.Logger),
 	}
 	c.maint = c.newRunner()
+	c.sendNotify = c.sendTrailing
 	return c, nil
 }
 
@@ -337,15 +345,21 @@ func (c *Client) Clock() Clock { return c.cfg.Clock }
 // Pool returns the client's pool.
 func (c *Client) Pool() *pgxpool.Pool { return c.pool }
 
-// notifyQueues returns the NOTIFY an insert should carry: a queue is announced
-// unless this process announced it less than NotifyCoalesce ago, in which case one
-// trailing notification is scheduled for the end of that window.
-func (c *Client) notifyQueues(queues []string) *store.Notify {
-	if c.cfg.NotifyCoalesce < 0 {
-		return &store.Notify{Channel: c.channel, Queues: queues}
+// notifyQueues returns the NOTIFY an insert should carry, and done, to call once the
+// insert's statement has returned. own says the insert commits by itself (an
+// autocommit statement on the client's pool). Such an insert announces a queue unless
+// this process announced it less than NotifyCoalesce ago; then one trailing
+// notification follows, once the window has ended and every insert that skipped its
+// own has returned, committed or not. (A trailing NOTIFY sent before such an insert
+// committed would wake the producers too early: their claims would not see the job,
+// and nothing would wake them again until their next poll.) An insert in the
+// caller's transaction always carries its own NOTIFY.
+func (c *Client) notifyQueues(queues []string, own bool) (notify *store.Notify, done func()) {
+	if c.cfg.NotifyCoalesce < 0 || !own {
+		return &store.Notify{Channel: c.channel, Queues: queues}, func() {}
 	}
 	now := hostclock.Now()
-	var send []string
+	var send, skipped []string
 	c.notifyMu.Lock()
 	defer c.notifyMu.Unlock()
 	for _, q := range queues {
@@ -355,24 +369,72 @@ func (c *Client) notifyQueues(queues []string) *store.Notify {
 			send = append(send, q)
 			continue
 		}
+		skipped = append(skipped, q)
+		c.skipped[q]++
 		if !c.trailing[q] {
 			c.trailing[q] = true
 			wait := c.cfg.NotifyCoalesce - now.Sub(last)
 			c.bg.Add(1)
-			time.AfterFunc(wait, func() { defer c.bg.Done(); c.sendTrailing(q) })
+			time.AfterFunc(wait, func() { defer c.bg.Done(); c.trailingDue(q) })
 		}
 	}
-	if len(send) == 0 {
-		return nil
+	done = func() {}
+	if len(skipped) > 0 {
+		done = func() { c.skippedDone(skipped) }
 	}
-	return &store.Notify{Channel: c.channel, Queues: send}
+	if len(send) == 0 {
+		return nil, done
+	}
+	return &store.Notify{Channel: c.channel, Queues: send}, done
 }
 
-func (c *Client) sendTrailing(queue string) {
+// txNotify is the NOTIFY of an insert in a transaction the caller commits (flows and
+// batches): never coalesced (notifyQueues).
+func (c *Client) txNotify(queues []string) *store.Notify {
+	n, _ := c.notifyQueues(queues, false)
+	return n
+}
+
+// trailingDue is the end of queue's window: its trailing NOTIFY goes out now, or
+// when the last insert that relies on it returns.
+func (c *Client) trailingDue(queue string) {
 	c.notifyMu.Lock()
+	if c.skipped[queue] > 0 {
+		c.due[queue] = true
+		c.notifyMu.Unlock()
+		return
+	}
 	c.trailing[queue] = false
 	c.lastNotify[queue] = hostclock.Now()
 	c.notifyMu.Unlock()
+	c.sendNotify(queue)
+}
+
+// skippedDone records that inserts which skipped their NOTIFY for queues have
+// returned, and sends the trailing NOTIFYs that were waiting for them.
+func (c *Client) skippedDone(queues []string) {
+	var send []string
+	c.notifyMu.Lock()
+	for _, q := range queues {
+		if c.skipped[q]--; c.skipped[q] == 0 {
+			delete(c.skipped, q)
+			if c.due[q] {
+				delete(c.due, q)
+				c.trailing[q] = false
+				c.lastNotify[q] = hostclock.Now()
+				send = append(send, q)
+			}
+		}
+	}
+	c.notifyMu.Unlock()
+	for _, q := range send {
+		c.bg.Add(1)
+		go func() { defer c.bg.Done(); c.sendNotify(q) }()
+	}
+}
+
+// sendTrailing sends a trailing NOTIFY for queue, committed asynchronously.
+func (c *Client) sendTrailing(queue string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := c.store.NotifyAsync(ctx, c.pool, c.channel, queue); err != nil {

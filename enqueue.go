@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/internal/hostclock"
 	"github.com/skiplock/skiplock/internal/ident"
 	"github.com/skiplock/skiplock/internal/store"
@@ -301,7 +302,9 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx DB, jobs []EnqueueParams)
 		results []store.InsertResult
 		err     error
 	)
-	notify := c.notifyQueues(queues)
+	_, own := tx.(*pgxpool.Pool)
+	notify, done := c.notifyQueues(queues, own)
+	defer done()
 	if copier, ok := tx.(store.Copier); ok && len(ps) >= copyThreshold {
 		if out, ok, err := c.copyInsert(ctx, copier, tx, ps, notify); ok || err != nil {
 			return out, err

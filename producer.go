@@ -20,7 +20,7 @@ type producer struct {
 	slot     chan struct{}  // a job finished running, or an outcome became durable
 	freed    chan struct{}  // an outcome became durable: its limit slot is free in the database
 	orphan   chan struct{}  // a job began under a binding limit: it may take a successor
-	// handoff: the last limited claim was throttled, so the next one offers the
+	// handoff: a limited claim was throttled and due jobs remain, so claims offer the
 	// running jobs as predecessors (limiter.go).
 	handoff atomic.Bool
 	cursor  claimCursor // where the next plain claim starts (cursor.go)
@@ -119,6 +119,9 @@ func (r *runtime) produce(p *producer) {
 		}
 	}()
 	for r.fetchCtx.Err() == nil {
+		if successors && p.handoff.Load() {
+			empty = false // a claim of successors is due (a job began while one was in flight)
+		}
 		if empty && !claiming {
 			if !poll.Stop() {
 				select {
@@ -127,10 +130,10 @@ func (r *runtime) produce(p *producer) {
 				}
 			}
 			poll.Reset(hostclock.Jitter(c.cfg.PollInterval))
-			var freed, orphan chan struct{}
+			var freed chan struct{}
 			var retry <-chan time.Time
+			orphan := r.orphans(p, false)
 			if throttle.throttled {
-				orphan = p.orphan
 				// An outcome made durable since the claim's snapshot may have freed a
 				// slot. (One that was durable before it costs one claim that finds
 				// nothing.) A handler's return is not enough: its job holds the slot
@@ -162,6 +165,8 @@ func (r *runtime) produce(p *producer) {
 		}
 		if !ok || empty || claiming {
 			select {
+			case <-r.orphans(p, successors):
+				successors = true
 			case res := <-results:
 				claiming = false
 				if res.err != nil {
@@ -194,6 +199,16 @@ func (r *runtime) produce(p *producer) {
 		go func(successors bool) { results <- r.claim(p, n, successors) }(successors)
 		successors = false
 	}
+}
+
+// orphans is the channel of job starts that can take a successor while the
+// producer's queue hands limit slots over (limiter.go), and nil otherwise (or when
+// a claim of successors is due already).
+func (r *runtime) orphans(p *producer, due bool) chan struct{} {
+	if due || !p.handoff.Load() {
+		return nil
+	}
+	return p.orphan
 }
 
 // claim runs one claim statement for up to n jobs (already reserved) and hands the

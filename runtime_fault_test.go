@@ -250,6 +250,7 @@ func gracefulChild() int {
 	schema := os.Getenv("SKIPLOCK_TEST_CHILD_SCHEMA")
 	ws := skiplock.NewWorkers()
 	ws.AddHandler("finishes", func(jctx context.Context, job *skiplock.Job) error {
+		fmt.Println("started finishes")
 		for {
 			var n int
 			if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM "`+schema+`".release`).Scan(&n); err == nil && n > 0 {
@@ -263,6 +264,7 @@ func gracefulChild() int {
 		}
 	}, nil)
 	ws.AddHandler("long", func(jctx context.Context, job *skiplock.Job) error {
+		fmt.Println("started long")
 		<-jctx.Done()
 		return jctx.Err()
 	}, nil)
@@ -319,10 +321,6 @@ func TestSIGTERMDrainsRunningJobs(t *testing.T) {
 		}
 		close(lines)
 	}()
-	waitFor(t, 30*time.Second, "the child to run both jobs", func() bool {
-		return scalar[int64](e, "SELECT count(*) FROM "+e.q("jobs")+" WHERE status = 'running' AND worker_id = 'graceful-child'") == 2
-	})
-	e.must(child.Process.Signal(syscall.SIGTERM))
 	expectLine := func(want string) {
 		t.Helper()
 		for {
@@ -339,6 +337,23 @@ func TestSIGTERMDrainsRunningJobs(t *testing.T) {
 			}
 		}
 	}
+	// Both handlers must have begun (a claimed job whose handler has not started is
+	// given back at a stop, rightly: waiting for its row to be 'running' raced that).
+	started := map[string]bool{}
+	for len(started) < 2 {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("child exited before running both jobs")
+			}
+			if strings.HasPrefix(l, "started ") {
+				started[l] = true
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the child did not start both jobs (started: %v)", started)
+		}
+	}
+	e.must(child.Process.Signal(syscall.SIGTERM))
 	expectLine("shutdown begun")
 	_, err = e.pool.Exec(e.ctx, "INSERT INTO "+e.q("release")+" VALUES (1)")
 	e.must(err)

@@ -1,0 +1,71 @@
+package skiplock
+
+import (
+	"testing"
+	"time"
+)
+
+// The trailing NOTIFY of a coalescing window waits for every insert that skipped its
+// own: sent at the window's end, it would wake the producers before those inserts
+// committed, and their claims would miss the jobs until the next poll (a test whose
+// workers poll once a minute timed out this way under CI load). Inserts in the
+// caller's transaction are never coalesced.
+func TestTrailingNotifyWaitsForTheInsertsThatSkippedTheirs(t *testing.T) {
+	t.Parallel()
+	c := &Client{cfg: Config{NotifyCoalesce: time.Hour}, channel: "ch", lastNotify: map[string]time.Time{},
+		trailing: map[string]bool{}, skipped: map[string]int{}, due: map[string]bool{}}
+	sent := make(chan string, 4)
+	c.sendNotify = func(q string) { sent <- q }
+	nothingSent := func(when string) {
+		t.Helper()
+		select {
+		case q := <-sent:
+			t.Fatalf("%s: a trailing NOTIFY for %s was sent", when, q)
+		default:
+		}
+	}
+	oneSent := func(when string) {
+		t.Helper()
+		select {
+		case q := <-sent:
+			if q != "q" {
+				t.Fatalf("%s: trailing NOTIFY for %s, want q", when, q)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no trailing NOTIFY", when)
+		}
+	}
+
+	n, done1 := c.notifyQueues([]string{"q"}, true)
+	if n == nil || len(n.Queues) != 1 || n.Queues[0] != "q" {
+		t.Fatalf("the window's first insert carries no NOTIFY: %+v", n)
+	}
+	done1()
+	n, done2 := c.notifyQueues([]string{"q"}, true)
+	_, done3 := c.notifyQueues([]string{"q"}, true)
+	if n != nil {
+		t.Fatalf("a second insert within the window carries a NOTIFY of its own: %+v", n)
+	}
+	c.trailingDue("q") // the window ends while both inserts still run
+	nothingSent("at the window's end, two inserts still running")
+	done2()
+	c.notifyMu.Lock()
+	waiting, due := c.skipped["q"], c.due["q"]
+	c.notifyMu.Unlock()
+	if waiting != 1 || !due {
+		t.Fatalf("after one of two inserts returned: %d waiting, due %v; want 1 and true", waiting, due)
+	}
+	nothingSent("one insert still running")
+	done3()
+	oneSent("after the last insert returned")
+
+	// In the caller's transaction: always its own NOTIFY, within the window too.
+	if n, _ := c.notifyQueues([]string{"q"}, false); n == nil {
+		t.Fatal("an insert in the caller's transaction was coalesced")
+	}
+	// A window that ends with nothing in flight sends at once.
+	_, done4 := c.notifyQueues([]string{"q"}, true)
+	done4()
+	c.trailingDue("q")
+	oneSent("at the end of a window with nothing in flight")
+}
