@@ -74,14 +74,14 @@ type Config struct {
 	// PollOnly disables LISTEN (for PgBouncer in transaction pooling mode, where a
 	// session-level LISTEN does not work). Enqueue still sends NOTIFY. Default false.
 	PollOnly bool
-	// NotifyCoalesce is the window within which this process's own-transaction
-	// enqueues (Enqueue, EnqueueRaw, EnqueueMany: on the client's pool) send at most
-	// one in-transaction NOTIFY per queue, plus one trailing NOTIFY once the window has
-	// ended and every enqueue that skipped its own has committed. NOTIFY serialises
-	// committing transactions on a global lock; coalescing keeps concurrent enqueues
-	// from queueing behind it. Enqueues in the caller's transaction always carry their
-	// own NOTIFY (their commit is the caller's, which no trailing NOTIFY can follow).
-	// Default 2ms; negative notifies every transaction.
+	// NotifyCoalesce is the window within which this process sends at most one
+	// in-transaction NOTIFY per queue, plus one trailing NOTIFY at its end if any
+	// enqueue was skipped — for enqueues in their own transaction (Enqueue,
+	// EnqueueMany on the client's pool), only once every one of them that skipped its
+	// NOTIFY has committed. NOTIFY serialises committing transactions on a global
+	// lock; coalescing keeps concurrent enqueues from queueing behind it. Default 2ms;
+	// negative notifies every transaction (then a job enqueued in a long transaction
+	// never waits for a poll).
 	NotifyCoalesce time.Duration
 	// CompletionBatchSize caps how many outcomes one completion statement writes.
 	// Default 1000.
@@ -346,16 +346,21 @@ func (c *Client) Clock() Clock { return c.cfg.Clock }
 func (c *Client) Pool() *pgxpool.Pool { return c.pool }
 
 // notifyQueues returns the NOTIFY an insert should carry, and done, to call once the
-// insert's statement has returned. own says the insert commits by itself (an
-// autocommit statement on the client's pool). Such an insert announces a queue unless
-// this process announced it less than NotifyCoalesce ago; then one trailing
-// notification follows, once the window has ended and every insert that skipped its
-// own has returned, committed or not. (A trailing NOTIFY sent before such an insert
-// committed would wake the producers too early: their claims would not see the job,
-// and nothing would wake them again until their next poll.) An insert in the
-// caller's transaction always carries its own NOTIFY.
+// insert's statement has returned. An insert announces a queue unless this process
+// announced it less than NotifyCoalesce ago; then one trailing notification follows
+// at the window's end. own says the insert commits by itself (an autocommit statement
+// on the client's pool): the trailing notification then also waits until every such
+// insert that skipped its own has returned, committed or not. (Sent before such an
+// insert committed, it would wake the producers too early: their claims would miss
+// the job, and nothing would wake them again until their next poll.) An insert in the
+// caller's transaction cannot be waited for — its commit is the caller's — so one
+// that commits after its window's trailing notification relies on the next
+// notification or poll (docs/runtime.md); carrying a NOTIFY in every such
+// transaction instead serialises their commits on NOTIFY's lock (the chaos
+// suite's mvcc-pin scenario, 800 transactional enqueues a second, saw its baseline
+// pickup p99 rise from about 40 to 56 ms).
 func (c *Client) notifyQueues(queues []string, own bool) (notify *store.Notify, done func()) {
-	if c.cfg.NotifyCoalesce < 0 || !own {
+	if c.cfg.NotifyCoalesce < 0 {
 		return &store.Notify{Channel: c.channel, Queues: queues}, func() {}
 	}
 	now := hostclock.Now()
@@ -369,8 +374,10 @@ func (c *Client) notifyQueues(queues []string, own bool) (notify *store.Notify, 
 			send = append(send, q)
 			continue
 		}
-		skipped = append(skipped, q)
-		c.skipped[q]++
+		if own {
+			skipped = append(skipped, q)
+			c.skipped[q]++
+		}
 		if !c.trailing[q] {
 			c.trailing[q] = true
 			wait := c.cfg.NotifyCoalesce - now.Sub(last)
@@ -389,7 +396,7 @@ func (c *Client) notifyQueues(queues []string, own bool) (notify *store.Notify, 
 }
 
 // txNotify is the NOTIFY of an insert in a transaction the caller commits (flows and
-// batches): never coalesced (notifyQueues).
+// batches; see notifyQueues).
 func (c *Client) txNotify(queues []string) *store.Notify {
 	n, _ := c.notifyQueues(queues, false)
 	return n

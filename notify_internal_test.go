@@ -9,7 +9,7 @@ import (
 // own: sent at the window's end, it would wake the producers before those inserts
 // committed, and their claims would miss the jobs until the next poll (a test whose
 // workers poll once a minute timed out this way under CI load). Inserts in the
-// caller's transaction are never coalesced.
+// caller's transaction cannot be waited for.
 func TestTrailingNotifyWaitsForTheInsertsThatSkippedTheirs(t *testing.T) {
 	t.Parallel()
 	c := &Client{cfg: Config{NotifyCoalesce: time.Hour}, channel: "ch", lastNotify: map[string]time.Time{},
@@ -59,10 +59,15 @@ func TestTrailingNotifyWaitsForTheInsertsThatSkippedTheirs(t *testing.T) {
 	done3()
 	oneSent("after the last insert returned")
 
-	// In the caller's transaction: always its own NOTIFY, within the window too.
-	if n, _ := c.notifyQueues([]string{"q"}, false); n == nil {
-		t.Fatal("an insert in the caller's transaction was coalesced")
+	// In the caller's transaction: coalesced, and not waited for (its commit is the
+	// caller's).
+	if n, done := c.notifyQueues([]string{"q"}, false); n != nil {
+		t.Fatalf("an insert in the caller's transaction within the window carries a NOTIFY: %+v", n)
+	} else {
+		done()
 	}
+	c.trailingDue("q")
+	oneSent("at the end of a window of an insert in the caller's transaction")
 	// A window that ends with nothing in flight sends at once.
 	_, done4 := c.notifyQueues([]string{"q"}, true)
 	done4()
