@@ -1,6 +1,7 @@
 package store
 
-// Flow control: the limits table, and the limited claim that honours it.
+// Flow control: the limited claim that honours the limits table (its API is in
+// limits_table.go, the slot handoff in handoff.go).
 //
 // A limited claim is a pipeline of three statements in one implicit transaction (one
 // round trip): a transaction-scoped advisory lock that serialises limited claims of
@@ -60,22 +61,6 @@ func bucketsOf(cand string) string {
         SELECT 1 FROM lim o WHERE o.scope = l.scope AND o.target = l.target AND o.key = c.ckey)))))
 `
 }
-
-// holdsSlot is the condition that job r (an alias of jobs) holds a slot of every
-// limit that governs it: it runs under an unexpired lease, and it is not the
-// successor of a job that still runs under the lease it was handed over from
-// (slot_of, slot_token: see handoff in limitedClaimSQL). A predecessor and its
-// successor thus count once between them, whichever of the two holds the slot.
-func holdsSlot(r string) string {
-	return r + `.status = 'running' AND ` + r + `.lease_until > (SELECT now FROM t)
-    AND (` + r + `.slot_of IS NULL OR NOT EXISTS (
-      SELECT 1 FROM {{s}}.jobs q WHERE q.id = ` + r + `.slot_of AND q.lease_token = ` + r + `.slot_token
-        AND q.status = 'running' AND q.lease_until > (SELECT now FROM t)))`
-}
-
-// bucketSig is the signature of a job's set of buckets (rows of bucketsOf, aliased
-// b, grouped by job): equal signatures mean the same buckets.
-const bucketSig = `string_agg(quote_literal(b.scope) || quote_literal(b.target) || quote_literal(b.bkey), '' ORDER BY b.scope, b.target, b.bkey)`
 
 // limitEval returns CTEs that choose, among the candidates of relation cand (columns
 // id, queue, kind, ckey, priority, run_at, pos), the ones every applicable limit
@@ -287,85 +272,6 @@ func limitHead(window string) string {
 )`
 }
 
-// handoff returns the CTEs that choose successors (see "Handoff" at limitedClaimSQL),
-// as succ(id, pred, ptoken). The predecessors are the jobs of $7 and $8 (ids,
-// tokens) still running under those leases, and without a running successor yet
-// (jobs_slot_of_idx). The candidates are the jobs of the
-// bucket rows cands (id, pos, scope, target, bkey, rate) that the statement does not
-// take anyway (relation takenRel, of ids). At most one successor per predecessor,
-// in claim order, on top of the $5 jobs the claim may take into free slots:
-// successors need no worker of their own.
-//
-// Claim order is kept across different sets of buckets: a successor never passes a
-// candidate ahead of it in claim order that has other buckets but shares one with
-// it (stop). Such a candidate might be waiting for exactly the slot the predecessor
-// holds — a queue limit's slot, under per-key limits as well — and only a slot freed
-// through the database can go to it, by the limited claim's own order. Limits whose
-// buckets are never shared (one queue limit; per-key or per-kind limits alone) never
-// stop a handoff.
-func handoff(cands, takenRel string) string {
-	return `pred AS MATERIALIZED (
-  SELECT p.id, p.lease_token, p.queue, p.kind, p.concurrency_key AS ckey, x.ord AS pos
-  FROM unnest($7::uuid[], $8::uuid[]) WITH ORDINALITY AS x(id, token, ord)
-  JOIN {{s}}.jobs p ON p.id = x.id AND p.lease_token = x.token
-  WHERE p.status = 'running' AND p.queue = $2 AND p.lease_until > (SELECT now FROM t)
-    AND NOT EXISTS (SELECT 1 FROM {{s}}.jobs o
-                    WHERE o.slot_of = p.id AND o.status = 'running' AND o.slot_token = p.lease_token)
-),
-px AS MATERIALIZED (` + bucketsOf("pred") + `),
-psig AS MATERIALIZED (
-  SELECT b.id, min(b.pos) AS pos, ` + bucketSig + ` AS sig FROM px b
-  GROUP BY b.id HAVING bool_and(b.rate IS NULL)
-),
-rej AS MATERIALIZED (
-  SELECT b.* FROM (` + cands + `
-  ) b
-  WHERE EXISTS (SELECT 1 FROM psig) AND b.id <> ALL(ARRAY(SELECT id FROM ` + takenRel + `))
-),
-rsig AS MATERIALIZED (
-  SELECT b.id, min(b.pos) AS pos, ` + bucketSig + ` AS sig, bool_and(b.rate IS NULL) AS norate FROM rej b GROUP BY b.id
-),
-stop AS MATERIALIZED (
-  SELECT sb.sig, min(r.pos) AS pos
-  FROM (SELECT DISTINCT s.sig, b.scope, b.target, b.bkey FROM psig s JOIN px b ON b.id = s.id) sb
-  JOIN rej r ON r.scope = sb.scope AND r.target = sb.target AND r.bkey = sb.bkey
-  JOIN rsig d ON d.id = r.id AND d.sig <> sb.sig
-  GROUP BY sb.sig
-),
-succ AS MATERIALIZED (
-  SELECT c.id, p.id AS pred, p.lease_token AS ptoken
-  FROM (SELECT id, pos, sig, row_number() OVER (PARTITION BY sig ORDER BY pos) AS rn FROM rsig c
-        WHERE c.norate AND NOT EXISTS (SELECT 1 FROM stop WHERE stop.sig = c.sig AND stop.pos < c.pos)) c
-  JOIN (SELECT s.id, s.sig, pr.lease_token, row_number() OVER (PARTITION BY s.sig ORDER BY s.pos) AS rn
-        FROM psig s JOIN pred pr ON pr.id = s.id) p ON p.sig = c.sig AND p.rn = c.rn
-  ORDER BY c.pos
-)`
-}
-
-// successorClaimSQL takes successors only (parameters as limitedClaimSQL's; $6 the
-// head window): it counts no slots and evaluates no limit, so it costs a fraction
-// of the limited claim. A throttled producer runs it when a job begins that could
-// hand its slots on; the limited claim still runs whenever a slot may have been
-// freed. It is serialised with the limited claims by the same lock: a limited claim
-// must not read the jobs before a successor's claim commits and after its
-// predecessor's outcome did, when neither would hold the slot.
-func successorClaimSQL() string {
-	return `
-WITH
-` + limitPrologue + `,
-` + limitHead("$6") + `,
-hx AS MATERIALIZED (` + bucketsOf("head") + `),
-nothing AS (SELECT NULL::uuid AS id WHERE false),
-` + handoff(`SELECT id, pos, scope, target, bkey, rate FROM hx`, "nothing") + `
-UPDATE {{s}}.jobs AS j
-` + claimSet + `,
-  slot_of = s.pred, slot_token = s.ptoken
-FROM t, succ s
-WHERE j.id = s.id AND j.status = 'pending' AND t.async IS NOT NULL
-  AND $5::int IS NOT NULL -- the free slots asked for: a claim of successors takes none
-RETURNING ` + claimReturns + `, j.slot_of, j.slot_token`
-}
-
 type limitStatements struct {
 	lock, claim, succ, status stmt
 	set, remove, list, scopes stmt
@@ -480,112 +386,6 @@ WHERE w.starts[array_upper(w.starts, 1)] <= t.now - w.per_us * interval '1 micro
 	}
 }
 
-// LimitRow is a row of the limits table. MaxRunning and Rate are 0 when unset.
-type LimitRow struct {
-	Scope, Target, Key string
-	MaxRunning         int
-	Rate               int
-	Per                time.Duration
-	UpdatedAt          time.Time
-}
-
-// LimitSet inserts or replaces a limit and notifies channel.
-func (s *Store) LimitSet(ctx context.Context, db DBTX, now *time.Time, r LimitRow, channel string) (time.Time, error) {
-	var at time.Time
-	var notified bool
-	err := db.QueryRow(ctx, s.limits.set.sql, Now(now), r.Scope, r.Target, r.Key,
-		positiveOrNil(r.MaxRunning), positiveOrNil(r.Rate), perOrNil(r), channel).Scan(&at, &notified)
-	return at, err
-}
-
-func positiveOrNil(n int) *int {
-	if n <= 0 {
-		return nil
-	}
-	return &n
-}
-
-func perOrNil(r LimitRow) *int64 {
-	if r.Rate <= 0 {
-		return nil
-	}
-	us := micros(r.Per)
-	return &us
-}
-
-// LimitDelete deletes a limit, notifying channel; it reports whether one existed.
-func (s *Store) LimitDelete(ctx context.Context, db DBTX, scope, target, key, channel string) (bool, error) {
-	var n int64
-	var notified bool
-	err := db.QueryRow(ctx, s.limits.remove.sql, scope, target, key, channel).Scan(&n, &notified)
-	return n > 0, err
-}
-
-// Limits lists the limits table.
-func (s *Store) Limits(ctx context.Context, db DBTX) ([]LimitRow, error) {
-	rows, err := db.Query(ctx, s.limits.list.sql)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (LimitRow, error) {
-		var r LimitRow
-		var maxRunning, rate *int
-		var per *int64
-		if err := row.Scan(&r.Scope, &r.Target, &r.Key, &maxRunning, &rate, &per, &r.UpdatedAt); err != nil {
-			return r, err
-		}
-		r.MaxRunning, r.Rate, r.Per = deref(maxRunning), deref(rate), time.Duration(deref(per))*time.Microsecond
-		return r, nil
-	})
-}
-
-func deref[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
-}
-
-// LimitScopes tells which queues have limits of their own and whether any kind has
-// one.
-func (s *Store) LimitScopes(ctx context.Context, db DBTX) (queues []string, anyKind bool, err error) {
-	err = db.QueryRow(ctx, s.limits.scopes.sql).Scan(&queues, &anyKind)
-	return queues, anyKind, err
-}
-
-// LimitUsage is one bucket's use of its limit.
-type LimitUsage struct {
-	LimitRow
-	Bucket  string // the concurrency key the figures are for ('' for a wide limit)
-	Running int64  // jobs running under a valid lease
-	Started int64  // starts within the current window (rate limits)
-}
-
-// LimitUsages reports every bucket's usage (see the limit_usage statement).
-func (s *Store) LimitUsages(ctx context.Context, db DBTX, now *time.Time) ([]LimitUsage, error) {
-	rows, err := db.Query(ctx, s.limits.usage.sql, Now(now))
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (LimitUsage, error) {
-		var u LimitUsage
-		var maxRunning, rate *int
-		var per *int64
-		if err := row.Scan(&u.Scope, &u.Target, &u.Key, &u.Bucket, &maxRunning, &rate, &per, &u.Running, &u.Started); err != nil {
-			return u, err
-		}
-		u.MaxRunning, u.Rate, u.Per = deref(maxRunning), deref(rate), time.Duration(deref(per))*time.Microsecond
-		return u, nil
-	})
-}
-
-// LimitSweep deletes the rate windows that no longer hold a start.
-func (s *Store) LimitSweep(ctx context.Context, db DBTX, now *time.Time) (int64, error) {
-	tag, err := db.Exec(ctx, s.limits.sweep.sql, Now(now))
-	return tag.RowsAffected(), err
-}
-
 // Batcher runs a pipeline of statements in one round trip: *pgxpool.Pool, *pgx.Conn.
 type Batcher interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
@@ -632,24 +432,6 @@ func (s *Store) ClaimLimited(ctx context.Context, db Batcher, now *time.Time, p 
 		return LimitedClaim{}, err
 	}
 	return out, nil
-}
-
-// ClaimSuccessors takes successors for p.Preds only (successorClaimSQL), under the
-// limited claims' lock.
-func (s *Store) ClaimSuccessors(ctx context.Context, db Batcher, now *time.Time, p ClaimParams) ([]*Job, error) {
-	b := &pgx.Batch{}
-	b.Queue(s.limits.lock.sql)
-	s.queueLimitedClaim(b, s.limits.succ, now, p, len(p.Preds)+16) // a successor each, and a margin
-	br := db.SendBatch(ctx, b)
-	defer br.Close()
-	jobs, err := limitedClaimed(br)
-	if err != nil {
-		return nil, err
-	}
-	if err := br.Close(); err != nil { // as in ClaimLimited
-		return nil, err
-	}
-	return jobs, nil
 }
 
 // queueLimitedClaim queues claim (limitedClaimSQL or successorClaimSQL) with its

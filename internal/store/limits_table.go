@@ -1,0 +1,118 @@
+package store
+
+// The limits table's API: setting, deleting and listing limits, which queues need
+// the limited claim, each bucket's usage, and the sweep of idle rate windows. The
+// statements are in newLimitStatements (limits.go).
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// LimitRow is a row of the limits table. MaxRunning and Rate are 0 when unset.
+type LimitRow struct {
+	Scope, Target, Key string
+	MaxRunning         int
+	Rate               int
+	Per                time.Duration
+	UpdatedAt          time.Time
+}
+
+// LimitSet inserts or replaces a limit and notifies channel.
+func (s *Store) LimitSet(ctx context.Context, db DBTX, now *time.Time, r LimitRow, channel string) (time.Time, error) {
+	var at time.Time
+	var notified bool
+	err := db.QueryRow(ctx, s.limits.set.sql, Now(now), r.Scope, r.Target, r.Key,
+		positiveOrNil(r.MaxRunning), positiveOrNil(r.Rate), perOrNil(r), channel).Scan(&at, &notified)
+	return at, err
+}
+
+func positiveOrNil(n int) *int {
+	if n <= 0 {
+		return nil
+	}
+	return &n
+}
+
+func perOrNil(r LimitRow) *int64 {
+	if r.Rate <= 0 {
+		return nil
+	}
+	us := micros(r.Per)
+	return &us
+}
+
+// LimitDelete deletes a limit, notifying channel; it reports whether one existed.
+func (s *Store) LimitDelete(ctx context.Context, db DBTX, scope, target, key, channel string) (bool, error) {
+	var n int64
+	var notified bool
+	err := db.QueryRow(ctx, s.limits.remove.sql, scope, target, key, channel).Scan(&n, &notified)
+	return n > 0, err
+}
+
+// Limits lists the limits table.
+func (s *Store) Limits(ctx context.Context, db DBTX) ([]LimitRow, error) {
+	rows, err := db.Query(ctx, s.limits.list.sql)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (LimitRow, error) {
+		var r LimitRow
+		var maxRunning, rate *int
+		var per *int64
+		if err := row.Scan(&r.Scope, &r.Target, &r.Key, &maxRunning, &rate, &per, &r.UpdatedAt); err != nil {
+			return r, err
+		}
+		r.MaxRunning, r.Rate, r.Per = deref(maxRunning), deref(rate), time.Duration(deref(per))*time.Microsecond
+		return r, nil
+	})
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// LimitScopes tells which queues have limits of their own and whether any kind has
+// one.
+func (s *Store) LimitScopes(ctx context.Context, db DBTX) (queues []string, anyKind bool, err error) {
+	err = db.QueryRow(ctx, s.limits.scopes.sql).Scan(&queues, &anyKind)
+	return queues, anyKind, err
+}
+
+// LimitUsage is one bucket's use of its limit.
+type LimitUsage struct {
+	LimitRow
+	Bucket  string // the concurrency key the figures are for ('' for a wide limit)
+	Running int64  // jobs running under a valid lease
+	Started int64  // starts within the current window (rate limits)
+}
+
+// LimitUsages reports every bucket's usage (see the limit_usage statement).
+func (s *Store) LimitUsages(ctx context.Context, db DBTX, now *time.Time) ([]LimitUsage, error) {
+	rows, err := db.Query(ctx, s.limits.usage.sql, Now(now))
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (LimitUsage, error) {
+		var u LimitUsage
+		var maxRunning, rate *int
+		var per *int64
+		if err := row.Scan(&u.Scope, &u.Target, &u.Key, &u.Bucket, &maxRunning, &rate, &per, &u.Running, &u.Started); err != nil {
+			return u, err
+		}
+		u.MaxRunning, u.Rate, u.Per = deref(maxRunning), deref(rate), time.Duration(deref(per))*time.Microsecond
+		return u, nil
+	})
+}
+
+// LimitSweep deletes the rate windows that no longer hold a start.
+func (s *Store) LimitSweep(ctx context.Context, db DBTX, now *time.Time) (int64, error) {
+	tag, err := db.Exec(ctx, s.limits.sweep.sql, Now(now))
+	return tag.RowsAffected(), err
+}
