@@ -108,8 +108,8 @@ func (r *runtime) produce(p *producer) {
 	// its snapshot may predate the job it announces, so a short result from it must
 	// not put the producer to sleep.
 	woken := false
-	// successors: the producer was woken only because a job began that can hand its
-	// limit slots on, so a claim of successors is enough (limiter.go).
+	// successors: a job began that can hand its limit slots on (heard while waiting
+	// or while a claim was in flight), so a claim of successors is due (limiter.go).
 	successors := false
 	// throttle is the last claim's throttling, which the producer waits on while empty.
 	throttle := claimResult{}
