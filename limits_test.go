@@ -3,6 +3,7 @@ package skiplock_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -193,6 +194,56 @@ func TestLimitsRateWindowAndLeaseExpiry(t *testing.T) {
 	if n := windows(); n != 0 {
 		t.Errorf("the sweeper left %d idle rate windows", n)
 	}
+}
+
+// The limited claim's check that no limit binds (which takes the head as it is)
+// agrees with its ranking on every kind of bucket: a kind's per-key limit and its
+// override and a kind's wide limit, which count the kind's jobs in every queue, and
+// a queue's per-key limit, which counts every kind's jobs of the key. In each claim
+// below, a check that counted less than that would admit one job too many.
+func TestLimitsEveryKindOfBucket(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{LeaseDuration: time.Minute})
+	m := e.client.Manual()
+	for _, l := range []skiplock.Limit{
+		{Kind: "mail", Key: skiplock.EachKey, MaxRunning: 1},
+		{Kind: "mail", Key: "vip", MaxRunning: 2},
+		{Kind: "news", MaxRunning: 2},
+		{Queue: "q3", Key: skiplock.EachKey, MaxRunning: 2},
+	} {
+		e.must(e.client.LimitSet(e.ctx, l))
+	}
+	enqueue := func(queue, kind string, keys ...string) {
+		t.Helper()
+		for _, k := range keys {
+			_, err := e.client.EnqueueRaw(e.ctx, kind, []byte(`{}`), &skiplock.EnqueueOpts{Queue: queue, ConcurrencyKey: k})
+			e.must(err)
+		}
+	}
+	claim := func(queue string, want ...string) {
+		t.Helper()
+		jobs, err := m.Claim(e.ctx, queue, 25)
+		e.must(err)
+		var got []string
+		for _, j := range jobs {
+			got = append(got, j.Kind+"/"+j.ConcurrencyKey)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("claim of queue %s took %v, want %v", queue, got, want)
+		}
+	}
+	enqueue("q1", "mail", "x", "y")
+	claim("q1", "mail/x", "mail/y") // fits every bucket
+	enqueue("q2", "mail", "x", "vip", "vip")
+	claim("q2", "mail/vip", "mail/vip") // x runs in q1; vip's override allows two
+	enqueue("q1", "news", "", "")
+	claim("q1", "news/", "news/")
+	enqueue("q4", "news", "")
+	claim("q4") // both of the kind's slots are held in q1
+	enqueue("q3", "push", "k")
+	claim("q3", "push/k")
+	enqueue("q3", "sms", "k", "k")
+	claim("q3", "sms/k") // the key's other slot is push's
 }
 
 // A client whose view of the limits is stale (a limit written without its NOTIFY)

@@ -54,8 +54,8 @@ type Env struct {
 	Progress io.Writer
 	// Scale shrinks every workload's size (1 = the documented sizes); tests use less.
 	Scale float64
-	// b0, b1 hold the baselines for ratios; w3 is F1's reference.
-	b0one, b0many, b1, w3 float64
+	// b0, b1 hold the baselines for ratios; w3 is F1's reference, w5 W9's.
+	b0one, b0many, b1, w3, w5 float64
 }
 
 func (e *Env) n(full int) int {
@@ -124,6 +124,9 @@ func Select(spec string) ([]Workload, error) {
 	}
 	if want["F1"] {
 		want["W3"] = true
+	}
+	if want["W9"] {
+		want["W5"] = true // W9's target is a share of W5 in the same run
 	}
 	if want["W4"] || want["W5"] || want["W7"] || want["W9"] {
 		want["B1"] = true
