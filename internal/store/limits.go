@@ -107,7 +107,7 @@ func limitEval(p, cand string) string {
   LEFT JOIN ` + p + `_ws ws ON ws.scope = x.scope AND ws.target = x.target AND ws.bkey = x.bkey
 ),
 ` + p + `_u AS MATERIALIZED (
-  SELECT r.queue, r.kind, r.concurrency_key AS ckey, 1 AS r, 0 AS n FROM {{s}}.jobs r WHERE ` + holdsSlot("r") + `
+  SELECT g.queue, g.kind, g.ckey, 1 AS r, 0 AS n FROM held g
   UNION ALL
   SELECT c.queue, c.kind, c.ckey, 0, 1 FROM ` + cand + ` c WHERE c.pos <= $5
 ),
@@ -186,16 +186,15 @@ func limitedClaimSQL() string {
 	return `
 WITH RECURSIVE
 ` + limitPrologue + `,
+held AS MATERIALIZED (
+  SELECT r.queue, r.kind, r.concurrency_key AS ckey FROM {{s}}.jobs r WHERE ` + holdsSlot("r") + `
+),
 runb AS MATERIALIZED (
-  SELECT v.scope, v.target, v.bkey, sum(g.n) AS n
-  FROM (
-    SELECT r.queue, r.kind, r.concurrency_key, count(*) AS n FROM {{s}}.jobs r
-    WHERE ` + holdsSlot("r") + `
-    GROUP BY 1, 2, 3
-  ) g
-  CROSS JOIN LATERAL (VALUES ('queue', g.queue, '', true), ('queue', g.queue, g.concurrency_key, false),
-                             ('kind', g.kind, '', true), ('kind', g.kind, g.concurrency_key, false)) AS v(scope, target, bkey, wide)
-  WHERE v.wide OR g.concurrency_key <> ''
+  SELECT v.scope, v.target, v.bkey, count(*) AS n
+  FROM held g
+  CROSS JOIN LATERAL (VALUES ('queue', g.queue, '', true), ('queue', g.queue, g.ckey, false),
+                             ('kind', g.kind, '', true), ('kind', g.kind, g.ckey, false)) AS v(scope, target, bkey, wide)
+  WHERE v.wide OR g.ckey <> ''
   GROUP BY 1, 2, 3
 ),
 ` + limitHead("$6") + `,
