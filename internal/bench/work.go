@@ -164,8 +164,9 @@ const (
 // W9b: a binding queue limit of 50 with 10 ms jobs (theoretical ceiling 5,000 jobs/s).
 func runW9(ctx context.Context, e *Env) (*Result, error) {
 	r, _, err := work(ctx, e, workOpts{name: "W9", n: e.n(50000), workers: W5Workers, keys: W9Keys, limits: []skiplock.Limit{
-		// Above what one client can hold (workers, the largest prefetch, and a
-		// completion batch in flight: 2,100): at 2,000 it bound now and then.
+		// The sum of the per-key limits, so it never binds before them, and above all
+		// one client can hold: workers, the largest prefetch and a completion batch in
+		// flight, 2,100 (at 2,000 it bound now and then).
 		{Queue: skiplock.DefaultQueue, MaxRunning: W9Keys * W9PerKey},
 		{Queue: skiplock.DefaultQueue, Key: skiplock.EachKey, MaxRunning: W9PerKey},
 	}})
