@@ -56,6 +56,9 @@ type Env struct {
 	Scale float64
 	// b0, b1 hold the baselines for ratios; w3 is F1's reference, w5 W9's.
 	b0one, b0many, b1, w3, w5 float64
+	// created lists the schemas the running workload made (schema), dropped when it
+	// ends (isolated).
+	created []string
 }
 
 func (e *Env) n(full int) int {
@@ -77,19 +80,19 @@ type Workload struct {
 // All lists the workloads in run order (baselines first).
 func All() []Workload {
 	return []Workload{
-		{"B0", "INSERT commit rate, 1 and 16 connections (hardware baseline)", runB0, false},
-		{"B1", "raw claim+complete SQL, batches of 1,000, 2 connections (SQL ceiling)", runB1, false},
-		{"W1", "enqueue one by one, sequential, 1 connection", runW1, false},
-		{"W2", "enqueue from 16 goroutines", runW2, false},
-		{"W3", "bulk enqueue, batches of 1,000", runW3, false},
-		{"W4", "work pre-inserted jobs, concurrency 1", runW4, false},
-		{"W5", "work pre-inserted jobs, best concurrency", runW5, false},
-		{"W6", "latency from the enqueue call to handler start, 200 jobs/s for 10 s", runW6, false},
-		{"W7", "burn-down of 1,000,000 pre-inserted jobs", runW7, false},
-		{"W8", "outbox relay", runW8, false},
-		{"W9", "work with limits: 1,000 keys at 5 each (not binding); then a binding queue limit of 50, 10 ms jobs", runW9, false},
-		{"W10", "800 jobs/s while an idle REPEATABLE READ session pins the xmin horizon for 10 min (30 s before, 90 s after)", runW10, true},
-		{"F1", "enqueue flows of 1,000 children (one statement each), 2 goroutines", runF1, false},
+		{"B0", "INSERT commit rate, 1 and 16 connections (hardware baseline)", isolated(runB0), false},
+		{"B1", "raw claim+complete SQL, batches of 1,000, 2 connections (SQL ceiling)", isolated(runB1), false},
+		{"W1", "enqueue one by one, sequential, 1 connection", isolated(runW1), false},
+		{"W2", "enqueue from 16 goroutines", isolated(runW2), false},
+		{"W3", "bulk enqueue, batches of 1,000", isolated(runW3), false},
+		{"W4", "work pre-inserted jobs, concurrency 1", isolated(runW4), false},
+		{"W5", "work pre-inserted jobs, best concurrency", isolated(runW5), false},
+		{"W6", "latency from the enqueue call to handler start, 200 jobs/s for 10 s", isolated(runW6), false},
+		{"W7", "burn-down of 1,000,000 pre-inserted jobs", isolated(runW7), false},
+		{"W8", "outbox relay", isolated(runW8), false},
+		{"W9", "work with limits: 1,000 keys at 5 each (not binding); then a binding queue limit of 50, 10 ms jobs", isolated(runW9), false},
+		{"W10", "800 jobs/s while an idle REPEATABLE READ session pins the xmin horizon for 10 min (30 s before, 90 s after)", isolated(runW10), true},
+		{"F1", "enqueue flows of 1,000 children (one statement each), 2 goroutines", isolated(runF1), false},
 	}
 }
 
@@ -140,11 +143,30 @@ func Select(spec string) ([]Workload, error) {
 	return out, nil
 }
 
+// isolated runs a workload and then drops the schemas it made, so that no workload
+// runs beside the leftovers of the ones before it: autovacuum processed their
+// tables (hundreds of thousands of dead tuples each) during the next workloads, and
+// W7's last tenth ran at 77–80% of its first in the full bench against 97–99% alone.
+func isolated(run func(context.Context, *Env) (*Result, error)) func(context.Context, *Env) (*Result, error) {
+	return func(ctx context.Context, e *Env) (*Result, error) {
+		e.created = nil
+		r, err := run(ctx, e)
+		for _, name := range e.created {
+			if _, derr := e.Pool.Exec(context.WithoutCancel(ctx), `DROP SCHEMA IF EXISTS "`+name+`" CASCADE`); derr != nil && err == nil {
+				err = fmt.Errorf("dropping schema %s: %w", name, derr)
+			}
+		}
+		e.created = nil
+		return r, err
+	}
+}
+
 // schema creates a fresh, migrated schema for a workload.
 func (e *Env) schema(ctx context.Context, name string) (string, error) {
 	if _, err := e.Pool.Exec(ctx, `DROP SCHEMA IF EXISTS "`+name+`" CASCADE`); err != nil {
 		return "", err
 	}
+	e.created = append(e.created, name)
 	if _, err := migrate.Up(ctx, e.Pool, name); err != nil {
 		return "", err
 	}
