@@ -144,9 +144,11 @@ func Select(spec string) ([]Workload, error) {
 }
 
 // isolated runs a workload and then drops the schemas it made, so that no workload
-// runs beside the leftovers of the ones before it: autovacuum processed their
-// tables (hundreds of thousands of dead tuples each) during the next workloads, and
-// W7's last tenth ran at 77–80% of its first in the full bench against 97–99% alone.
+// runs beside the leftovers of the ones before it. Those kept pages in shared
+// buffers and gave autovacuum work during later workloads: in the full bench W7 fell
+// from ~55k to ~45k jobs/s two thirds of the way through, and autovacuum was
+// vacuuming B1's 100,000 jobs during its last tenth, which ran at 76% of its first
+// (92–119% with the leftovers dropped; docs/benchmarks.md).
 func isolated(run func(context.Context, *Env) (*Result, error)) func(context.Context, *Env) (*Result, error) {
 	return func(ctx context.Context, e *Env) (*Result, error) {
 		e.created = nil
