@@ -94,6 +94,10 @@ type W10Window struct {
 	// their mean duration.
 	Claims      int64   `json:"claims"`
 	ClaimMeanMs float64 `json:"claim_mean_ms"`
+	// CheckpointBuffers is how many buffers the checkpointer wrote in the window
+	// (pg_stat_bgwriter.buffers_checkpoint; pg_stat_checkpointer.buffers_written from
+	// PostgreSQL 17): data writes that compete with the commits' WAL syncs.
+	CheckpointBuffers int64 `json:"checkpoint_buffers"`
 }
 
 // w10Windows prints as a table in the text output and as an array in JSON.
@@ -101,11 +105,11 @@ type w10Windows []W10Window
 
 func (ws w10Windows) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n       %-8s %7s %9s %11s %8s %8s %10s %10s %11s %13s %7s %9s", "phase", "start s", "offered/s", "completed/s", "p50 ms", "p99 ms",
-		"enq p99", "queue p99", "dead tuples", "idx reads/s", "claims", "claim ms")
+	fmt.Fprintf(&b, "\n       %-8s %7s %9s %11s %8s %8s %10s %10s %11s %13s %7s %9s %9s", "phase", "start s", "offered/s", "completed/s", "p50 ms", "p99 ms",
+		"enq p99", "queue p99", "dead tuples", "idx reads/s", "claims", "claim ms", "ckpt buf")
 	for _, w := range ws {
-		fmt.Fprintf(&b, "\n       %-8s %7.0f %9.0f %11.0f %8.2f %8.2f %10.2f %10.2f %11d %13.0f %7d %9.2f", w.Phase, w.StartS, w.OfferedPerSec, w.CompletedPerSec,
-			w.P50ms, w.P99ms, w.EnqueueP99ms, w.QueueP99ms, w.DeadTuples, w.IndexReadsPerSec, w.Claims, w.ClaimMeanMs)
+		fmt.Fprintf(&b, "\n       %-8s %7.0f %9.0f %11.0f %8.2f %8.2f %10.2f %10.2f %11d %13.0f %7d %9.2f %9d", w.Phase, w.StartS, w.OfferedPerSec, w.CompletedPerSec,
+			w.P50ms, w.P99ms, w.EnqueueP99ms, w.QueueP99ms, w.DeadTuples, w.IndexReadsPerSec, w.Claims, w.ClaimMeanMs, w.CheckpointBuffers)
 	}
 	return b.String()
 }
@@ -259,7 +263,18 @@ type w10Mark struct {
 	succeeded, claims int64
 	claimTime         time.Duration
 	dead, indexReads  int64
+	ckptBuffers       int64
 	deadErr           error
+}
+
+// w10CheckpointSQL is the statement that reads the buffers the checkpointer has
+// written so far, from the view that holds them on a server of version v
+// (server_version_num).
+func w10CheckpointSQL(v int) string {
+	if v >= 170000 {
+		return `SELECT buffers_written FROM pg_stat_checkpointer`
+	}
+	return `SELECT buffers_checkpoint FROM pg_stat_bgwriter`
 }
 
 func runW10(ctx context.Context, e *Env) (*Result, error) {
@@ -313,6 +328,11 @@ func runW10(ctx context.Context, e *Env) (*Result, error) {
 	// The observer reads the counters and the dead tuples at every window's end, and
 	// takes and releases the pin at the phase boundaries.
 	marks := make([]w10Mark, plan.windows+1)
+	var version int
+	if err := e.Pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
+		return nil, fmt.Errorf("W10: reading the server version: %w", err)
+	}
+	ckptSQL := w10CheckpointSQL(version)
 	read := func() w10Mark {
 		c := worker.Counters()
 		m := w10Mark{succeeded: c.Succeeded, claims: c.ClaimStatements, claimTime: c.ClaimTime}
@@ -320,6 +340,9 @@ func runW10(ctx context.Context, e *Env) (*Result, error) {
   (SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'jobs'),
   (SELECT coalesce(sum(idx_tup_read), 0) FROM pg_stat_user_indexes WHERE schemaname = $1 AND indexrelname = 'jobs_ready_idx')`,
 			schema).Scan(&m.dead, &m.indexReads)
+		if m.deadErr == nil {
+			m.deadErr = e.Pool.QueryRow(ctx, ckptSQL).Scan(&m.ckptBuffers)
+		}
 		return m
 	}
 	marks[0] = read()

@@ -81,8 +81,19 @@ func TestJudgeW10(t *testing.T) {
 		t.Errorf("grown: %+v %s", v, v)
 	}
 	ws[6].EnqueueP99ms = 12.2 // the application's own commit was that slow
-	if v := judgeW10(plan, ws); v.met() || v.overInEnqueue != 1 || !strings.Contains(v.String(), "in 1 of those the Enqueue calls alone") {
+	ws[6].CheckpointBuffers = 900
+	if v := judgeW10(plan, ws); v.met() || v.overInEnqueue != 1 || v.overInCheckpoint != 1 ||
+		!strings.Contains(v.String(), "in 1 of those the Enqueue calls alone") || !strings.Contains(v.String(), "in 1 the checkpointer was writing") {
 		t.Errorf("grown in the enqueue: %+v %s", v, v)
+	}
+	ws = flat()
+	for k := range ws {
+		ws[k].QueueP99ms = 2 // baseline queue p99s 2, 2, 2
+	}
+	ws[4].QueueP99ms, ws[5].QueueP99ms = 4, 4.1 // exactly 2× is within; above is not
+	if v := judgeW10(plan, ws); !v.met() || v.baseQueueP99 != 2 || v.queueOver != 1 ||
+		!strings.Contains(v.String(), "1 pin windows above 2× its baseline p99 of 2.00 ms") {
+		t.Errorf("the queue's own part: %+v %s", v, v)
 	}
 	ws = flat()
 	ws[0].CompletedPerSec = 100 // the warm-up window is not judged on rate
