@@ -411,10 +411,16 @@ func (c *Client) trailingDue(queue string) {
 		c.notifyMu.Unlock()
 		return
 	}
-	c.trailing[queue] = false
-	c.lastNotify[queue] = hostclock.Now()
+	c.fireLocked(queue)
 	c.notifyMu.Unlock()
 	c.sendNotify(queue)
+}
+
+// fireLocked records that queue's trailing NOTIFY goes out now, which opens its
+// next window. Called with notifyMu held.
+func (c *Client) fireLocked(queue string) {
+	c.trailing[queue] = false
+	c.lastNotify[queue] = hostclock.Now()
 }
 
 // skippedDone records that inserts which skipped their NOTIFY for queues have
@@ -427,8 +433,7 @@ func (c *Client) skippedDone(queues []string) {
 			delete(c.skipped, q)
 			if c.due[q] {
 				delete(c.due, q)
-				c.trailing[q] = false
-				c.lastNotify[q] = hostclock.Now()
+				c.fireLocked(q)
 				send = append(send, q)
 			}
 		}

@@ -60,14 +60,24 @@ func (s *Store) Limits(ctx context.Context, db DBTX) ([]LimitRow, error) {
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (LimitRow, error) {
 		var r LimitRow
-		var maxRunning, rate *int
-		var per *int64
-		if err := row.Scan(&r.Scope, &r.Target, &r.Key, &maxRunning, &rate, &per, &r.UpdatedAt); err != nil {
+		var f limitFigures
+		if err := row.Scan(&r.Scope, &r.Target, &r.Key, &f.maxRunning, &f.rate, &f.per, &r.UpdatedAt); err != nil {
 			return r, err
 		}
-		r.MaxRunning, r.Rate, r.Per = deref(maxRunning), deref(rate), time.Duration(deref(per))*time.Microsecond
+		f.set(&r)
 		return r, nil
 	})
+}
+
+// limitFigures scans a limit's nullable columns max_running, rate and per_us.
+type limitFigures struct {
+	maxRunning, rate *int
+	per              *int64
+}
+
+// set puts the figures into r: 0 for a column that is NULL.
+func (f *limitFigures) set(r *LimitRow) {
+	r.MaxRunning, r.Rate, r.Per = deref(f.maxRunning), deref(f.rate), time.Duration(deref(f.per))*time.Microsecond
 }
 
 func deref[T any](p *T) T {
@@ -101,12 +111,11 @@ func (s *Store) LimitUsages(ctx context.Context, db DBTX, now *time.Time) ([]Lim
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (LimitUsage, error) {
 		var u LimitUsage
-		var maxRunning, rate *int
-		var per *int64
-		if err := row.Scan(&u.Scope, &u.Target, &u.Key, &u.Bucket, &maxRunning, &rate, &per, &u.Running, &u.Started); err != nil {
+		var f limitFigures
+		if err := row.Scan(&u.Scope, &u.Target, &u.Key, &u.Bucket, &f.maxRunning, &f.rate, &f.per, &u.Running, &u.Started); err != nil {
 			return u, err
 		}
-		u.MaxRunning, u.Rate, u.Per = deref(maxRunning), deref(rate), time.Duration(deref(per))*time.Microsecond
+		f.set(&u.LimitRow)
 		return u, nil
 	})
 }
