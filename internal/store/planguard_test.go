@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
@@ -83,5 +85,80 @@ SELECT 'a', g::text, 'e', '{}' FROM generate_series(1, 40) g`); err != nil {
 	}
 	if p := plan(false, 0, statements[0].sql, statements[0].args); !bad(p) {
 		t.Errorf("claim, unguarded: expected the sequential scan the guard prevents (has the planner changed?):\n%s", p)
+	}
+}
+
+// TestPlanGuardLeavesSettings: the guard's settings end with the statement. On the
+// pool (no restore statement) the pipeline's implicit transaction ends them; in a
+// transaction the caller owns, the restore puts back the caller's own values.
+func TestPlanGuardLeavesSettings(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t, pgtest.Schema(t))
+	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 1 // the statement after the guarded one runs on the same connection
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	settings := func(db DBTX) string {
+		var v string
+		if err := db.QueryRow(ctx, `SELECT current_setting('enable_seqscan') || current_setting('enable_hashjoin') || current_setting('enable_mergejoin')
+  || current_setting('plan_cache_mode')`).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	lease := []Lease{{ID: "00000000-0000-0000-0000-000000000001", Token: "00000000-0000-0000-0000-000000000002"}}
+	if _, err := s.Heartbeat(ctx, pool, nil, lease, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got := settings(pool); got != "onononauto" {
+		t.Errorf("on the pool after a guarded statement: enable_seqscan, hashjoin, mergejoin, plan_cache_mode = %q, want onononauto", got)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SET LOCAL enable_hashjoin = off; SET LOCAL plan_cache_mode = force_custom_plan`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Heartbeat(ctx, tx, nil, lease, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if got := settings(tx); got != "onoffonforce_custom_plan" {
+		t.Errorf("in the caller's transaction after a guarded statement: %q, want the caller's onoffonforce_custom_plan", got)
+	}
+}
+
+// TestPlanGuardPlansOnce: a completion of one outcome at a time, the steady low-rate
+// case, is planned once per connection, not at every run (left to choose, PostgreSQL
+// kept a custom plan for it: planning cost twice the execution).
+func TestPlanGuardPlansOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t, pgtest.Schema(t))
+	conn, err := pgx.Connect(ctx, pgtest.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	for i := range 12 {
+		out := []Outcome{{Lease: Lease{ID: fmt.Sprintf("00000000-0000-0000-0000-%012d", i+1), Token: "00000000-0000-0000-0000-000000000001"}, Action: ActionComplete}}
+		if _, err := s.Finish(ctx, conn, nil, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var generic, custom int64
+	if err := conn.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`, s.finish.finish.sql).Scan(&generic, &custom); err != nil {
+		t.Fatal(err)
+	}
+	if custom != 0 || generic != 12 {
+		t.Errorf("the completion ran 12 times with %d generic and %d custom plans; want 12 and 0", generic, custom)
 	}
 }
