@@ -57,10 +57,11 @@ func guarded[T any](ctx context.Context, db DBTX, collect func(pgx.Rows, error) 
 		return collect(db.Query(ctx, sql, args...))
 	}
 	_, pooled := db.(*pgxpool.Pool)
+	restore := !pooled // the caller's transaction may go on past the statement
 	batch := &pgx.Batch{}
 	batch.Queue(planGuardOn)
 	batch.Queue(sql, args...)
-	if !pooled {
+	if restore {
 		batch.Queue(planGuardOff)
 	}
 	br := b.SendBatch(ctx, batch)
@@ -73,7 +74,7 @@ func guarded[T any](ctx context.Context, db DBTX, collect func(pgx.Rows, error) 
 	if err != nil {
 		return zero, err
 	}
-	if !pooled {
+	if restore {
 		if _, err := br.Exec(); err != nil {
 			return zero, fmt.Errorf("plan guard restore: %w", err)
 		}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
@@ -95,16 +94,7 @@ func TestPlanGuardLeavesSettings(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t, pgtest.Schema(t))
-	cfg, err := pgxpool.ParseConfig(pgtest.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.MaxConns = 1 // the statement after the guarded one runs on the same connection
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := pgtest.NewPool(t, 1) // the statement after the guarded one runs on the same connection
 	settings := func(db DBTX) string {
 		var v string
 		if err := db.QueryRow(ctx, `SELECT current_setting('enable_seqscan') || current_setting('enable_hashjoin') || current_setting('enable_mergejoin')
