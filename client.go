@@ -292,6 +292,7 @@ type Client struct {
 	trailing   map[string]bool // a trailing NOTIFY is scheduled
 	skipped    map[string]int  // enqueues in flight that rely on the trailing NOTIFY
 	due        map[string]bool // the window ended while some of them were in flight
+	notifying  int             // own inserts in flight that carry a NOTIFY inside their transaction
 	sendNotify func(queue string)
 	bg         sync.WaitGroup // trailing notifications
 
@@ -359,14 +360,44 @@ func (c *Client) Pool() *pgxpool.Pool { return c.pool }
 // transaction instead serialises their commits on NOTIFY's lock (the chaos
 // suite's mvcc-pin scenario, 800 transactional enqueues a second, saw its baseline
 // pickup p99 rise from about 40 to 56 ms).
+//
+// An own insert that announces queues carries the NOTIFY inside its transaction only
+// while no other such insert of this client is in flight; otherwise it announces them
+// after its commit, in an asynchronously committed transaction of its own, so that it
+// does not wait on NOTIFY's lock for the other's disk sync (store.Notify.AfterCommit).
 func (c *Client) notifyQueues(queues []string, own bool) (notify *store.Notify, done func()) {
-	if c.cfg.NotifyCoalesce < 0 {
-		return &store.Notify{Channel: c.channel, Queues: queues}, func() {}
-	}
-	now := hostclock.Now()
-	var send, skipped []string
 	c.notifyMu.Lock()
 	defer c.notifyMu.Unlock()
+	send, done := queues, func() {}
+	if c.cfg.NotifyCoalesce >= 0 {
+		send, done = c.coalesceLocked(queues, own)
+	}
+	if len(send) == 0 {
+		return nil, done
+	}
+	n := &store.Notify{Channel: c.channel, Queues: send}
+	switch {
+	case !own:
+	case c.notifying > 0:
+		n.AfterCommit = true
+	default:
+		c.notifying++
+		coalesced := done
+		done = func() {
+			c.notifyMu.Lock()
+			c.notifying--
+			c.notifyMu.Unlock()
+			coalesced()
+		}
+	}
+	return n, done
+}
+
+// coalesceLocked returns the queues an insert announces itself (see notifyQueues)
+// and done. Called with notifyMu held.
+func (c *Client) coalesceLocked(queues []string, own bool) (send []string, done func()) {
+	now := hostclock.Now()
+	var skipped []string
 	for _, q := range queues {
 		last, ok := c.lastNotify[q]
 		if !ok || now.Sub(last) >= c.cfg.NotifyCoalesce {
@@ -389,10 +420,7 @@ func (c *Client) notifyQueues(queues []string, own bool) (notify *store.Notify, 
 	if len(skipped) > 0 {
 		done = func() { c.skippedDone(skipped) }
 	}
-	if len(send) == 0 {
-		return nil, done
-	}
-	return &store.Notify{Channel: c.channel, Queues: send}, done
+	return send, done
 }
 
 // txNotify is the NOTIFY of an insert in a transaction the caller commits (flows and

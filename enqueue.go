@@ -371,7 +371,12 @@ func (c *Client) copyInsert(ctx context.Context, copier store.Copier, tx DB, ps 
 		return nil, true, fmt.Errorf("enqueueing %d job(s) with COPY: %w", len(ps), wrapPgError(err))
 	}
 	if err := c.store.SendNotify(ctx, tx, notify); err != nil {
-		return nil, true, fmt.Errorf("notifying after COPY: %w", err)
+		if _, own := tx.(*pgxpool.Pool); !own {
+			return nil, true, fmt.Errorf("notifying after COPY: %w", err)
+		}
+		// The COPY has committed: report the jobs, not a failure that would invite
+		// enqueueing them twice. Polling finds them.
+		c.log.Debug("notify after COPY failed; polling will pick the jobs up", "error", err)
 	}
 	c.metrics.inserted.Add(int64(len(out)))
 	return out, true, nil

@@ -341,3 +341,36 @@ func TestJobIDsAreVersion7Variant10(t *testing.T) {
 		}
 	}
 }
+
+// An enqueue whose own transaction has committed reports its jobs even when the
+// NOTIFY after it fails (a second enqueue would duplicate them); one whose NOTIFY is
+// part of its transaction fails whole, and leaves nothing.
+func TestEnqueueReportsCommittedJobsWhenTheirNotifyFails(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{NotifyCoalesce: -1})
+	e.client.SetChannelForTest(strings.Repeat("c", 100)) // over NAMEDATALEN: every NOTIFY fails
+	batch := make([]skiplock.EnqueueParams, 64)          // COPY, committed before its NOTIFY
+	for i := range batch {
+		batch[i] = skiplock.EnqueueParams{Args: emailArgs{To: "x"}}
+	}
+	res, err := e.client.EnqueueMany(e.ctx, batch)
+	if err != nil || len(res) != 64 {
+		t.Fatalf("EnqueueMany on the pool: %d results, %v; want 64 and no error", len(res), err)
+	}
+	if n := e.countJobs(); n != 64 {
+		t.Fatalf("%d jobs, want 64", n)
+	}
+
+	tx, err := e.pool.Begin(e.ctx)
+	e.must(err)
+	if _, err := e.client.EnqueueManyTx(e.ctx, tx, batch); err == nil {
+		t.Fatal("EnqueueManyTx with a failing NOTIFY: no error")
+	}
+	e.must(tx.Rollback(e.ctx))
+	if _, err := e.client.Enqueue(e.ctx, emailArgs{To: "x"}, nil); err == nil {
+		t.Fatal("Enqueue alone, its NOTIFY inside its transaction: no error")
+	}
+	if n := e.countJobs(); n != 64 {
+		t.Fatalf("%d jobs after the failed enqueues, want 64", n)
+	}
+}

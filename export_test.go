@@ -144,3 +144,7 @@ func (c *Client) ClaimWithPredsForTest(ctx context.Context, queue string, n int,
 	}
 	return jobs, of, nil
 }
+
+// SetChannelForTest makes the client announce its enqueues on channel (a name
+// PostgreSQL refuses makes every NOTIFY fail).
+func (c *Client) SetChannelForTest(channel string) { c.channel = channel }

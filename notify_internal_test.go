@@ -74,3 +74,36 @@ func TestTrailingNotifyWaitsForTheInsertsThatSkippedTheirs(t *testing.T) {
 	c.trailingDue("q")
 	oneSent("at the end of a window with nothing in flight")
 }
+
+// An own insert carries its NOTIFY inside its transaction only while no other own
+// insert doing so is in flight; otherwise it announces after its commit, so that its
+// commit does not wait on NOTIFY's lock through the other's disk sync. Inserts in the
+// caller's transaction always carry theirs.
+func TestNotifyAfterCommitWhileAnotherNotifies(t *testing.T) {
+	t.Parallel()
+	c := &Client{cfg: Config{NotifyCoalesce: -1}, channel: "ch", lastNotify: map[string]time.Time{},
+		trailing: map[string]bool{}, skipped: map[string]int{}, due: map[string]bool{}}
+	first, done1 := c.notifyQueues([]string{"q"}, true)
+	if first == nil || first.AfterCommit {
+		t.Fatalf("alone in flight: %+v; want the NOTIFY inside the transaction", first)
+	}
+	second, done2 := c.notifyQueues([]string{"q"}, true)
+	if second == nil || !second.AfterCommit {
+		t.Fatalf("while another notifies: %+v; want it after the commit", second)
+	}
+	if tx, _ := c.notifyQueues([]string{"q"}, false); tx == nil || tx.AfterCommit {
+		t.Fatalf("in the caller's transaction: %+v; want the NOTIFY inside it", tx)
+	}
+	done2()
+	if n, done := c.notifyQueues([]string{"q"}, true); n == nil || !n.AfterCommit {
+		t.Fatalf("the first still in flight: %+v; want it after the commit", n)
+	} else {
+		done()
+	}
+	done1()
+	if n, done := c.notifyQueues([]string{"q"}, true); n == nil || n.AfterCommit {
+		t.Fatalf("nothing in flight again: %+v; want the NOTIFY inside the transaction", n)
+	} else {
+		done()
+	}
+}

@@ -166,6 +166,14 @@ type InsertResult struct {
 	Inserted bool
 }
 
+// collectID reads the id an insert returned; pgx.ErrNoRows when its row was skipped.
+func collectID(rows pgx.Rows, err error) (string, error) {
+	if err != nil {
+		return "", err
+	}
+	return pgx.CollectExactlyOneRow(rows, pgx.RowTo[string])
+}
+
 // insertRetries bounds how often an insert is repeated when its row was skipped for a
 // key whose holder was gone by the time it was looked up (it finished and released a
 // unique key, or a period ended): the key is then free, and the next insert takes it.
@@ -185,9 +193,16 @@ func (s *Store) Insert(ctx context.Context, db DBTX, now *time.Time, p InsertPar
 		if p.SequenceKey != nil {
 			q = s.enqueue.insertSeq.sql
 		}
-		err := db.QueryRow(ctx, q, Now(now), p.Queue, p.Kind, string(p.Payload), p.Priority,
+		args := []any{Now(now), p.Queue, p.Kind, string(p.Payload), p.Priority,
 			p.RunAt, micros(p.Delay), p.MaxAttempts, p.DedupKey, ch, qs, jsonOrNil(p.Metadata),
-			ukey, uperiod, ustates, p.SequenceKey, p.SequenceSkipFailed, p.Tags, p.ConcurrencyKey).Scan(&id)
+			ukey, uperiod, ustates, p.SequenceKey, p.SequenceSkipFailed, p.Tags, p.ConcurrencyKey}
+		var err error
+		if pool, after := notifyAfter(db, n); after {
+			args[9], args[10] = "", []string(nil) // announced after the commit instead
+			id, err = withNotifyAfter(ctx, s, pool, n, collectID, q, args...)
+		} else {
+			err = db.QueryRow(ctx, q, args...).Scan(&id)
+		}
 		if err == nil {
 			return InsertResult{ID: id, Inserted: true}, nil
 		}
@@ -294,22 +309,27 @@ func (s *Store) insertMany(ctx context.Context, db DBTX, now *time.Time, ps []In
 			break
 		}
 	}
-	rows, err := db.Query(ctx, q, Now(now), queues, kinds, payloads, prios, runAts, delays, maxes, keys, ch, qs, metas,
-		ukeys, uperiods, ustates, seqs, seqSkips, tags, ckeys)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]InsertResult, 0, n)
-	for rows.Next() {
-		var r InsertResult
-		if err := rows.Scan(&r.ID, &r.Inserted); err != nil {
-			rows.Close()
+	args := []any{Now(now), queues, kinds, payloads, prios, runAts, delays, maxes, keys, ch, qs, metas,
+		ukeys, uperiods, ustates, seqs, seqSkips, tags, ckeys}
+	collect := func(rows pgx.Rows, err error) ([]InsertResult, error) {
+		if err != nil {
 			return nil, err
 		}
-		out = append(out, r)
+		return pgx.CollectRows(rows, func(r pgx.CollectableRow) (InsertResult, error) {
+			var ir InsertResult
+			err := r.Scan(&ir.ID, &ir.Inserted)
+			return ir, err
+		})
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	var out []InsertResult
+	var err error
+	if pool, after := notifyAfter(db, nt); after {
+		args[9], args[10] = "", []string(nil) // announced after the commit instead
+		out, err = withNotifyAfter(ctx, s, pool, nt, collect, q, args...)
+	} else {
+		out, err = collect(db.Query(ctx, q, args...))
+	}
+	if err != nil {
 		return nil, err
 	}
 	if len(out) != n {
