@@ -295,9 +295,13 @@ func TestConnectionsBoundedAtConcurrency200(t *testing.T) {
 	}
 	close(release)
 	e.must(c.Stop(e.ctx))
-	t.Logf("connections held by a client running 200 jobs: %d", maxConns)
-	if maxConns > 6 {
-		t.Fatalf("a client at concurrency 200 held %d connections; want a handful (≤ 6)", maxConns)
+	// The pool keeps every connection it opened, so this is the most the client ever
+	// held at once. Usually 2; when its components happen to run together (all start
+	// at once, and a loaded machine stretches each run) one connection each.
+	components := c.ComponentsForTest()
+	t.Logf("connections held by a client running 200 jobs: %d (components: %d)", maxConns, components)
+	if maxConns > int64(components) {
+		t.Fatalf("a client at concurrency 200 held %d connections; want at most one per component (%d)", maxConns, components)
 	}
 }
 

@@ -32,6 +32,28 @@
   }
 
   var busy = false;
+  // A click is a press and a release on the same element: a refresh that replaced
+  // the element in between would swallow it (a button pressed just as the region
+  // refreshed did nothing). So no refresh applies while a press lasts, nor once a
+  // form has been submitted and its page is on its way.
+  var pressing = false;
+  var leaving = false;
+  live.addEventListener("pointerdown", function () {
+    pressing = true;
+  }, true);
+  document.addEventListener("pointerup", function () {
+    window.setTimeout(function () {
+      pressing = false;
+    }, 0);
+  }, true);
+  document.addEventListener("pointercancel", function () {
+    pressing = false;
+  }, true);
+  document.addEventListener("submit", function (ev) {
+    if (!ev.defaultPrevented) {
+      leaving = true; // registered after the confirmation above: a refused one leaves nothing
+    }
+  });
   var failures = 0;
   var tick = 0;
 
@@ -48,7 +70,7 @@
   }
 
   function refresh() {
-    if (busy || document.hidden || (toggle && !toggle.checked) || editing()) {
+    if (busy || pressing || leaving || document.hidden || (toggle && !toggle.checked) || editing()) {
       return;
     }
     busy = true;
@@ -62,7 +84,7 @@
       .then(function (html) {
         var doc = new DOMParser().parseFromString(html, "text/html");
         var fresh = doc.getElementById("live");
-        if (fresh && !editing()) {
+        if (fresh && !editing() && !pressing && !leaving) {
           live.replaceChildren.apply(live, Array.prototype.slice.call(fresh.childNodes));
         }
         failures = 0;
