@@ -188,7 +188,6 @@ func (s *Store) Insert(ctx context.Context, db DBTX, now *time.Time, p InsertPar
 	ch, qs := n.args()
 	ukey, uperiod, ustates := p.unique()
 	for range insertRetries {
-		var id string
 		q := s.enqueue.insert.sql
 		if p.SequenceKey != nil {
 			q = s.enqueue.insertSeq.sql
@@ -196,13 +195,7 @@ func (s *Store) Insert(ctx context.Context, db DBTX, now *time.Time, p InsertPar
 		args := []any{Now(now), p.Queue, p.Kind, string(p.Payload), p.Priority,
 			p.RunAt, micros(p.Delay), p.MaxAttempts, p.DedupKey, ch, qs, jsonOrNil(p.Metadata),
 			ukey, uperiod, ustates, p.SequenceKey, p.SequenceSkipFailed, p.Tags, p.ConcurrencyKey}
-		var err error
-		if pool, after := notifyAfter(db, n); after {
-			args[9], args[10] = "", []string(nil) // announced after the commit instead
-			id, err = withNotifyAfter(ctx, s, pool, n, collectID, q, args...)
-		} else {
-			err = db.QueryRow(ctx, q, args...).Scan(&id)
-		}
+		id, err := queryInsert(ctx, s, db, n, collectID, q, args...)
 		if err == nil {
 			return InsertResult{ID: id, Inserted: true}, nil
 		}
@@ -321,14 +314,7 @@ func (s *Store) insertMany(ctx context.Context, db DBTX, now *time.Time, ps []In
 			return ir, err
 		})
 	}
-	var out []InsertResult
-	var err error
-	if pool, after := notifyAfter(db, nt); after {
-		args[9], args[10] = "", []string(nil) // announced after the commit instead
-		out, err = withNotifyAfter(ctx, s, pool, nt, collect, q, args...)
-	} else {
-		out, err = collect(db.Query(ctx, q, args...))
-	}
+	out, err := queryInsert(ctx, s, db, nt, collect, q, args...)
 	if err != nil {
 		return nil, err
 	}

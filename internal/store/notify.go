@@ -85,6 +85,17 @@ func notifyAfter(db DBTX, n *Notify) (*pgxpool.Pool, bool) {
 	return p, ok && n != nil && n.AfterCommit && len(n.Queues) > 0
 }
 
+// queryInsert runs an insert statement whose $10 and $11 carry n's channel and
+// queues (notifyColumn), and collects its rows: with the NOTIFY inside the statement's
+// transaction, or announced after its commit when notifyAfter says so.
+func queryInsert[T any](ctx context.Context, s *Store, db DBTX, n *Notify, collect func(pgx.Rows, error) (T, error), sql string, args ...any) (T, error) {
+	if pool, after := notifyAfter(db, n); after {
+		args[9], args[10] = "", []string(nil) // no NOTIFY inside: it follows the commit
+		return withNotifyAfter(ctx, s, pool, n, collect, sql, args...)
+	}
+	return collect(db.Query(ctx, sql, args...))
+}
+
 // withNotifyAfter runs sql, an insert that carries no NOTIFY, in a transaction of its
 // own, and announces n in a second transaction that commits asynchronously — both in
 // one pipeline, so in one round trip: BEGIN; sql; COMMIT; NOTIFY.
