@@ -26,8 +26,9 @@ test: deps vet
 lint: vet
 	@test -z "$$(gofmt -l .)" || (gofmt -l . && exit 1)
 
+## bench: BENCH_FLAGS passes flags through, e.g. make bench BENCH_FLAGS='--runs 3'.
 bench: deps
-	$(GO) run ./cmd/skiplock bench
+	$(GO) run ./cmd/skiplock bench $(BENCH_FLAGS)
 
 ## chaos: the short fault-injection profile (about 6 minutes); soak: 30 minutes of
 ## randomized faults from a printed seed (replay with: go run ./tools/chaos --soak --seed N).

@@ -127,6 +127,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"relay", "--to", "amqp://user:hunter2@broker", "--batch", "0"}, "--batch and --concurrency"},
 		{[]string{"relay", "--to", "https://hooks.example", "--webhook-secret", "s", "--webhook-endpoint", "x"}, "want name=URL"},
 		{[]string{"bench", "--workload", "W99"}, "bench: --workload"},
+		{[]string{"bench", "--runs", "0"}, "bench: --runs 0: want 1 or more"},
+		{[]string{"bench", "--runs", "many"}, `invalid argument "many" for "--runs"`},
 		{[]string{"version", "now"}, `unexpected arguments ["now"]`},
 		{[]string{"help", "jobs", "lst"}, `help: unknown command "jobs lst"; valid: `},
 		{[]string{"metrics", "--min-interval", "often"}, `invalid argument "often" for "--min-interval"`},

@@ -44,6 +44,20 @@ type Result struct {
 	// Verified says how exactly-once success was checked.
 	Verified string         `json:"verified,omitempty"`
 	Extra    map[string]any `json:"extra,omitempty"`
+	// Run is which run of several (--runs) this result comes from, counting from 1;
+	// Runs, set only on a summary (Summarize), is how many runs it is the median of.
+	Run  int `json:"run,omitempty"`
+	Runs int `json:"runs,omitempty"`
+
+	// judge is the rule that decides Met from the result's own figures (judgeBy), so
+	// that a summary of several runs can be judged by the same rule.
+	judge func(*Result) bool
+}
+
+// judgeBy sets r's target and the rule that decides it, and applies the rule.
+func (r *Result) judgeBy(target string, rule func(*Result) bool) {
+	r.Target, r.judge = target, rule
+	r.Met = boolp(rule(r))
 }
 
 // Env is what workloads run against.
@@ -246,6 +260,11 @@ func (l *latencies) fill(r *Result) {
 }
 
 func boolp(b bool) *bool { return &b }
+
+// atLeast is the rule of a throughput target: at least rate jobs/s.
+func atLeast(rate float64) func(*Result) bool {
+	return func(x *Result) bool { return x.JobsPerSec >= rate }
+}
 
 // noop is the benchmark job.
 type noop struct {

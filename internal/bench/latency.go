@@ -260,7 +260,6 @@ func runW6(ctx context.Context, e *Env) (*Result, error) {
 	st := w6Split(rec.samples, rec.notes)
 	r := &Result{Workload: "W6", N: total, Seconds: elapsed.Seconds(), JobsPerSec: float64(total) / elapsed.Seconds(),
 		Settings: e.Settings + "; enqueue: autocommit Client.Enqueue, pool of 40; worker: MaxWorkers 100, client defaults",
-		Target:   "p50 ≤ 1.5 ms, p95 ≤ 3 ms, p99 ≤ 5 ms",
 		Verified: verified + fmt.Sprintf(" (%d measured, %d warm-up)", total, rec.warm),
 		Extra:    st.extra(),
 	}
@@ -269,9 +268,14 @@ func runW6(ctx context.Context, e *Env) (*Result, error) {
 			n, n-(after.Claimed-before.Claimed), float64((after.ClaimTime-before.ClaimTime).Microseconds())/1000/float64(n))
 	}
 	st.total.fill(r)
-	r.Met = boolp(r.P50ms <= 1.5 && r.P95ms <= 3 && r.P99ms <= 5)
+	r.judgeBy(w6Target, w6Met)
 	return r, nil
 }
+
+// w6Target is issue #16's W6 target, judged on one run or on the median of several.
+const w6Target = "p50 ≤ 1.5 ms, p95 ≤ 3 ms, p99 ≤ 5 ms"
+
+func w6Met(x *Result) bool { return x.P50ms <= 1.5 && x.P95ms <= 3 && x.P99ms <= 5 }
 
 // w6WarmUp enqueues one job on each of the enqueuing pool's connections (so every
 // connection is open and has the insert prepared) and waits until the working

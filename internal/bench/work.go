@@ -113,8 +113,7 @@ func work(ctx context.Context, e *Env, o workOpts) (*Result, map[float64]time.Du
 func runW4(ctx context.Context, e *Env) (*Result, error) {
 	r, _, err := work(ctx, e, workOpts{name: "W4", n: e.n(10000), workers: 1})
 	if err == nil {
-		r.Target = "≥ 25,000 jobs/s"
-		r.Met = boolp(r.JobsPerSec >= 25000)
+		r.judgeBy("≥ 25,000 jobs/s", atLeast(25000))
 	}
 	return r, err
 }
@@ -127,8 +126,7 @@ func runW5(ctx context.Context, e *Env) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.Target = "≥ 40,000 jobs/s (≥ 0.85 × B1)"
-	r.Met = boolp(r.JobsPerSec >= 40000)
+	r.judgeBy("≥ 40,000 jobs/s (≥ 0.85 × B1)", atLeast(40000))
 	e.w5 = r.JobsPerSec
 	r.Extra["concurrency"] = W5Workers
 	d, _, err := work(ctx, e, workOpts{name: "W5d", n: e.n(50000), workers: W5Workers, deleteOnSuccess: true})
@@ -147,9 +145,12 @@ func runW7(ctx context.Context, e *Env) (*Result, error) {
 	}
 	first := 0.1 * float64(n) / marks[0.1].Seconds()
 	last := 0.1 * float64(n) / (marks[1] - marks[0.9]).Seconds()
-	r.Target = "≥ 40,000 jobs/s, last 10% within 20% of first"
-	r.Met = boolp(r.JobsPerSec >= 40000 && last >= 0.8*first)
 	r.Extra["first_10pct_jobs_per_sec"], r.Extra["last_10pct_jobs_per_sec"], r.Extra["concurrency"] = int(first), int(last), W5Workers
+	r.judgeBy("≥ 40,000 jobs/s, last 10% within 20% of first", func(x *Result) bool {
+		first, _ := number(x.Extra["first_10pct_jobs_per_sec"])
+		last, _ := number(x.Extra["last_10pct_jobs_per_sec"])
+		return x.JobsPerSec >= 40000 && last >= 0.8*first
+	})
 	return r, nil
 }
 
@@ -189,7 +190,10 @@ func runW9(ctx context.Context, e *Env) (*Result, error) {
 	r.Target = "≥ 0.8 × W5 (same run); binding limit ≥ 95% of 5,000 jobs/s"
 	if e.w5 > 0 {
 		r.Limit, r.Ratio = "W5", r.JobsPerSec/e.w5
-		r.Met = boolp(r.Ratio >= 0.8 && b.JobsPerSec >= 0.95*ceiling)
+		r.judgeBy(r.Target, func(x *Result) bool {
+			binding, _ := number(x.Extra["binding_limit_50_10ms_jobs_per_sec"])
+			return x.Ratio >= 0.8 && binding >= 0.95*ceiling
+		})
 	}
 	return r, nil
 }
