@@ -163,7 +163,7 @@ func (s *Store) runFinish(ctx context.Context, db DBTX, now *time.Time, outs []O
 			return nil, err
 		}
 		defer rows.Close()
-		m := map[Lease]string{}
+		m := make(map[Lease]string, len(outs))
 		for rows.Next() {
 			var n int
 			var st string
@@ -176,7 +176,7 @@ func (s *Store) runFinish(ctx context.Context, db DBTX, now *time.Time, outs []O
 			m[outs[n-1].Lease] = st
 		}
 		return m, rows.Err()
-	}, st.sql, Now(now), ids, tokens, actions, delays, errs, outputs)
+	}, st.sql, Now(now), uuidArg(ids), uuidArg(tokens), actions, delays, errs, outputs)
 }
 
 func collectStatuses(rows pgx.Rows) (map[string]string, error) {
@@ -207,7 +207,7 @@ type FinishedRow struct {
 
 // Finished reads the state of the given jobs (absent ids were deleted).
 func (s *Store) Finished(ctx context.Context, db DBTX, ids []string) (map[string]FinishedRow, error) {
-	rows, err := db.Query(ctx, s.finish.finished.sql, ids)
+	rows, err := db.Query(ctx, s.finish.finished.sql, uuidArg(ids))
 	if err != nil {
 		return nil, err
 	}

@@ -230,7 +230,7 @@ type Lease struct {
 // means that lease is lost — or had less than HeartbeatMargin(d) left.
 func (s *Store) Heartbeat(ctx context.Context, db DBTX, now *time.Time, leases []Lease, d time.Duration) (map[string]bool, error) {
 	ids, tokens := splitLeases(leases)
-	renewed, err := guarded(ctx, db, collectStrings, s.lease.heartbeat.sql, Now(now), ids, tokens, micros(d), micros(HeartbeatMargin(d)))
+	renewed, err := guarded(ctx, db, collectStrings, s.lease.heartbeat.sql, Now(now), uuidArg(ids), uuidArg(tokens), micros(d), micros(HeartbeatMargin(d)))
 	if err != nil {
 		return nil, err
 	}

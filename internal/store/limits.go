@@ -473,7 +473,7 @@ func (s *Store) ClaimLimited(ctx context.Context, db Batcher, now *time.Time, p 
 // parameters and its head window.
 func (s *Store) queueLimitedClaim(b *pgx.Batch, claim stmt, now *time.Time, p ClaimParams, window int) {
 	ids, tokens := splitLeases(p.Preds)
-	b.Queue(claim.sql, Now(now), p.Queue, p.WorkerID, micros(p.Lease), p.Limit, window, ids, tokens)
+	b.Queue(claim.sql, Now(now), p.Queue, p.WorkerID, micros(p.Lease), p.Limit, window, uuidArg(ids), uuidArg(tokens))
 }
 
 // limitedClaimed reads the lock's result and the claimed jobs of a limited claim's
@@ -483,10 +483,8 @@ func limitedClaimed(br pgx.BatchResults) ([]*Job, error) {
 		return nil, fmt.Errorf("limit lock: %w", err)
 	}
 	rows, err := br.Query()
-	jobs, err := collect(rows, err, func(row pgx.Row) (*Job, error) {
-		var j Job
-		err := row.Scan(append(jobDest(&j), &j.Unblocks, &j.SlotOf, &j.SlotToken)...)
-		return &j, err
+	jobs, err := collectJobRows(rows, err, func(d []any, j *Job) []any {
+		return append(d, &j.Unblocks, &j.SlotOf, &j.SlotToken)
 	})
 	if err != nil {
 		return nil, err

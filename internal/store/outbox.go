@@ -378,7 +378,7 @@ func (s *Store) OutboxFinish(ctx context.Context, db DBTX, now *time.Time, outs 
 			m[id] = OutboxAction(a)
 		}
 		return m, rows.Err()
-	}, s.outbox.finish.sql, Now(now), ids, tokens, actions, delays, errs)
+	}, s.outbox.finish.sql, Now(now), uuidArg(ids), uuidArg(tokens), actions, delays, errs)
 }
 
 // OutboxGet returns one event, or pgx.ErrNoRows.

@@ -76,7 +76,7 @@ func (s *Store) Reclaim(ctx context.Context, db DBTX, now *time.Time, leases []L
 	for i, d := range delays {
 		us[i] = micros(d)
 	}
-	rows, err := db.Query(ctx, s.reclaim.reclaim.sql, Now(now), ids, tokens, us)
+	rows, err := db.Query(ctx, s.reclaim.reclaim.sql, Now(now), uuidArg(ids), uuidArg(tokens), us)
 	if err != nil {
 		return nil, err
 	}
