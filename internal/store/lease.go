@@ -22,14 +22,24 @@ import (
 // one disk sync off the path from enqueue to handler start.
 const asyncCommit = `set_config('synchronous_commit', 'off', true) AS async`
 
+// claimToken is the claim statement's lease token, a column of its t (claimSet).
+const claimToken = `gen_random_uuid() AS token`
+
 // claimSet is what a claim writes to each job it takes ($3 the worker, $4 the lease in
-// microseconds, t.now the claim's time): running, one more attempt, a fresh lease.
-// Each claim also sets slot_of and slot_token (limits.go, holdsSlot): NULL, or the
-// predecessor a limited claim hands the job's slots from.
+// microseconds, t.now the claim's time, t.token its token): running, one more attempt,
+// a fresh lease. Each claim also sets slot_of and slot_token (limits.go, holdsSlot):
+// NULL, or the predecessor a limited claim hands the job's slots from.
+//
+// One token per claim statement (claimToken), shared by the jobs it takes. Fencing
+// needs a token that no earlier claim of the same job held, and every fenced write
+// matches (id, lease_token), never the token alone, so jobs of one claim sharing it
+// changes nothing a write can match. A token per row called gen_random_uuid() for each
+// job, a call into OpenSSL's random generator that cost ~5 µs: a fifth of the claim
+// statement's time (pg_stat_statements over B1: 19.5–20.1 → 14.9–15.6 ms per 1,000).
 const claimSet = `SET status = 'running',
     attempts = j.attempts + 1,
     lease_until = t.now + $4::bigint * interval '1 microsecond',
-    lease_token = gen_random_uuid(),
+    lease_token = t.token,
     worker_id = $3,
     attempted_at = t.now,
     updated_at = t.now`
@@ -96,7 +106,7 @@ WITH t AS (
          coalesce($6::int, 2147483647) AS prio,
          NOT EXISTS (SELECT 1 FROM {{s}}.queues p WHERE p.name = $2 AND p.paused_at IS NOT NULL)
            AND `+unlimited+` AS open,
-         `+asyncCommit+`
+         `+asyncCommit+`, `+claimToken+`
   FROM (SELECT coalesce($1::timestamptz, now()) AS now) n
 ),
 `+claimBranch("a", ">")+`,

@@ -283,9 +283,10 @@ SELECT * FROM claimed`
 // limRated is whether any limit that may govern queue $2's jobs has a rate.
 const limRated = `EXISTS (SELECT 1 FROM lim WHERE lim.rate IS NOT NULL)`
 
-// limitPrologue is the limited claims' time t (now, and the switch to an asynchronous
-// commit: see asyncCommit) and lim, the limits that may govern queue $2's jobs.
-const limitPrologue = `t AS MATERIALIZED (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now, ` + asyncCommit + `),
+// limitPrologue is the limited claims' t (now, the switch to an asynchronous commit:
+// see asyncCommit, and the claim's token: claimSet) and lim, the limits that may
+// govern queue $2's jobs.
+const limitPrologue = `t AS MATERIALIZED (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now, ` + asyncCommit + `, ` + claimToken + `),
 lim AS MATERIALIZED (
   SELECT scope, target, key, max_running, rate, per_us FROM {{s}}.limits
   WHERE (scope = 'queue' AND target = $2) OR scope = 'kind'

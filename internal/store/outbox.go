@@ -29,9 +29,10 @@ func outboxPrefixed(p string) string {
 // claimOutbox is the claim's template; %s is the extra predicate of ordered mode.
 // Rows are locked in (created_at, id) order through outbox_unpublished_idx, skipping
 // rows other relays hold; due (available_at) and not under a live relay lease. The
-// same statement leases them under a fresh token and counts the attempt.
+// same statement leases them under a fresh token, one for the statement as a job
+// claim's (claimSet says why), and counts the attempt.
 const claimOutbox = `
-WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
+WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now, ` + claimToken + `),
 c AS (
   SELECT o.id FROM {{s}}.outbox AS o
   WHERE o.published_at IS NULL AND o.dead_at IS NULL
@@ -43,7 +44,7 @@ c AS (
 )
 UPDATE {{s}}.outbox AS o
 SET relay_until = t.now + $3::bigint * interval '1 microsecond',
-    relay_token = gen_random_uuid(),
+    relay_token = t.token,
     attempts = o.attempts + 1
 FROM t
 WHERE o.id = ANY(ARRAY(SELECT id FROM c)) -- a primary-key index condition, never a hash join on a scan
