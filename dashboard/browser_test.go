@@ -344,6 +344,15 @@ func browserRetry(t *testing.T, browserCtx context.Context) {
 		t.Errorf("the row's state is %q", s)
 	}
 	b.shot("jobs-failed")
+	// A refresh changes only what differs: the link stays the same element, so a
+	// click that lands during a refresh still lands on it.
+	b.run("mark the job link", chromedp.Evaluate[chromedp.Void](`document.querySelector('[data-testid="job-link"]').skiplockMark = true`))
+	before := b.text("live-status")
+	b.waitFor("a live refresh after the mark", fmt.Sprintf(
+		`(s => s.startsWith("updated") && s !== %q)(document.querySelector('[data-testid="live-status"]').textContent.trim())`, before), 30*time.Second)
+	if !eval[bool](b, `document.querySelector('[data-testid="job-link"]').skiplockMark === true`) {
+		t.Error("the live refresh replaced the job link: want it patched in place")
+	}
 	b.click(tid("job-link"), http.StatusOK)
 	failed := f.jobs[skiplock.StateFailed]
 	if id := b.text("job-id"); id != failed {

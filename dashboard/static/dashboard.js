@@ -69,6 +69,51 @@
     }
   }
 
+  // patch makes the node cur read like next, changing only what differs: an element
+  // that stays keeps its identity, so a link under the pointer, the keyboard focus and
+  // a text selection outlive a refresh that did not change them (replacing the whole
+  // region every second lost all three, and a click pressed as it landed).
+  function patch(cur, next) {
+    if (cur.nodeType !== next.nodeType || cur.nodeName !== next.nodeName) {
+      cur.parentNode.replaceChild(document.importNode(next, true), cur);
+      return;
+    }
+    if (cur.nodeType !== Node.ELEMENT_NODE) {
+      if (cur.nodeValue !== next.nodeValue) {
+        cur.nodeValue = next.nodeValue;
+      }
+      return;
+    }
+    var i;
+    for (i = cur.attributes.length - 1; i >= 0; i--) {
+      if (!next.hasAttribute(cur.attributes[i].name)) {
+        cur.removeAttribute(cur.attributes[i].name);
+      }
+    }
+    for (i = 0; i < next.attributes.length; i++) {
+      var a = next.attributes[i];
+      if (cur.getAttribute(a.name) !== a.value) {
+        cur.setAttribute(a.name, a.value);
+      }
+    }
+    patchChildren(cur, next);
+  }
+
+  function patchChildren(cur, next) {
+    var have = cur.childNodes;
+    var want = next.childNodes;
+    var i;
+    for (i = 0; i < want.length && i < have.length; i++) {
+      patch(have[i], want[i]);
+    }
+    for (; i < want.length; i++) {
+      cur.appendChild(document.importNode(want[i], true));
+    }
+    while (have.length > want.length) {
+      cur.removeChild(cur.lastChild);
+    }
+  }
+
   function refresh() {
     if (busy || pressing || leaving || document.hidden || (toggle && !toggle.checked) || editing()) {
       return;
@@ -85,7 +130,7 @@
         var doc = new DOMParser().parseFromString(html, "text/html");
         var fresh = doc.getElementById("live");
         if (fresh && !editing() && !pressing && !leaving) {
-          live.replaceChildren.apply(live, Array.prototype.slice.call(fresh.childNodes));
+          patchChildren(live, fresh);
         }
         failures = 0;
         say("updated " + new Date().toLocaleTimeString(), false);
