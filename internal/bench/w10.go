@@ -459,7 +459,7 @@ func runW10(ctx context.Context, e *Env) (*Result, error) {
 		Settings: e.Settings + fmt.Sprintf("; %d jobs/s offered: autocommit Client.Enqueue, pool of %d; worker: MaxWorkers %d, client defaults",
 			w10Rate, w10AppConns, w10Workers),
 		Target:   fmt.Sprintf("≥ %.0f%% of offered; pin p99 ≤ %g× base", 100*w10RateShare, w10P99Factor),
-		Met:      boolp(v.met()),
+		Met:      w10Met(v),
 		Verified: verified + fmt.Sprintf(" (%d measured, %d warm-up)", total, rec.warm),
 		Extra: map[string]any{
 			"windows": w10Windows(windows),
@@ -495,4 +495,12 @@ func w10WarmUp(ctx context.Context, app *skiplock.Client, pool *pgxpool.Pool, re
 		defer rec.mu.Unlock()
 		return fmt.Errorf("W10: warm-up: %d of %d jobs ran", rec.warmRuns, rec.warm)
 	}
+}
+
+// w10Met is W10's verdict as a result's Met: nil when the run is inconclusive.
+func w10Met(v w10Verdict) *bool {
+	if v.inconclusive() {
+		return nil
+	}
+	return boolp(v.met())
 }

@@ -101,6 +101,19 @@ func TestJudgeW10(t *testing.T) {
 	if v := judgeW10(plan, ws); v.met() || len(v.slow) != 1 || !strings.Contains(v.String(), "recovery @80s") {
 		t.Errorf("slow: %+v %s", v, v)
 	}
+	// A baseline slower than the median pin window was disturbed by something else:
+	// the rule holds against it, but the run is inconclusive, neither met nor missed.
+	ws = flat()
+	ws[0].P99ms, ws[1].P99ms, ws[2].P99ms = 40, 45, 50
+	ws[4].P99ms = 80
+	if v := judgeW10(plan, ws); v.met() || !v.inconclusive() || w10Met(v) != nil || v.pinP99Median != 6 ||
+		!strings.HasPrefix(v.String(), "INCONCLUSIVE: the baseline's p99 (45.00 ms) is above the median pin window's (6.00 ms)") {
+		t.Errorf("disturbed baseline: %+v %s", v, v)
+	}
+	ws[5].P99ms = 95 // and a window over the bound is still a miss
+	if v := judgeW10(plan, ws); v.met() || v.inconclusive() || w10Met(v) == nil || *w10Met(v) || !strings.HasPrefix(v.String(), "missed") {
+		t.Errorf("disturbed baseline, one window over: %+v %s", v, v)
+	}
 	ws = flat()
 	ws[5].OfferedPerSec, ws[5].CompletedPerSec = 500, 500
 	if v := judgeW10(plan, ws); v.met() || len(v.behind) != 1 {

@@ -61,17 +61,34 @@ type w10Verdict struct {
 	// went above w10P99Factor times it: the queue's own part of the rule.
 	baseQueueP99 float64
 	queueOver    int
+	// pinP99Median is the median of the pin windows' p99. A baseline above it was
+	// disturbed by something other than the pin (the pin only adds work), and a rule
+	// relative to it proves nothing: such a run is inconclusive, not met.
+	pinP99Median float64
 }
 
+// disturbed reports whether the baseline's p99 is above the median pin window's.
+func (v w10Verdict) disturbed() bool { return v.baseP99 > v.pinP99Median && v.pinP99Median > 0 }
+
 func (v w10Verdict) met() bool {
-	return len(v.slow) == 0 && len(v.behind) == 0 && v.over == 0 && v.baseP99 > 0
+	return len(v.slow) == 0 && len(v.behind) == 0 && v.over == 0 && v.baseP99 > 0 && !v.disturbed()
+}
+
+// inconclusive is a run that would have met the rule against a disturbed baseline.
+func (v w10Verdict) inconclusive() bool {
+	return len(v.slow) == 0 && len(v.behind) == 0 && v.over == 0 && v.disturbed()
 }
 
 func (v w10Verdict) String() string {
 	var parts []string
-	if v.met() {
+	switch {
+	case v.met():
 		parts = append(parts, "MET")
-	} else {
+	case v.inconclusive():
+		parts = append(parts, fmt.Sprintf("INCONCLUSIVE: the baseline's p99 (%.2f ms) is above the median pin window's (%.2f ms), so "+
+			"something other than the pin slowed the baseline and the rule, relative to it, proves nothing: run it again on a quieter machine",
+			v.baseP99, v.pinP99Median))
+	default:
 		parts = append(parts, "missed")
 	}
 	parts = append(parts, fmt.Sprintf("pin p99 max %.2f ms = %.2f× the baseline's %.2f ms (bound %g×; %d pin windows above it)",
@@ -106,10 +123,11 @@ func firstFew(s []string, n int) string {
 // judgeW10 decides: every window after the warm-up completes at least w10RateShare
 // of what was offered in it (and the generator offered at least that share of
 // w10Rate), and every pin window's p99 stays within w10P99Factor of the baseline p99,
-// the median of the baseline windows' p99.
+// the median of the baseline windows' p99 — unless that baseline is above the median
+// pin window's p99 (disturbed): then the run is inconclusive.
 func judgeW10(plan w10Plan, ws []W10Window) w10Verdict {
 	var v w10Verdict
-	var base, baseQueue []float64
+	var base, baseQueue, pin []float64
 	for k, w := range ws {
 		switch w.Phase {
 		case W10Baseline:
@@ -117,6 +135,7 @@ func judgeW10(plan w10Plan, ws []W10Window) w10Verdict {
 			baseQueue = append(baseQueue, w.QueueP99ms)
 		case W10Pin:
 			v.pinP99Max = max(v.pinP99Max, w.P99ms)
+			pin = append(pin, w.P99ms)
 		}
 		if k < w10WarmWindows {
 			continue
@@ -137,6 +156,9 @@ func judgeW10(plan w10Plan, ws []W10Window) w10Verdict {
 	}
 	if v.baseP99 > 0 {
 		v.ratio = v.pinP99Max / v.baseP99
+	}
+	if len(pin) > 0 {
+		v.pinP99Median = median(pin)
 	}
 	for _, w := range ws {
 		if w.Phase != W10Pin {
