@@ -100,18 +100,15 @@ over several runs (W6's target is stated as the median of 3).`,
 		stdout := cmd.OutOrStdout()
 		for run := 1; run <= runs; run++ {
 			var results []*bench.Result
+			label := "" // which run, when there are several
+			if runs > 1 {
+				label = fmt.Sprintf("run %d of %d: ", run, runs)
+			}
 			for _, w := range selected {
-				if runs > 1 {
-					fmt.Fprintf(stderr, "bench: run %d of %d: %s — %s\n", run, runs, w.Name, w.Title)
-				} else {
-					fmt.Fprintf(stderr, "bench: %s — %s\n", w.Name, w.Title)
-				}
+				fmt.Fprintf(stderr, "bench: %s%s — %s\n", label, w.Name, w.Title)
 				r, err := w.Run(ctx, env)
 				if err != nil {
-					if runs > 1 {
-						return fmt.Errorf("run %d of %d: %s: %w", run, runs, w.Name, err)
-					}
-					return fmt.Errorf("%s: %w", w.Name, err)
+					return fmt.Errorf("%s%s: %w", label, w.Name, err)
 				}
 				r.Title = w.Title
 				if runs > 1 {
@@ -126,10 +123,9 @@ over several runs (W6's target is stated as the median of 3).`,
 			}
 			all = append(all, results)
 			if !out.json() {
+				fmt.Fprintln(stdout)
 				if runs > 1 {
-					fmt.Fprintf(stdout, "\nrun %d of %d\n", run, runs)
-				} else {
-					fmt.Fprintln(stdout)
+					fmt.Fprintf(stdout, "run %d of %d\n", run, runs)
 				}
 				bench.Table(stdout, results)
 			}

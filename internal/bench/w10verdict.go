@@ -5,7 +5,6 @@ package bench
 import (
 	"fmt"
 	"math"
-	"slices"
 	"strings"
 	"time"
 )
@@ -149,10 +148,7 @@ func judgeW10(plan w10Plan, ws []W10Window) w10Verdict {
 		}
 	}
 	if len(base) > 0 {
-		slices.Sort(base)
-		v.baseP99 = base[len(base)/2]
-		slices.Sort(baseQueue)
-		v.baseQueueP99 = baseQueue[len(baseQueue)/2]
+		v.baseP99, v.baseQueueP99 = median(base), median(baseQueue)
 	}
 	if v.baseP99 > 0 {
 		v.ratio = v.pinP99Max / v.baseP99

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
 
@@ -16,6 +17,18 @@ func newStore(t *testing.T, schema string) *Store {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// storeWithJobs returns a store on a fresh schema holding n pending jobs of kind k,
+// and the pool it is on.
+func storeWithJobs(t *testing.T, n int) (*Store, *pgxpool.Pool) {
+	t.Helper()
+	s := newStore(t, pgtest.Schema(t))
+	pool := pgtest.Pool(t)
+	if _, err := pool.Exec(context.Background(), `INSERT INTO `+s.Table("jobs")+` (kind, payload) SELECT 'k', '{}' FROM generate_series(1, $1)`, n); err != nil {
+		t.Fatal(err)
+	}
+	return s, pool
 }
 
 func partition(t *testing.T, s *Store) {

@@ -19,11 +19,7 @@ import (
 func TestPlanGuardKeepsIndexPlans(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := newStore(t, pgtest.Schema(t))
-	pool := pgtest.Pool(t)
-	if _, err := pool.Exec(ctx, `INSERT INTO `+s.Table("jobs")+` (kind, payload) SELECT 'k', '{}' FROM generate_series(1, 40)`); err != nil {
-		t.Fatal(err)
-	}
+	s, pool := storeWithJobs(t, 40)
 	if _, err := pool.Exec(ctx, `INSERT INTO `+s.Table("outbox")+` (aggregate_type, aggregate_id, event_type, payload)
 SELECT 'a', g::text, 'e', '{}' FROM generate_series(1, 40) g`); err != nil {
 		t.Fatal(err)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/skiplock/skiplock/internal/pgtest"
 )
 
 // A claim leases its jobs under one token of its own: the jobs of one claim share it,
@@ -14,11 +12,7 @@ import (
 func TestClaimTokenIsFreshPerClaim(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := newStore(t, pgtest.Schema(t))
-	pool := pgtest.Pool(t)
-	if _, err := pool.Exec(ctx, `INSERT INTO `+s.Table("jobs")+` (kind, payload) SELECT 'k', '{}' FROM generate_series(1, 3)`); err != nil {
-		t.Fatal(err)
-	}
+	s, pool := storeWithJobs(t, 3)
 	claim := func() []*Job {
 		t.Helper()
 		jobs, err := s.Claim(ctx, pool, nil, ClaimParams{Queue: "default", WorkerID: "w", Limit: 10, Lease: time.Minute})
