@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
@@ -44,5 +45,29 @@ func TestWorkloadsRunAndVerify(t *testing.T) {
 	}
 	if ws, err := Select("W10"); err != nil || len(ws) != 1 || ws[0].Name != "W10" {
 		t.Fatalf("Select(W10) = %v, %v", ws, err)
+	}
+}
+
+// A workload's pool is fully connected when the workload gets it, so no timed run
+// waits for the opening of the application's own connections (pgxpool opens its
+// MinConns in the background); a pool that cannot connect is an error, not a
+// workload that starts anyway.
+func TestPoolIsConnectedBeforeTheClock(t *testing.T) {
+	t.Parallel()
+	env := &Env{Pool: pgtest.Pool(t), URL: pgtest.URL(t)}
+	pool, err := env.pool(context.Background(), 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if st := pool.Stat(); st.TotalConns() != 6 || st.IdleConns() != 6 {
+		t.Fatalf("pool has %d connections (%d idle) on return, want 6 open and idle", st.TotalConns(), st.IdleConns())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	bad := &Env{URL: "postgres://nobody@127.0.0.1:1/none?connect_timeout=1"}
+	if p, err := bad.pool(ctx, 2); err == nil {
+		p.Close()
+		t.Fatal("a pool that cannot connect was returned without an error")
 	}
 }
