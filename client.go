@@ -78,7 +78,8 @@ type Config struct {
 	// in-transaction NOTIFY per queue, plus one trailing NOTIFY at its end if any
 	// enqueue was skipped — for enqueues in their own transaction (Enqueue,
 	// EnqueueMany on the client's pool), only once every one of them that skipped its
-	// NOTIFY has committed. NOTIFY serialises committing transactions on a global
+	// NOTIFY has committed, and only while they overlap: one such enqueue at a time
+	// always carries its own. NOTIFY serialises committing transactions on a global
 	// lock; coalescing keeps concurrent enqueues from queueing behind it. Default 2ms;
 	// negative notifies every transaction (then a job enqueued in a long transaction
 	// never waits for a poll).
@@ -293,6 +294,7 @@ type Client struct {
 	skipped    map[string]int  // enqueues in flight that rely on the trailing NOTIFY
 	due        map[string]bool // the window ended while some of them were in flight
 	notifying  int             // own inserts in flight that carry a NOTIFY inside their transaction
+	ownFlight  int             // own inserts in flight, whatever their NOTIFY
 	sendNotify func(queue string)
 	bg         sync.WaitGroup // trailing notifications
 
@@ -365,12 +367,29 @@ func (c *Client) Pool() *pgxpool.Pool { return c.pool }
 // while no other such insert of this client is in flight; otherwise it announces them
 // after its commit, in an asynchronously committed transaction of its own, so that it
 // does not wait on NOTIFY's lock for the other's disk sync (store.Notify.AfterCommit).
+//
+// An own insert with no other own insert in flight is not coalesced: it carries its
+// NOTIFY and opens a window for the inserts that overlap it. Coalescing saves
+// concurrent commits from queueing on NOTIFY's lock; one insert at a time has nobody
+// of its own to queue behind, and skipping its NOTIFY only bought a trailing one, a
+// transaction of its own on another connection (sequential enqueues, W1, sent one for
+// every 4–5 inserts).
 func (c *Client) notifyQueues(queues []string, own bool) (notify *store.Notify, done func()) {
 	c.notifyMu.Lock()
 	defer c.notifyMu.Unlock()
 	send, done := queues, func() {}
-	if c.cfg.NotifyCoalesce >= 0 {
+	switch {
+	case c.cfg.NotifyCoalesce < 0:
+	case own && c.ownFlight == 0:
+		now := hostclock.Now()
+		for _, q := range queues {
+			c.lastNotify[q] = now
+		}
+	default:
 		send, done = c.coalesceLocked(queues, own)
+	}
+	if own {
+		done = c.countLocked(&c.ownFlight, done)
 	}
 	if len(send) == 0 {
 		return nil, done
@@ -381,16 +400,21 @@ func (c *Client) notifyQueues(queues []string, own bool) (notify *store.Notify, 
 	case c.notifying > 0:
 		n.AfterCommit = true
 	default:
-		c.notifying++
-		coalesced := done
-		done = func() {
-			c.notifyMu.Lock()
-			c.notifying--
-			c.notifyMu.Unlock()
-			coalesced()
-		}
+		done = c.countLocked(&c.notifying, done)
 	}
 	return n, done
+}
+
+// countLocked counts one more insert in flight on *n and returns done extended to
+// count it off. Called with notifyMu held; n is one of its counters.
+func (c *Client) countLocked(n *int, done func()) func() {
+	*n++
+	return func() {
+		c.notifyMu.Lock()
+		*n--
+		c.notifyMu.Unlock()
+		done()
+	}
 }
 
 // coalesceLocked returns the queues an insert announces itself (see notifyQueues)

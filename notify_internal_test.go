@@ -40,12 +40,12 @@ func TestTrailingNotifyWaitsForTheInsertsThatSkippedTheirs(t *testing.T) {
 	if n == nil || len(n.Queues) != 1 || n.Queues[0] != "q" {
 		t.Fatalf("the window's first insert carries no NOTIFY: %+v", n)
 	}
-	done1()
-	n, done2 := c.notifyQueues([]string{"q"}, true)
+	n, done2 := c.notifyQueues([]string{"q"}, true) // overlaps the first
 	_, done3 := c.notifyQueues([]string{"q"}, true)
 	if n != nil {
 		t.Fatalf("a second insert within the window carries a NOTIFY of its own: %+v", n)
 	}
+	done1()
 	c.trailingDue("q") // the window ends while both inserts still run
 	nothingSent("at the window's end, two inserts still running")
 	done2()
@@ -69,10 +69,51 @@ func TestTrailingNotifyWaitsForTheInsertsThatSkippedTheirs(t *testing.T) {
 	c.trailingDue("q")
 	oneSent("at the end of a window of an insert in the caller's transaction")
 	// A window that ends with nothing in flight sends at once.
-	_, done4 := c.notifyQueues([]string{"q"}, true)
+	_, done4 := c.notifyQueues([]string{"q"}, false)
 	done4()
 	c.trailingDue("q")
 	oneSent("at the end of a window with nothing in flight")
+}
+
+// One own insert at a time is never coalesced: each carries its NOTIFY inside its
+// transaction and none waits for, or schedules, a trailing one (skipping it would buy
+// nothing but that trailing transaction). The window it opens still coalesces the
+// inserts that overlap it.
+func TestSequentialInsertsCarryTheirOwnNotify(t *testing.T) {
+	t.Parallel()
+	c := &Client{cfg: Config{NotifyCoalesce: time.Hour}, channel: "ch", lastNotify: map[string]time.Time{},
+		trailing: map[string]bool{}, skipped: map[string]int{}, due: map[string]bool{}}
+	c.sendNotify = func(q string) { t.Errorf("a trailing NOTIFY for %s was sent", q) }
+	for i := range 3 {
+		n, done := c.notifyQueues([]string{"q", "r"}, true)
+		if n == nil || len(n.Queues) != 2 || n.AfterCommit {
+			t.Fatalf("sequential insert %d: %+v; want both queues announced inside its transaction", i, n)
+		}
+		done()
+	}
+	c.notifyMu.Lock()
+	scheduled := c.trailing["q"] || c.trailing["r"]
+	c.notifyMu.Unlock()
+	if scheduled {
+		t.Fatal("sequential inserts scheduled a trailing NOTIFY")
+	}
+	first, done1 := c.notifyQueues([]string{"q"}, true)
+	overlap, done2 := c.notifyQueues([]string{"q"}, true)
+	if first == nil || overlap != nil {
+		t.Fatalf("overlapping inserts: first %+v, second %+v; want the first to announce and the second coalesced", first, overlap)
+	}
+	c.notifyMu.Lock()
+	scheduled, flight := c.trailing["q"], c.ownFlight
+	c.notifyMu.Unlock()
+	if !scheduled || flight != 2 {
+		t.Fatalf("after an overlap: trailing scheduled %v, %d in flight; want true and 2", scheduled, flight)
+	}
+	c.sendNotify = func(string) {}
+	done2()
+	done1()
+	if c.ownFlight != 0 {
+		t.Fatalf("%d own inserts still counted in flight after all returned", c.ownFlight)
+	}
 }
 
 // An own insert carries its NOTIFY inside its transaction only while no other own
