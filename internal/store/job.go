@@ -107,10 +107,9 @@ func scanJob(row pgx.Row) (*Job, error) {
 // It is the claim's decoding, so it allocates little: jobs come from chunks, and one
 // destination slice serves every row. Per row, scanning into a fresh Job through a
 // fresh destination slice, grown by an append, cost three allocations of ~400 bytes
-// before pgx's own; a
-// claim decodes up to 1,000 rows, and in B1 and W5 the decoding was the largest share
-// of the Go side's time, most of it allocation and the collections it causes
-// (docs/benchmarks.md). A chunk stays reachable while any of its jobs is: the runtime
+// before pgx's own; a claim decodes up to 1,000 rows, and in B1 and W5 the decoding
+// was the largest share of the Go side's time, most of it allocation and the
+// collections it causes (docs/benchmarks.md). A chunk stays reachable while any of its jobs is: the runtime
 // copies what it keeps (fromRow), so chunks live no longer than the claim's decoding.
 func collectJobRows(rows pgx.Rows, err error, extra func(d []any, j *Job) []any) ([]*Job, error) {
 	if err != nil {
