@@ -161,16 +161,39 @@ FROM pg_stat_activity WHERE application_name LIKE 'chaos-r%' AND pid <> pg_backe
 	return n, nil
 }
 
+// reconnectWait bounds how long a termination fault waits for the children to
+// have a backend again. Two faults can fall a few milliseconds apart (spread picks
+// a random instant in each slot), and after the first every child is between its
+// lost connection and its next one; finding none then is the children's normal
+// reconnect, not a failed injection. A child that has no backend for this long
+// has stopped reconnecting, which is a failure.
+const reconnectWait = 10 * time.Second
+
+// terminateWhenConnected ends the chaos children's backends, first waiting up to
+// reconnectWait for at least one to exist. It returns how many it ended.
+func (r *round) terminateWhenConnected(ctx context.Context) (int, error) {
+	deadline := wallNow().Add(reconnectWait)
+	for {
+		n, err := r.terminateBackends(ctx)
+		if err != nil || n > 0 {
+			return n, err
+		}
+		if wallNow().After(deadline) {
+			return 0, fmt.Errorf("pg_terminate_backend found no chaos backend for %v: the children stopped reconnecting", reconnectWait)
+		}
+		if err := pause(ctx, 20*time.Millisecond); err != nil {
+			return 0, err
+		}
+	}
+}
+
 func injectTerminate(ctx context.Context, r *round) error {
 	began := wallNow()
 	if err := atTimes(ctx, r.spread(r.p.faults, r.p.faultPhase), func(int) error {
 		start := wallNow()
-		n, err := r.terminateBackends(ctx)
+		n, err := r.terminateWhenConnected(ctx)
 		if err != nil {
 			return err
-		}
-		if n == 0 {
-			return errors.New("pg_terminate_backend found no chaos backend")
 		}
 		r.mark(fmt.Sprintf("terminated %d backends", n), start)
 		return nil
