@@ -25,12 +25,24 @@ func TestW10QuickScale(t *testing.T) {
 	if !ok {
 		t.Fatalf("windows: %T", r.Extra["windows"])
 	}
-	phases := map[string]int{}
+	// A window of 200 ms can be empty when the machine holds the generator back (as on
+	// a loaded CI run, where a pin window saw no enqueue begin); the verdict must then
+	// say so. Most windows of each phase must have their jobs and a p99.
+	behind := map[string]bool{}
+	for _, at := range judgeW10(newW10Plan(env.Scale), ws).behind {
+		behind[at] = true
+	}
+	phases, filled := map[string]int{}, map[string]int{}
 	var pinDead int64
-	for _, w := range ws {
+	for k, w := range ws {
 		phases[w.Phase]++
-		if w.Offered == 0 || w.P99ms <= 0 {
-			t.Errorf("empty window %+v", w)
+		switch {
+		case w.Offered > 0 && w.P99ms > 0:
+			filled[w.Phase]++
+		case w.Offered > 0:
+			t.Errorf("window %d has jobs and no p99: %+v", k, w)
+		case k >= w10WarmWindows && !behind[w.at()]:
+			t.Errorf("empty window %d not reported as the generator's: %+v", k, w)
 		}
 		if w.Phase == W10Pin {
 			pinDead = max(pinDead, w.DeadTuples)
@@ -38,6 +50,11 @@ func TestW10QuickScale(t *testing.T) {
 	}
 	if phases[W10Baseline] != w10BaseWindows || phases[W10Pin] != w10PinWindows || phases[W10Recovery] != w10RecWindows {
 		t.Errorf("phases %v", phases)
+	}
+	for ph, n := range phases {
+		if filled[ph]*10 < n*8 {
+			t.Errorf("%s: %d of %d windows have jobs", ph, filled[ph], n)
+		}
 	}
 	if pinDead == 0 {
 		t.Error("no dead tuples seen during the pin")

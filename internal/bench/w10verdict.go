@@ -110,6 +110,9 @@ func (v w10Verdict) String() string {
 	return strings.Join(parts, "; ")
 }
 
+// at names a window in the verdict's lists: its phase and start.
+func (w W10Window) at() string { return fmt.Sprintf("%s @%.0fs", w.Phase, w.StartS) }
+
 func round2(x float64) float64 { return math.Round(x*100) / 100 }
 
 func firstFew(s []string, n int) string {
@@ -139,7 +142,7 @@ func judgeW10(plan w10Plan, ws []W10Window) w10Verdict {
 		if k < w10WarmWindows {
 			continue
 		}
-		at := fmt.Sprintf("%s @%.0fs", w.Phase, w.StartS)
+		at := w.at()
 		if w.CompletedPerSec < w10RateShare*w.OfferedPerSec {
 			v.slow = append(v.slow, at)
 		}
