@@ -6,8 +6,54 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
+
+// explainPlan runs sql under EXPLAIN (ANALYZE, BUFFERS) — it really runs — and calls
+// visit on every node of its plan.
+func explainPlan(t *testing.T, ctx context.Context, db DBTX, visit func(node map[string]any), sql string, args ...any) {
+	t.Helper()
+	var out []byte
+	if err := db.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+sql, args...).Scan(&out); err != nil {
+		t.Fatal(err)
+	}
+	var plans []struct{ Plan map[string]any }
+	if err := json.Unmarshal(out, &plans); err != nil {
+		t.Fatal(err)
+	}
+	var walk func(n map[string]any)
+	walk = func(n map[string]any) {
+		visit(n)
+		kids, _ := n["Plans"].([]any)
+		for _, k := range kids {
+			walk(k.(map[string]any))
+		}
+	}
+	walk(plans[0].Plan)
+}
+
+// pinSnapshot holds the xmin horizon until the test ends, as an idle REPEATABLE READ
+// session does: a transaction with a snapshot of jobs and an xid.
+func pinSnapshot(t *testing.T, ctx context.Context, s *Store, pool *pgxpool.Pool) {
+	t.Helper()
+	pin, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pin.Rollback(context.Background()) })
+	if _, err := pin.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pin.Exec(ctx, "SELECT txid_current(), count(*) FROM "+s.Table("jobs")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// nodeBlocks is the buffers a plan node touched.
+func nodeBlocks(n map[string]any) float64 {
+	return n["Shared Hit Blocks"].(float64) + n["Shared Read Blocks"].(float64)
+}
 
 // readyIndexBlocks runs the claim under EXPLAIN (ANALYZE, BUFFERS) — it really claims
 // — and returns how many buffers its scans of jobs_ready_idx touched (index and heap).
@@ -18,30 +64,14 @@ func readyIndexBlocks(t *testing.T, ctx context.Context, s *Store, db DBTX, p Cl
 	if p.After != nil {
 		prio, after = &p.After.Priority, &p.After.RunAt
 	}
-	var out []byte
-	err := db.QueryRow(ctx, "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "+s.lease.claim.sql,
-		nil, p.Queue, "w", micros(time.Minute), p.Limit, prio, after, micros(p.Lag)).Scan(&out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var plans []struct{ Plan map[string]any }
-	if err := json.Unmarshal(out, &plans); err != nil {
-		t.Fatal(err)
-	}
-	var walk func(n map[string]any)
-	walk = func(n map[string]any) {
+	explainPlan(t, ctx, db, func(n map[string]any) {
 		if n["Index Name"] == "jobs_ready_idx" {
-			blocks += n["Shared Hit Blocks"].(float64) + n["Shared Read Blocks"].(float64)
+			blocks += nodeBlocks(n)
 		}
 		if n["Node Type"] == "ModifyTable" {
 			claimed = int(n["Actual Rows"].(float64))
 		}
-		kids, _ := n["Plans"].([]any)
-		for _, k := range kids {
-			walk(k.(map[string]any))
-		}
-	}
-	walk(plans[0].Plan)
+	}, s.lease.claim.sql, nil, p.Queue, "w", micros(time.Minute), p.Limit, prio, after, micros(p.Lag))
 	return blocks, claimed
 }
 
@@ -63,17 +93,7 @@ SELECT 'k', '{}', now() - interval '1 hour' + g * interval '1 millisecond' FROM 
 	if _, err := pool.Exec(ctx, "ANALYZE "+s.Table("jobs")); err != nil {
 		t.Fatal(err)
 	}
-	pin, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pin.Rollback(ctx)
-	if _, err := pin.Exec(ctx, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pin.Exec(ctx, "SELECT txid_current(), count(*) FROM "+s.Table("jobs")); err != nil {
-		t.Fatal(err)
-	}
+	pinSnapshot(t, ctx, s, pool)
 
 	var cursor *ClaimCursor
 	for taken := 0; taken < n-100; {

@@ -14,10 +14,15 @@ type reclaimStatements struct {
 
 func newReclaimStatements(b *builder) reclaimStatements {
 	return reclaimStatements{
+		// $3, when set, is the floor below which the caller knows no live lease lies
+		// (maint.Reclaimer's floor): the scan starts there instead of at the index's
+		// head, which under a snapshot held open elsewhere holds an entry for every job
+		// that ran since vacuum last could remove one.
 		expired: b.add("expired", `
 SELECT id, lease_token, kind, attempts, max_attempts
 FROM {{s}}.jobs
 WHERE status = 'running' AND lease_until < coalesce($1::timestamptz, now())
+  AND lease_until >= coalesce($3::timestamptz, '-infinity')
 ORDER BY lease_until
 LIMIT $2`),
 
@@ -50,9 +55,10 @@ type Expired struct {
 	MaxAttempts int
 }
 
-// ListExpired returns up to limit jobs whose lease expired, oldest expiry first.
-func (s *Store) ListExpired(ctx context.Context, db DBTX, now *time.Time, limit int) ([]Expired, error) {
-	rows, err := db.Query(ctx, s.reclaim.expired.sql, Now(now), limit)
+// ListExpired returns up to limit jobs whose lease expired, oldest expiry first. A
+// non-nil floor leaves out leases that ended before it.
+func (s *Store) ListExpired(ctx context.Context, db DBTX, now, floor *time.Time, limit int) ([]Expired, error) {
+	rows, err := db.Query(ctx, s.reclaim.expired.sql, Now(now), limit, Now(floor))
 	if err != nil {
 		return nil, err
 	}
