@@ -516,6 +516,7 @@ type counters struct {
 	claims, claimed, flushes, flushed                                              atomic.Int64
 	claimNanos, flushNanos                                                         atomic.Int64
 	throttled, handoffs, handoffsReturned                                          atomic.Int64
+	warmed                                                                         atomic.Int64
 }
 
 // ErrNotMigrated is matched by errors from a database whose schema lacks skiplock's

@@ -152,9 +152,9 @@ func (c *Client) SetChannelForTest(channel string) { c.channel = channel }
 // ComponentsForTest counts the runtime's components that may each hold one pool
 // connection at a time once started: the listener (unless PollOnly), each queue's
 // producer and its head check, the limits watcher, the heartbeater, the completer,
-// and each maintenance service.
+// the warmer, and each maintenance service.
 func (c *Client) ComponentsForTest() int {
-	n := 2*len(c.cfg.Queues) + 3 + len(c.services())
+	n := 2*len(c.cfg.Queues) + 4 + len(c.services())
 	if !c.cfg.PollOnly {
 		n++
 	}

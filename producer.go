@@ -24,6 +24,8 @@ type producer struct {
 	// running jobs as predecessors (limiter.go).
 	handoff atomic.Bool
 	cursor  claimCursor // where the next plain claim starts (cursor.go)
+	// waiting: the producer waits for jobs, with no claim in flight (warmer.go).
+	waiting atomic.Bool
 }
 
 // capacity is how many jobs the producer may hold: its workers plus an adaptive
@@ -144,6 +146,8 @@ func (r *runtime) produce(p *producer) {
 					retry = retryTimer.C
 				}
 			}
+			p.waiting.Store(true)
+			signal(r.idle)
 			select {
 			case <-p.wake:
 			case <-poll.C:
@@ -154,6 +158,7 @@ func (r *runtime) produce(p *producer) {
 			case <-r.fetchCtx.Done():
 				return
 			}
+			p.waiting.Store(false)
 			retryTimer.Stop() // since Go 1.23 a stopped timer delivers nothing stale
 			empty = false
 		}

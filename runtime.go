@@ -61,6 +61,7 @@ type runtime struct {
 
 	limits        atomic.Pointer[limitView] // which claims run limited (limiter.go)
 	limitsChanged chan struct{}             // a limits NOTIFY arrived
+	idle          chan struct{}             // a producer began waiting for jobs (warmer.go)
 }
 
 type inflight struct {
@@ -147,6 +148,7 @@ func (c *Client) Start(ctx context.Context) error {
 		abandon:   make(chan struct{}),
 
 		limitsChanged: make(chan struct{}, 1),
+		idle:          make(chan struct{}, 1),
 	}
 	total := 0
 	for name, q := range c.cfg.Queues {
@@ -201,10 +203,11 @@ func (c *Client) Start(ctx context.Context) error {
 			go r.executor(p)
 		}
 	}
-	r.bgWG.Add(3)
+	r.bgWG.Add(4)
 	go r.watchLimits()
 	go r.heartbeat()
 	go r.complete()
+	go r.warm()
 	for _, svc := range c.services() {
 		r.bgWG.Add(1)
 		go r.maintain(svc)

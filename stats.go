@@ -75,6 +75,9 @@ type ProcessCounters struct {
 	// HandoffsReturned those of them given back to pending because their predecessor
 	// ran too long or the client stopped.
 	Handoffs, HandoffsReturned int64
+	// WarmedConns counts the pool connections the runtime's warmer prepared the claim
+	// and the completion on while it was idle (docs/runtime.md, "warmer").
+	WarmedConns int64
 }
 
 // RecentStats count the jobs of all queues that finished within Window: divide by
@@ -276,6 +279,7 @@ func (c *Client) Counters() ProcessCounters {
 		ClaimTime: time.Duration(m.claimNanos.Load()), CompletionTime: time.Duration(m.flushNanos.Load()),
 		Throttled: m.throttled.Load(),
 		Handoffs:  m.handoffs.Load(), HandoffsReturned: m.handoffsReturned.Load(),
+		WarmedConns:       m.warmed.Load(),
 		OperationFailures: map[string]int64{},
 	}
 	for _, op := range c.failures.snapshot() {

@@ -196,6 +196,9 @@ func runW6(ctx context.Context, e *Env) (*Result, error) {
 	if err := w6WarmUp(ctx, app, appPool, rec); err != nil {
 		return nil, err
 	}
+	if err := waitWarmed(ctx, "W6", worker, w6WorkerConns); err != nil {
+		return nil, err
+	}
 
 	before := worker.Counters()
 	stop := e.progress("W6", total, rec.done)

@@ -316,6 +316,9 @@ func runW10(ctx context.Context, e *Env) (*Result, error) {
 	if err := w10WarmUp(ctx, app, appPool, rec); err != nil {
 		return nil, err
 	}
+	if err := waitWarmed(ctx, "W10", worker, w10WorkerConns); err != nil {
+		return nil, err
+	}
 
 	stopBar := e.progress("W10", total, rec.done)
 	var stopOnce sync.Once
