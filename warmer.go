@@ -29,10 +29,15 @@ import (
 	"github.com/skiplock/skiplock/internal/store"
 )
 
-// warmRetry paces the warmer's passes while some connection may still be cold: a
-// pass that met a busy connection tries again after this long, at the next idle
-// moment.
-const warmRetry = 20 * time.Millisecond
+// warmRetry and warmRetryMax pace the warmer's passes while some connection may
+// still be cold (a pass met it busy): the next pass comes at the first idle moment
+// after warmRetry, doubled after each pass that found no cold connection idle, up to
+// warmRetryMax. Each pass takes the pool's idle connections for the microseconds it
+// needs to pick a cold one, so it must not run at every idle moment.
+const (
+	warmRetry    = 20 * time.Millisecond
+	warmRetryMax = 10 * time.Second
+)
 
 // warmTimeout bounds one connection's warm-up.
 const warmTimeout = 10 * time.Second
@@ -40,13 +45,19 @@ const warmTimeout = 10 * time.Second
 // warm runs the warmer until the runtime's background work stops.
 func (r *runtime) warm() {
 	defer r.bgWG.Done()
-	if r.c.pool.Config().ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
+	cfg := r.c.pool.Config()
+	if cfg.ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
 		return
 	}
-	warmed := map[uint32]bool{} // by backend pid
+	// warmed holds backend pids, also those whose warm-up failed. Connections come
+	// and go (MaxConnLifetime): past a few times the pool's size it is cleared, and the
+	// connections still open are warmed again (cheaply: their statements are ready).
+	warmed := map[uint32]bool{}
+	forget := 4 * max(int(cfg.MaxConns), 1)
 	// complete is the pool's count of connections ever opened when a pass last found
 	// every connection idle and warm: until a new one opens, there is nothing to do.
 	complete := int64(-1)
+	retry := warmRetry
 	for {
 		select {
 		case <-r.idle:
@@ -57,23 +68,30 @@ func (r *runtime) warm() {
 		if opened == complete {
 			continue
 		}
-		done, err := r.warmPass(warmed)
-		if err != nil {
-			r.c.log.Debug("skiplock: warming a connection failed", "error", err)
+		if len(warmed) > forget {
+			clear(warmed)
 		}
-		if done {
-			complete = opened
+		done, n := r.warmPass(warmed)
+		switch {
+		case done:
+			complete, retry = opened, warmRetry
 			continue
+		case n > 0:
+			retry = warmRetry
+		default:
+			retry = min(2*retry, warmRetryMax)
 		}
-		if !hostclock.Sleep(r.bgCtx, warmRetry) {
+		if !hostclock.Sleep(r.bgCtx, retry) {
 			return
 		}
 	}
 }
 
 // warmPass warms the pool's idle cold connections one at a time while every producer
-// waits. done reports that every connection of the pool was idle and is now warm.
-func (r *runtime) warmPass(warmed map[uint32]bool) (done bool, err error) {
+// waits, and returns how many it warmed; done reports that every connection of the
+// pool was idle and is warm. A connection whose warm-up fails is not tried again: its
+// first claim prepares the statement as it did before the warmer.
+func (r *runtime) warmPass(warmed map[uint32]bool) (done bool, n int) {
 	for r.allWaiting() && r.bgCtx.Err() == nil {
 		total := r.c.pool.Stat().TotalConns()
 		idle := r.c.pool.AcquireAllIdle(r.bgCtx)
@@ -86,18 +104,22 @@ func (r *runtime) warmPass(warmed map[uint32]bool) (done bool, err error) {
 			conn.Release()
 		}
 		if cold == nil {
-			return int32(len(idle)) == total, nil
+			return int32(len(idle)) == total, n
 		}
 		pid := cold.Conn().PgConn().PID()
 		err := r.warmConn(cold)
 		cold.Release()
-		if err != nil {
-			return false, err
-		}
 		warmed[pid] = true
+		if err != nil {
+			if r.bgCtx.Err() == nil {
+				r.c.log.Debug("skiplock: warming a connection failed; its first claim will prepare the statements", "error", err)
+			}
+			continue
+		}
+		n++
 		r.c.metrics.warmed.Add(1)
 	}
-	return false, nil
+	return false, n
 }
 
 // warmConn runs a claim of no jobs and an empty completion on conn.
