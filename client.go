@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -509,15 +508,6 @@ func (c *Client) sendTrailing(queue string) {
 // Close waits for background notifications. Call it when done with a client that
 // was never started (Stop does it for a started client).
 func (c *Client) Close() { c.bg.Wait() }
-
-// counters are the client's in-process totals (see Stats and the metrics package).
-type counters struct {
-	inserted, succeeded, failed, retried, snoozed, cancelled, leaseLost, reclaimed atomic.Int64
-	claims, claimed, flushes, flushed                                              atomic.Int64
-	claimNanos, flushNanos                                                         atomic.Int64
-	throttled, handoffs, handoffsReturned                                          atomic.Int64
-	warmed                                                                         atomic.Int64
-}
 
 // ErrNotMigrated is matched by errors from a database whose schema lacks skiplock's
 // tables: run `skiplock migrate up` (or Migrate) first.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/skiplock/skiplock/internal/store"
@@ -78,6 +79,15 @@ type ProcessCounters struct {
 	// WarmedConns counts the pool connections the runtime's warmer prepared the claim
 	// and the completion on while it was idle (docs/runtime.md, "warmer").
 	WarmedConns int64
+}
+
+// counters are the client's in-process totals (see Stats and the metrics package).
+type counters struct {
+	inserted, succeeded, failed, retried, snoozed, cancelled, leaseLost, reclaimed atomic.Int64
+	claims, claimed, flushes, flushed                                              atomic.Int64
+	claimNanos, flushNanos                                                         atomic.Int64
+	throttled, handoffs, handoffsReturned                                          atomic.Int64
+	warmed                                                                         atomic.Int64
 }
 
 // RecentStats count the jobs of all queues that finished within Window: divide by
