@@ -196,7 +196,9 @@ func (e *Env) schema(ctx context.Context, name string) (string, error) {
 // VM (docs/benchmarks.md, 2026-12-01 16:10). Opening them is the application's
 // setup, like the backlog checkpointed before the clock; what each statement costs
 // on its first use on a connection (parsing and planning against a cold catalog
-// cache, ~17 ms for the claim) is the queue's, and stays in the timing.
+// cache, ~17 ms for the claim) is the queue's, and stays in the throughput
+// workloads' timing. The latency workloads start their clock once the working
+// client's own warmer has paid it (waitWarmed).
 func (e *Env) pool(ctx context.Context, conns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(e.URL)
 	if err != nil {
