@@ -15,8 +15,8 @@ import (
 // time less the margin and still reclaim every lease ending after that; a lease
 // ending before the floor (as a transaction that began before the last pass and
 // committed after it leaves) is reclaimed by the next pass from the head, at most
-// maint.ReclaimFullEvery passes later; and a clock that went back sends the next pass to
-// the head at once.
+// maint.ReclaimFullEvery passes later; and a clock that went back sends the next
+// pass to the head at once.
 func TestReclaimerFloor(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
