@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -303,4 +304,75 @@ func (s *syncWriter) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.String()
+}
+
+// A refused heartbeat is tried again after a tenth of the interval, doubling, instead
+// of a whole interval later: two refusals in a row, which waiting the interval turned
+// into a lost lease under the default lease, now cost a fraction of one interval.
+func TestHeartbeatRetriesSoonAfterAFailure(t *testing.T) {
+	t.Parallel()
+	buf := &syncWriter{w: &bytes.Buffer{}}
+	e := newEnv(t, skiplock.Config{})
+	// The first two heartbeats fail: a trigger refuses an update that keeps a job
+	// running under its token, counting in a sequence, which a rollback does not undo.
+	_, err := e.pool.Exec(e.ctx, `CREATE SEQUENCE `+e.q("heartbeats")+`;
+CREATE FUNCTION `+e.q("refuse_heartbeats")+`() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF OLD.status = 'running' AND NEW.status = 'running' AND NEW.lease_token = OLD.lease_token
+     AND nextval('`+e.q("heartbeats")+`') <= 2 THEN
+    RAISE EXCEPTION 'heartbeat refused by the test';
+  END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_heartbeats BEFORE UPDATE ON `+e.q("jobs")+` FOR EACH ROW EXECUTE FUNCTION `+e.q("refuse_heartbeats")+`()`)
+	e.must(err)
+	release := make(chan struct{})
+	started := make(chan struct{})
+	ws := skiplock.NewWorkers()
+	e.must(ws.AddHandler("k", func(ctx context.Context, job *skiplock.Job) error {
+		close(started)
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}, nil))
+	const interval = time.Second
+	c := e.newClient(skiplock.Config{Workers: ws, Queues: map[string]skiplock.QueueConfig{"default": {MaxWorkers: 1}},
+		LeaseDuration: 3 * interval, HeartbeatInterval: interval,
+		Logger: slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	startClient(t, c)
+	r, err := c.EnqueueRawTx(e.ctx, e.pool, "k", []byte(`{}`), nil)
+	e.must(err)
+	<-started
+	waitFor(t, 30*time.Second, "a heartbeat to succeed after two refusals", func() bool {
+		if c.Counters().OperationFailures["heartbeat"] != 2 {
+			return false
+		}
+		for _, op := range c.Operations() {
+			if op.Operation == "heartbeat" {
+				return !op.Failing
+			}
+		}
+		return false
+	})
+	close(release)
+	waitFor(t, 30*time.Second, "the job to succeed", func() bool {
+		j, err := c.JobGet(e.ctx, r.ID)
+		return err == nil && j.State == skiplock.StateSucceeded
+	})
+	out := buf.String()
+	if !strings.Contains(out, "skiplock: heartbeat failed") || !strings.Contains(out, "retry_in="+(interval/10).String()) {
+		t.Fatalf("the first failure does not say it is retried in a tenth of the interval:\n%s", out)
+	}
+	// Retried after ~100 ms and ~200 ms, the heartbeat was failing for ~0.3 s; retried
+	// at the interval it was failing for 2 s.
+	m := regexp.MustCompile(`heartbeat recovered.*failing_for=(\S+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no recovery line:\n%s", out)
+	}
+	if d, err := time.ParseDuration(m[1]); err != nil || d >= interval {
+		t.Fatalf("the heartbeat was failing for %s (%v), want less than one interval (%s)", m[1], err, interval)
+	}
 }

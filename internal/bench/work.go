@@ -126,7 +126,9 @@ func runW5(ctx context.Context, e *Env) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.judgeBy("≥ 40,000 jobs/s (≥ 0.85 × B1)", atLeast(40000))
+	// 1.3 × graphile-worker 0.18's 28,713 jobs/s, measured beside skiplock on this
+	// machine in the same conditions (issue #16).
+	r.judgeBy("≥ 37,000 jobs/s", atLeast(37000))
 	e.w5 = r.JobsPerSec
 	r.Extra["concurrency"] = W5Workers
 	d, _, err := work(ctx, e, workOpts{name: "W5d", n: e.n(50000), workers: W5Workers, deleteOnSuccess: true})

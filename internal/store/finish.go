@@ -150,13 +150,15 @@ func (s *Store) runFinish(ctx context.Context, db DBTX, now *time.Time, outs []O
 	n := len(outs)
 	ids, tokens, actions, delays, errs := make([]string, n), make([]string, n), make([]string, n), make([]int64, n), make([]*string, n)
 	outputs := make([]*string, n)
-	for i, o := range outs {
-		ids[i], tokens[i], actions[i], delays[i] = o.ID, o.Token, string(o.Action), micros(o.Delay)
+	order := idOrder(outs, func(o Outcome) string { return o.ID })
+	for k, i := range order {
+		o := outs[i]
+		ids[k], tokens[k], actions[k], delays[k] = o.ID, o.Token, string(o.Action), micros(o.Delay)
 		if o.Error != "" {
 			e := o.Error
-			errs[i] = &e
+			errs[k] = &e
 		}
-		outputs[i] = jsonOrNil(o.Output)
+		outputs[k] = jsonOrNil(o.Output)
 	}
 	return guarded(ctx, db, func(rows pgx.Rows, err error) (map[Lease]string, error) {
 		if err != nil {
@@ -173,13 +175,16 @@ func (s *Store) runFinish(ctx context.Context, db DBTX, now *time.Time, outs []O
 			if n < 1 || n > len(outs) {
 				return nil, fmt.Errorf("finish: the statement returned outcome %d of %d", n, len(outs))
 			}
-			m[outs[n-1].Lease] = st
+			m[outs[order[n-1]].Lease] = st
 		}
 		return m, rows.Err()
 	}, st.sql, Now(now), uuidArg(ids), uuidArg(tokens), actions, delays, errs, outputs)
 }
 
-func collectStatuses(rows pgx.Rows) (map[string]string, error) {
+func collectStatuses(rows pgx.Rows, err error) (map[string]string, error) {
+	if err != nil {
+		return nil, err
+	}
 	defer rows.Close()
 	m := map[string]string{}
 	for rows.Next() {

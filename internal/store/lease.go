@@ -239,7 +239,7 @@ type Lease struct {
 // Heartbeat renews the given leases for d and returns the ids it renewed; a missing id
 // means that lease is lost — or had less than HeartbeatMargin(d) left.
 func (s *Store) Heartbeat(ctx context.Context, db DBTX, now *time.Time, leases []Lease, d time.Duration) (map[string]bool, error) {
-	ids, tokens := splitLeases(leases)
+	ids, tokens, _ := splitLeases(leases)
 	renewed, err := guarded(ctx, db, collectStrings, s.lease.heartbeat.sql, Now(now), uuidArg(ids), uuidArg(tokens), micros(d), micros(HeartbeatMargin(d)))
 	if err != nil {
 		return nil, err
@@ -262,10 +262,13 @@ func collectStrings(rows pgx.Rows, err error) ([]string, error) {
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-func splitLeases(leases []Lease) (ids, tokens []string) {
+// splitLeases returns the leases' ids and tokens in lock order (idOrder), and that
+// order: ids[k] is leases[order[k]].ID.
+func splitLeases(leases []Lease) (ids, tokens []string, order []int) {
+	order = idOrder(leases, func(l Lease) string { return l.ID })
 	ids, tokens = make([]string, len(leases)), make([]string, len(leases))
-	for i, l := range leases {
-		ids[i], tokens[i] = l.ID, l.Token
+	for k, i := range order {
+		ids[k], tokens[k] = leases[i].ID, leases[i].Token
 	}
-	return ids, tokens
+	return ids, tokens, order
 }

@@ -473,7 +473,7 @@ func (s *Store) ClaimLimited(ctx context.Context, db Batcher, now *time.Time, p 
 // queueLimitedClaim queues claim (limitedClaimSQL or successorClaimSQL) with its
 // parameters and its head window.
 func (s *Store) queueLimitedClaim(b *pgx.Batch, claim stmt, now *time.Time, p ClaimParams, window int) {
-	ids, tokens := splitLeases(p.Preds)
+	ids, tokens, _ := splitLeases(p.Preds)
 	b.Queue(claim.sql, Now(now), p.Queue, p.WorkerID, micros(p.Lease), p.Limit, window, uuidArg(ids), uuidArg(tokens))
 }
 

@@ -38,6 +38,7 @@ SELECT 'a', g::text, 'e', '{}' FROM generate_series(1, 40) g`); err != nil {
 		{"finish", s.finish.finish.sql, "(NULL, '{}', '{}', '{}', '{}', '{}', '{}')"},
 		{"finish_delete", s.finish.finishDelete.sql, "(NULL, '{}', '{}', '{}', '{}', '{}', '{}')"},
 		{"heartbeat", s.lease.heartbeat.sql, "(NULL, '{}', '{}', 1000000, 100000)"},
+		{"reclaim", s.reclaim.reclaim.sql, "(NULL, '{}', '{}', '{}')"},
 		{"outbox_claim", s.outbox.claim.sql, "(NULL, 10, 1000000)"},
 		{"outbox_claim_ordered", s.outbox.claimOrdered.sql, "(NULL, 10, 1000000)"},
 		{"outbox_finish", s.outbox.finish.sql, "(NULL, '{}', '{}', '{}', '{}', '{}')"},

@@ -28,7 +28,11 @@ LIMIT $2`),
 
 		// Reclaim returns expired leases to pending after the retry delay, or fails them at
 		// max_attempts. Fenced by token and by the lease still being expired, so a job whose
-		// worker heartbeated in the meantime is left alone.
+		// worker heartbeated in the meantime is left alone. It matches (id, lease_token)
+		// without status = 'running', which the token implies (jobs_lease_iff_running):
+		// with it, the planner could walk jobs_expired_lease_idx from its head for the
+		// rows and probe the array for each, on small tables it did. Reached by id, the
+		// rows are locked in the array's order (idOrder).
 		reclaim: b.add("reclaim", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
 UPDATE {{s}}.jobs AS j
@@ -42,7 +46,7 @@ SET status = (CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending
     worker_id = NULL,
     updated_at = t.now
 FROM unnest($2::uuid[], $3::uuid[], $4::bigint[]) AS r(id, token, delay_us), t
-WHERE j.id = r.id AND j.lease_token = r.token AND j.status = 'running' AND j.lease_until < t.now
+WHERE j.id = r.id AND j.lease_token = r.token AND j.lease_until < t.now
 RETURNING j.id, j.status::text`),
 	}
 }
@@ -77,14 +81,11 @@ func (s *Store) ListExpired(ctx context.Context, db DBTX, now, floor *time.Time,
 // Reclaim returns the given expired leases to the queue with their delays (or fails
 // them at max attempts); it returns the new status of each job it changed.
 func (s *Store) Reclaim(ctx context.Context, db DBTX, now *time.Time, leases []Lease, delays []time.Duration) (map[string]string, error) {
-	ids, tokens := splitLeases(leases)
+	ids, tokens, order := splitLeases(leases)
 	us := make([]int64, len(delays))
-	for i, d := range delays {
-		us[i] = micros(d)
+	for k, i := range order {
+		us[k] = micros(delays[i])
 	}
-	rows, err := db.Query(ctx, s.reclaim.reclaim.sql, Now(now), uuidArg(ids), uuidArg(tokens), us)
-	if err != nil {
-		return nil, err
-	}
-	return collectStatuses(rows)
+	// Guarded like the other fenced writes (planguard.go).
+	return guarded(ctx, db, collectStatuses, s.reclaim.reclaim.sql, Now(now), uuidArg(ids), uuidArg(tokens), us)
 }
