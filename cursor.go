@@ -89,6 +89,9 @@ func (r *runtime) checkHead(p *producer) {
 		}
 		began := hostclock.Now()
 		if behind, err := r.headBehind(p); err != nil {
+			if r.fetchCtx.Err() != nil {
+				return // stopping: the check was cancelled, nothing failed
+			}
 			c.failures.warn("claim_head", err, "queue", p.queue)
 		} else {
 			c.failures.ok("claim_head")

@@ -29,6 +29,9 @@ func (r *runtime) heartbeat() {
 		case <-t.C:
 		}
 		n, err := r.renewLeases()
+		if r.bgCtx.Err() != nil {
+			return // stopping: a renewal cut short is no failure
+		}
 		if err == nil {
 			retry = 0
 			c.failures.ok("heartbeat")
