@@ -29,10 +29,10 @@ LIMIT $2`),
 		// Reclaim returns expired leases to pending after the retry delay, or fails them at
 		// max_attempts. Fenced by token and by the lease still being expired, so a job whose
 		// worker heartbeated in the meantime is left alone. It matches (id, lease_token)
-		// without status = 'running', which the token implies (jobs_lease_iff_running):
-		// with it, the planner could walk jobs_expired_lease_idx from its head for the
-		// rows and probe the array for each, on small tables it did. Reached by id, the
-		// rows are locked in the array's order (idOrder).
+		// without status = 'running', which the token implies (jobs_lease_iff_running).
+		// With it, the planner could walk jobs_expired_lease_idx from its head and probe
+		// the array for each row (it did on small tables); reached by id, the rows are
+		// locked in the array's order (idOrder).
 		reclaim: b.add("reclaim", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
 UPDATE {{s}}.jobs AS j
