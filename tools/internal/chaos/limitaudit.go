@@ -354,7 +354,8 @@ func verifyLimits(ctx context.Context, r *round, row *Row) error {
 
 // reportOverLimit adds a violation for each bucket that held more than its limit
 // (the first instant's slots as evidence; at most five buckets in the row), and
-// writes every kept instant with the transitions of the jobs involved to a file
+// writes every kept instant with the transitions of the jobs involved, and of the
+// predecessors their slots came from, to a file
 // in the log directory, which a failed run keeps.
 func (r *round) reportOverLimit(ctx context.Context, row *Row, ps map[string]*bucketPeak) {
 	names := make([]string, 0, len(ps))
@@ -395,10 +396,19 @@ func (r *round) reportOverLimit(ctx context.Context, row *Row, ps map[string]*bu
 	for id := range jobs {
 		ids = append(ids, id)
 	}
-	file.WriteString("\ntransitions of those jobs (chaos_transitions, in order):\n")
-	rows, err := r.h.pool.Query(ctx, `SELECT format('%s seq %s %s->%s token %s->%s by %s at %s claimed_at %s old_lease_until %s',
-  job_id, seq, old_status, new_status, old_token, new_token, worker, at, claimed_at, old_lease_until)
-FROM `+ident.Quote(r.schema)+`.chaos_transitions WHERE job_id::text = ANY($1) ORDER BY job_id, seq`, ids)
+	// The predecessors a successor's slot came from (slot_of), a few links back, are
+	// part of the evidence: an instant's count depends on their spans.
+	file.WriteString("\ntransitions of those jobs and of their predecessors (chaos_transitions, in order):\n")
+	q := ident.Quote(r.schema)
+	rows, err := r.h.pool.Query(ctx, `WITH RECURSIVE involved(id, depth) AS (
+  SELECT x::uuid, 0 FROM unnest($1::text[]) AS x
+  UNION
+  SELECT t.slot_of, i.depth + 1 FROM involved i JOIN `+q+`.chaos_transitions t ON t.job_id = i.id
+  WHERE t.slot_of IS NOT NULL AND i.depth < 4
+)
+SELECT format('%s seq %s %s->%s token %s->%s by %s at %s claimed_at %s old_lease_until %s slot_of %s slot_token %s',
+  job_id, seq, old_status, new_status, old_token, new_token, worker, at, claimed_at, old_lease_until, slot_of, slot_token)
+FROM `+q+`.chaos_transitions WHERE job_id IN (SELECT id FROM involved) ORDER BY job_id, seq`, ids)
 	if err == nil {
 		for rows.Next() {
 			var line string
