@@ -239,7 +239,7 @@ type Lease struct {
 // Heartbeat renews the given leases for d and returns the ids it renewed; a missing id
 // means that lease is lost — or had less than HeartbeatMargin(d) left.
 func (s *Store) Heartbeat(ctx context.Context, db DBTX, now *time.Time, leases []Lease, d time.Duration) (map[string]bool, error) {
-	ids, tokens, _ := splitLeases(leases)
+	ids, tokens := splitLeases(leases, leaseOrder(leases))
 	renewed, err := guarded(ctx, db, collectStrings, s.lease.heartbeat.sql, Now(now), uuidArg(ids), uuidArg(tokens), micros(d), micros(HeartbeatMargin(d)))
 	if err != nil {
 		return nil, err
@@ -262,13 +262,19 @@ func collectStrings(rows pgx.Rows, err error) ([]string, error) {
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// splitLeases returns the leases' ids and tokens in lock order (idOrder), and that
-// order: ids[k] is leases[order[k]].ID.
-func splitLeases(leases []Lease) (ids, tokens []string, order []int) {
-	order = idOrder(leases, func(l Lease) string { return l.ID })
+// splitLeases returns the leases' ids and tokens in order (ids[k] is
+// leases[order[k]].ID), or as given when order is nil.
+func splitLeases(leases []Lease, order []int) (ids, tokens []string) {
 	ids, tokens = make([]string, len(leases)), make([]string, len(leases))
-	for k, i := range order {
+	for k := range leases {
+		i := k
+		if order != nil {
+			i = order[k]
+		}
 		ids[k], tokens[k] = leases[i].ID, leases[i].Token
 	}
-	return ids, tokens, order
+	return ids, tokens
 }
+
+// leaseOrder is idOrder for leases: the order multi-row writes lock them in.
+func leaseOrder(leases []Lease) []int { return idOrder(leases, func(l Lease) string { return l.ID }) }

@@ -81,7 +81,8 @@ func (s *Store) ListExpired(ctx context.Context, db DBTX, now, floor *time.Time,
 // Reclaim returns the given expired leases to the queue with their delays (or fails
 // them at max attempts); it returns the new status of each job it changed.
 func (s *Store) Reclaim(ctx context.Context, db DBTX, now *time.Time, leases []Lease, delays []time.Duration) (map[string]string, error) {
-	ids, tokens, order := splitLeases(leases)
+	order := leaseOrder(leases)
+	ids, tokens := splitLeases(leases, order)
 	us := make([]int64, len(delays))
 	for k, i := range order {
 		us[k] = micros(delays[i])

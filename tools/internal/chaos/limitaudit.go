@@ -355,8 +355,8 @@ func verifyLimits(ctx context.Context, r *round, row *Row) error {
 // reportOverLimit adds a violation for each bucket that held more than its limit
 // (the first instant's slots as evidence; at most five buckets in the row), and
 // writes every kept instant with the transitions of the jobs involved, and of the
-// predecessors their slots came from, to a file
-// in the log directory, which a failed run keeps.
+// predecessors their slots came from, to a file in the log directory, which a
+// failed run keeps.
 func (r *round) reportOverLimit(ctx context.Context, row *Row, ps map[string]*bucketPeak) {
 	names := make([]string, 0, len(ps))
 	for b, p := range ps {
