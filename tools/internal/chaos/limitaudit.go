@@ -4,8 +4,8 @@ package chaos
 // record of transitions (audit.go), and the starts of a rate-limited queue.
 //
 // A claim holds a slot from its own time (the claim's attempted_at, read after its
-// snapshot) until the earlier of its end (the time of the transition out of 'running')
-// and the end of the lease it ended under: a job whose lease ran out frees its slot
+// snapshot) until the earlier of its end (the time of the transition out of 'running',
+// the latest of its transaction's: replaySlots) and the end of the lease it ended under: a job whose lease ran out frees its slot
 // then, whether or not the reclaimer had run. A lease extended after it expired (a
 // heartbeat racing the expiry, chaos_revivals) holds no slot from the expiry to the
 // extension. A claim still open at the end of the round holds its slot until its
@@ -40,20 +40,38 @@ type slot struct {
 	predJob, predToken string
 }
 
+// transition is one row of the record that limitSlots replays: a change of a job's
+// status or token (chaos_transitions), or a lease extended after it expired (rev,
+// chaos_revivals), with the job's state at the end of the round.
+type transition struct {
+	job, key, oldStatus, newStatus, token, worker string
+	rev                                           bool
+	claimedAt, oldLease, expiredAt                *time.Time
+	at                                            time.Time
+	// xact is the writing transaction (the row's xmin).
+	xact int64
+	// The claim's predecessor (slot_of, slot_token), for a successor.
+	predJob, predToken string
+	// The job's state when the round ended.
+	jobStatus, jobToken string
+	jobLease            *time.Time
+}
+
 // limitSlots replays the slots of every claim of queue.
 func (r *round) limitSlots(ctx context.Context, queue string) (slots []slot, claims, revivals int, err error) {
 	q := ident.Quote(r.schema)
 	rows, err := r.h.pool.Query(ctx, `
 SELECT x.job_id::text, j.concurrency_key, x.rev, x.old_status, x.new_status, coalesce(x.new_token::text, ''), coalesce(x.worker, ''),
-       x.claimed_at, x.old_lease_until, x.at, x.expired_at, j.status, coalesce(j.lease_token::text, ''), j.lease_until,
+       x.claimed_at, x.old_lease_until, x.at, x.expired_at, x.xact, j.status, coalesce(j.lease_token::text, ''), j.lease_until,
        coalesce(x.slot_of::text, ''), coalesce(x.slot_token::text, '')
 FROM (
   SELECT seq, job_id, false AS rev, old_status, new_status, new_token, worker,
          CASE WHEN new_status = 'running' AND new_token IS DISTINCT FROM old_token THEN coalesce(claimed_at, at) END AS claimed_at,
-         old_lease_until, at, NULL::timestamptz AS expired_at, slot_of, slot_token
+         old_lease_until, at, NULL::timestamptz AS expired_at, xmin::text::bigint AS xact, slot_of, slot_token
   FROM `+q+`.chaos_transitions
   UNION ALL
-  SELECT seq, job_id, true, 'running', 'running', token, NULL, NULL, NULL, at, expired_at, NULL, NULL FROM `+q+`.chaos_revivals
+  SELECT seq, job_id, true, 'running', 'running', token, NULL, NULL, NULL, at, expired_at, xmin::text::bigint, NULL, NULL
+  FROM `+q+`.chaos_revivals
 ) x JOIN `+q+`.jobs j ON j.id = x.job_id
 WHERE j.queue = $1
 ORDER BY x.job_id, x.seq`, queue)
@@ -61,67 +79,91 @@ ORDER BY x.job_id, x.seq`, queue)
 		return nil, 0, 0, fmt.Errorf("reading the transitions of %s: %w", queue, err)
 	}
 	defer rows.Close()
+	var trs []transition
+	for rows.Next() {
+		var t transition
+		if err := rows.Scan(&t.job, &t.key, &t.rev, &t.oldStatus, &t.newStatus, &t.token, &t.worker, &t.claimedAt, &t.oldLease, &t.at,
+			&t.expiredAt, &t.xact, &t.jobStatus, &t.jobToken, &t.jobLease, &t.predJob, &t.predToken); err != nil {
+			return nil, 0, 0, err
+		}
+		trs = append(trs, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, 0, err
+	}
+	slots, claims, revivals = replaySlots(trs, wallNow())
+	return slots, claims, revivals, nil
+}
+
+// replaySlots replays the slots of the claims in trs (ordered by job, then by the
+// order of its transitions), with each successor's slot less its predecessor's
+// (handedOver). A claim still open when the round ended (at now) holds its slot
+// until its lease ends.
+//
+// The ends one transaction writes take effect together, at its commit: no claim can
+// see some of them and not the others. Each is therefore replayed at the latest
+// trigger time of its transaction, not its own. The difference matters to a chain
+// of handed-over slots whose outcomes commit in one batch: the completer writes its
+// rows in id order, and when a successor's row comes first, its own successor would
+// otherwise seem to hold a slot while the head of the chain still held it, for the
+// microseconds between the two rows.
+func replaySlots(trs []transition, now time.Time) (slots []slot, claims, revivals int) {
+	endOf := map[int64]time.Time{}
+	for _, t := range trs {
+		if !t.rev && t.oldStatus == "running" && t.at.After(endOf[t.xact]) {
+			endOf[t.xact] = t.at
+		}
+	}
 	var cur *slot
-	var lastJob, lastStatus, lastToken string
-	var lastLease *time.Time
+	var last *transition
 	closeOpen := func() { // a claim still open when the round ended: until its lease ends
 		if cur != nil {
-			if lastStatus == "running" && lastToken == cur.token && lastLease != nil {
-				cur.to = *lastLease
+			if last.jobStatus == "running" && last.jobToken == cur.token && last.jobLease != nil {
+				cur.to = *last.jobLease
 			} else {
-				cur.to = wallNow()
+				cur.to = now
 			}
 			cur.how = "open"
 			slots = append(slots, *cur)
 			cur = nil
 		}
 	}
-	for rows.Next() {
-		var job, key, oldS, newS, token, worker, jobStatus, jobToken, predJob, predToken string
-		var rev bool
-		var claimedAt, oldLease, expiredAt, jobLease *time.Time
-		var at time.Time
-		if err := rows.Scan(&job, &key, &rev, &oldS, &newS, &token, &worker, &claimedAt, &oldLease, &at, &expiredAt, &jobStatus, &jobToken, &jobLease,
-			&predJob, &predToken); err != nil {
-			return nil, 0, 0, err
-		}
-		if job != lastJob {
+	for i := range trs {
+		t := &trs[i]
+		if last != nil && t.job != last.job {
 			closeOpen()
-			lastJob = job
 		}
-		lastStatus, lastToken, lastLease = jobStatus, jobToken, jobLease
-		if rev {
+		last = t
+		if t.rev {
 			revivals++
 			if cur != nil {
 				end := cur.from
-				if expiredAt != nil && expiredAt.After(end) {
-					end = *expiredAt
+				if t.expiredAt != nil && t.expiredAt.After(end) {
+					end = *t.expiredAt
 				}
 				whole := *cur
 				whole.to, whole.how = end, "lease expired, then extended"
 				slots = append(slots, whole)
-				cur.from = at
+				cur.from = t.at
 			}
 			continue
 		}
-		if oldS == "running" && cur != nil {
-			cur.to, cur.how = at, newS
-			if oldLease != nil && oldLease.Before(at) {
-				cur.to, cur.how = *oldLease, "lease expired, then "+newS
+		if t.oldStatus == "running" && cur != nil {
+			at := endOf[t.xact]
+			cur.to, cur.how = at, t.newStatus
+			if t.oldLease != nil && t.oldLease.Before(at) {
+				cur.to, cur.how = *t.oldLease, "lease expired, then "+t.newStatus
 			}
 			slots = append(slots, *cur)
 			cur = nil
 		}
-		if newS == "running" && claimedAt != nil {
+		if t.newStatus == "running" && t.claimedAt != nil {
 			claims++
-			cur = &slot{job: job, token: token, key: key, worker: worker, from: *claimedAt, predJob: predJob, predToken: predToken}
+			cur = &slot{job: t.job, token: t.token, key: t.key, worker: t.worker, from: *t.claimedAt, predJob: t.predJob, predToken: t.predToken}
 		}
 	}
 	closeOpen()
-	if err := rows.Err(); err != nil {
-		return nil, 0, 0, err
-	}
-	return handedOver(slots), claims, revivals, nil
+	return handedOver(slots), claims, revivals
 }
 
 // handedOver returns slots with each successor's spans less its predecessor's: the
@@ -398,7 +440,8 @@ func (r *round) reportOverLimit(ctx context.Context, row *Row, ps map[string]*bu
 	}
 	// The predecessors a successor's slot came from (slot_of), a few links back, are
 	// part of the evidence: an instant's count depends on their spans.
-	file.WriteString("\ntransitions of those jobs and of their predecessors (chaos_transitions, in order):\n")
+	file.WriteString("\ntransitions of those jobs and of their predecessors (chaos_transitions and chaos_revivals, in order; committed is the\n" +
+		"transaction's commit time, track_commit_timestamp):\n")
 	q := ident.Quote(r.schema)
 	rows, err := r.h.pool.Query(ctx, `WITH RECURSIVE involved(id, depth) AS (
   SELECT x::uuid, 0 FROM unnest($1::text[]) AS x
@@ -406,9 +449,16 @@ func (r *round) reportOverLimit(ctx context.Context, row *Row, ps map[string]*bu
   SELECT t.slot_of, i.depth + 1 FROM involved i JOIN `+q+`.chaos_transitions t ON t.job_id = i.id
   WHERE t.slot_of IS NOT NULL AND i.depth < 4
 )
-SELECT format('%s seq %s %s->%s token %s->%s by %s at %s claimed_at %s old_lease_until %s slot_of %s slot_token %s',
-  job_id, seq, old_status, new_status, old_token, new_token, worker, at, claimed_at, old_lease_until, slot_of, slot_token)
-FROM `+q+`.chaos_transitions WHERE job_id IN (SELECT id FROM involved) ORDER BY job_id, seq`, ids)
+SELECT line FROM (
+  SELECT job_id, seq, format('%s seq %s %s->%s token %s->%s by %s at %s committed %s claimed_at %s old_lease_until %s slot_of %s slot_token %s',
+    job_id, seq, old_status, new_status, old_token, new_token, worker, at, pg_xact_commit_timestamp(xmin), claimed_at, old_lease_until,
+    slot_of, slot_token) AS line
+  FROM `+q+`.chaos_transitions WHERE job_id IN (SELECT id FROM involved)
+  UNION ALL
+  SELECT job_id, seq, format('%s seq %s lease of token %s extended after it expired at %s, to %s, at %s committed %s',
+    job_id, seq, token, expired_at, lease_until, at, pg_xact_commit_timestamp(xmin))
+  FROM `+q+`.chaos_revivals WHERE job_id IN (SELECT id FROM involved)
+) x ORDER BY job_id, seq`, ids)
 	if err == nil {
 		for rows.Next() {
 			var line string

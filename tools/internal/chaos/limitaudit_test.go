@@ -97,3 +97,43 @@ func TestHandedOver(t *testing.T) {
 		t.Errorf("queue: max %d, %d instants over 1 (%+v); want 2, once, at 30 ms", p.max, p.overN, p.over)
 	}
 }
+
+// The ends one transaction writes are replayed together, at its latest row: a chain
+// p → s1 → s2 of handed-over slots whose outcomes of p and s1 commit in one batch,
+// s1's row first (the completer writes in id order), holds one slot throughout. The
+// same ends in two transactions leave a moment where p and s2 both hold one, as a
+// claim between the two commits would count them.
+func TestReplaySlotsEndsOfOneTransactionTogether(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(us int) time.Time { return t0.Add(time.Duration(us) * time.Microsecond) }
+	ptr := func(us int) *time.Time { v := at(us); return &v }
+	lease := ptr(2_000_000)
+	chain := func(pEnd, s1End int64) []transition {
+		claim := func(job, token, pred, predToken string, us int) transition {
+			return transition{job: job, key: "k", oldStatus: "pending", newStatus: "running", token: token, claimedAt: ptr(us), at: at(us + 50),
+				xact: int64(us), predJob: pred, predToken: predToken, jobStatus: "succeeded"}
+		}
+		end := func(job, token string, us int, xact int64) transition {
+			return transition{job: job, key: "k", oldStatus: "running", newStatus: "succeeded", oldLease: lease, at: at(us), xact: xact, jobStatus: "succeeded"}
+		}
+		return []transition{
+			claim("p", "tp", "", "", 0), end("p", "tp", 100_060, pEnd),
+			claim("s1", "t1", "p", "tp", 10), end("s1", "t1", 100_000, s1End),
+			claim("s2", "t2", "s1", "t1", 20), end("s2", "t2", 150_000, 7),
+		}
+	}
+	limitOne := func(string) int { return 1 }
+
+	slots, claims, _ := replaySlots(chain(5, 5), at(1_000_000))
+	if claims != 3 {
+		t.Fatalf("%d claims replayed, want 3", claims)
+	}
+	if p := peaks(slots, 1, limitOne)["k"]; p == nil || p.max != 1 {
+		t.Errorf("one transaction: %+v; want the chain to hold one slot at a time", p)
+	}
+	slots, _, _ = replaySlots(chain(5, 6), at(1_000_000))
+	if p := peaks(slots, 1, limitOne)["k"]; p == nil || p.max != 2 || !p.over[0].at.Equal(at(100_000)) {
+		t.Errorf("two transactions: %+v; want p and s2 both held from s1's end at 100ms", p)
+	}
+}
