@@ -376,3 +376,82 @@ CREATE TRIGGER refuse_heartbeats BEFORE UPDATE ON `+e.q("jobs")+` FOR EACH ROW E
 		t.Fatalf("the heartbeat was failing for %s (%v), want less than one interval (%s)", m[1], err, interval)
 	}
 }
+
+// A handler that completed its job with CompleteTx and keeps its transaction open
+// holds the job's row lock until it commits. The heartbeat must not wait for that
+// lock: it would hold every other lease of the process back with it (invisible,
+// uncommitted renewals), and they would expire while their handlers run. Nor is the
+// locked job's lease lost: its handler's context stays live.
+func TestHeartbeatDoesNotWaitForALockedJob(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{})
+	var c *skiplock.Client
+	holding, otherStarted := make(chan struct{}), make(chan struct{})
+	releaseHolder, releaseOther := make(chan struct{}), make(chan struct{})
+	holderCause := make(chan error, 1)
+	ws := skiplock.NewWorkers()
+	e.must(ws.AddHandler("holder", func(ctx context.Context, job *skiplock.Job) error {
+		tx, err := e.pool.Begin(e.ctx)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback(e.ctx)
+		if err := c.CompleteTx(ctx, tx, job); err != nil {
+			return err
+		}
+		close(holding)
+		<-releaseHolder
+		holderCause <- context.Cause(ctx)
+		return tx.Commit(e.ctx)
+	}, nil))
+	e.must(ws.AddHandler("other", func(ctx context.Context, job *skiplock.Job) error {
+		close(otherStarted)
+		select {
+		case <-releaseOther:
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}, nil))
+	const lease = 2 * time.Second
+	c = e.newClient(skiplock.Config{Workers: ws, Queues: map[string]skiplock.QueueConfig{"default": {MaxWorkers: 2}},
+		LeaseDuration: lease, HeartbeatInterval: lease / 10})
+	startClient(t, c)
+	var holderOnce, otherOnce sync.Once
+	freeHolder := func() { holderOnce.Do(func() { close(releaseHolder) }) }
+	freeOther := func() { otherOnce.Do(func() { close(releaseOther) }) }
+	t.Cleanup(func() { freeHolder(); freeOther() }) // before the client stops, on failure too
+	holder, err := c.EnqueueRawTx(e.ctx, e.pool, "holder", []byte(`{}`), nil)
+	e.must(err)
+	<-holding
+	other, err := c.EnqueueRawTx(e.ctx, e.pool, "other", []byte(`{}`), nil)
+	e.must(err)
+	<-otherStarted
+	leaseOf := func(id string) time.Time {
+		var until time.Time
+		e.must(e.pool.QueryRow(e.ctx, `SELECT lease_until FROM `+e.q("jobs")+` WHERE id = $1`, id).Scan(&until))
+		return until
+	}
+	// The injected clock moves on by a quarter of the lease: the next heartbeat renews
+	// the other job's lease from there. A heartbeat waiting for the holder's lock
+	// renews nothing visible.
+	first := leaseOf(other.ID)
+	e.clock.Advance(lease / 4)
+	waitFor(t, 10*lease, "the other job's lease to be renewed", func() bool {
+		return leaseOf(other.ID).Equal(first.Add(lease / 4))
+	})
+	freeHolder()
+	if cause := <-holderCause; cause != nil {
+		t.Fatalf("the holder's context was cancelled while its transaction held the row: %v", cause)
+	}
+	freeOther()
+	for _, id := range []string{holder.ID, other.ID} {
+		waitFor(t, 30*time.Second, "job "+id+" to succeed", func() bool {
+			j, err := c.JobGet(e.ctx, id)
+			return err == nil && j.State == skiplock.StateSucceeded
+		})
+		if j, err := c.JobGet(e.ctx, id); err != nil || j.Attempt != 1 {
+			t.Fatalf("job %s: %+v, %v; want one attempt", id, j, err)
+		}
+	}
+}

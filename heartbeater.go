@@ -79,7 +79,9 @@ func (r *runtime) renewLeases() (int, error) {
 		return len(leases), err
 	}
 	for _, f := range live {
-		if !renewed[f.job.ID] && !f.returned.Load() {
+		// A job missing from the result is lost; one present but not renewed was
+		// locked by another transaction (store.Heartbeat) and is renewed next time.
+		if _, held := renewed[f.job.ID]; !held && !f.returned.Load() {
 			f.lost.Store(true)
 			if f.begun.Load() {
 				f.cancel(ErrLeaseLost)

@@ -67,7 +67,9 @@ func (m *Manual) Claim(ctx context.Context, queue string, limit int) ([]*Job, er
 }
 
 // Heartbeat renews the leases of jobs in one statement and returns the jobs whose
-// lease was lost (expired, reclaimed or cancelled). It never changes a lease token.
+// lease was lost (expired, reclaimed or cancelled). It never changes a lease token. A
+// job another transaction has locked (its completion being written, a CompleteTx
+// transaction still open) is skipped, not waited for: it is neither renewed nor lost.
 func (m *Manual) Heartbeat(ctx context.Context, jobs ...*Job) (lost []*Job, err error) {
 	c := m.c
 	if len(jobs) == 0 {
@@ -88,7 +90,7 @@ func (m *Manual) Heartbeat(ctx context.Context, jobs ...*Job) (lost []*Job, err 
 		return nil, fmt.Errorf("renewing %d lease(s): %w", len(jobs), wrapPgError(err))
 	}
 	for _, j := range jobs {
-		if !renewed[j.ID] {
+		if _, held := renewed[j.ID]; !held {
 			lost = append(lost, j)
 		}
 	}

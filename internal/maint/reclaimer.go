@@ -132,6 +132,11 @@ func (r *Reclaimer) Reclaim(ctx context.Context, db store.DBTX) (ReclaimResult, 
 			r.passed(*now, floor == nil)
 			return res, nil
 		}
+		if len(changed) == 0 {
+			// A full batch of leases all locked elsewhere (store.Reclaim skips those):
+			// listing again would return the same ones. A later pass retries them.
+			return res, nil
+		}
 	}
 }
 

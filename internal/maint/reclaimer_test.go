@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/internal/maint"
 	"github.com/skiplock/skiplock/internal/pgtest"
 	"github.com/skiplock/skiplock/internal/store"
@@ -20,14 +21,7 @@ import (
 func TestReclaimerFloor(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, err := store.New(pgtest.Schema(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := pgtest.Pool(t)
-	t0 := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
-	clock := skiplocktest.NewFakeClock(t0)
-	r := &maint.Reclaimer{Store: s, Clock: clock, Delay: func(string, int) time.Duration { return 0 }}
+	s, pool, clock, r := newReclaimer(t)
 	running := func(leaseUntil time.Time) string {
 		t.Helper()
 		var id string
@@ -90,4 +84,54 @@ VALUES ('k', '{}', 'running', gen_random_uuid(), $1, 1) RETURNING id`, leaseUnti
 	if res := pass(back); res.Requeued != 1 || status(c) != "pending" {
 		t.Fatalf("after the clock went back: %+v, job c %s; want it requeued", res, status(c))
 	}
+}
+
+// A full batch of expired leases that another transaction holds locked (a handler's
+// CompleteTx transaction each, say) ends the pass: the reclaim skips them, and
+// listing again would return the same batch for ever. Once the locks are gone, the
+// next pass reclaims them.
+func TestReclaimerEndsAPassOfLockedLeases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool, _, r := newReclaimer(t)
+	const n = 1000 // the reclaimer's batch
+	if _, err := pool.Exec(ctx, `INSERT INTO `+s.Table("jobs")+` (kind, payload, status, lease_token, lease_until, attempts)
+SELECT 'k', '{}', 'running', gen_random_uuid(), $1::timestamptz - i * interval '1 millisecond', 1 FROM generate_series(1, $2) AS i`,
+		t0, n); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Rollback(ctx)
+	if _, err := holder.Exec(ctx, `SELECT 1 FROM `+s.Table("jobs")+` FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 30*time.Second) // a pass that never ends fails here
+	defer cancel()
+	if res, err := r.Reclaim(tctx, pool); err != nil || res.Requeued != 0 {
+		t.Fatalf("a pass over %d locked leases: %+v, %v; want it to end having reclaimed none", n, res, err)
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := r.Reclaim(ctx, pool); err != nil || res.Requeued != n {
+		t.Fatalf("the pass after the locks were gone: %+v, %v; want %d requeued", res, err, n)
+	}
+}
+
+// t0 is the injected clock's start in the reclaimer's tests.
+var t0 = time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+
+// newReclaimer returns a store on a fresh schema, a pool, a fake clock at t0 and a
+// reclaimer using them, with no retry delay.
+func newReclaimer(t *testing.T) (*store.Store, *pgxpool.Pool, *skiplocktest.FakeClock, *maint.Reclaimer) {
+	t.Helper()
+	s, err := store.New(pgtest.Schema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := skiplocktest.NewFakeClock(t0)
+	return s, pgtest.Pool(t), clock, &maint.Reclaimer{Store: s, Clock: clock, Delay: func(string, int) time.Duration { return 0 }}
 }

@@ -475,7 +475,7 @@ func (s *Store) ClaimLimited(ctx context.Context, db Batcher, now *time.Time, p 
 func (s *Store) queueLimitedClaim(b *pgx.Batch, claim stmt, now *time.Time, p ClaimParams, window int) {
 	// In the caller's order (the earliest started first: succ pairs successors with
 	// predecessors by it); the claim reads the predecessors without locking them.
-	ids, tokens := splitLeases(p.Preds, nil)
+	ids, tokens := splitLeases(p.Preds)
 	b.Queue(claim.sql, Now(now), p.Queue, p.WorkerID, micros(p.Lease), p.Limit, window, uuidArg(ids), uuidArg(tokens))
 }
 

@@ -8,57 +8,36 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Every statement that writes several jobs from an array locks them in id order,
-// whatever order its caller listed them in (idOrder says why). The probe: the middle
-// job (B of A < B < C) is held by another transaction and the statement is given
-// C, A, B. Locking in id order, it holds A and waits for B, and has not touched C;
-// in the given order it would hold C.
+// The completions, which write several jobs from an array, lock them in id order,
+// whatever order their caller listed them in (idOrder says why). The probe: the
+// middle job (B of A < B < C) is held by another transaction and the statement is
+// given C, A, B. Locking in id order, it holds A and waits for B, and has not touched
+// C; in the given order it would hold C. (The heartbeat and the reclaim never wait:
+// TestHeartbeatAndReclaimSkipLockedJobs.)
 func TestMultiRowWritesLockInIDOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, pool := storeWithJobs(t, 0)
-	expire := `UPDATE ` + s.Table("jobs") + ` SET lease_until = now() - interval '1 minute'`
 	for _, tc := range []struct {
-		name   string
-		expire bool // the statement wants expired leases
-		run    func(db DBTX, ls []Lease) error
+		name string
+		run  func(db DBTX, ls []Lease) error
 	}{
-		{"heartbeat", false, func(db DBTX, ls []Lease) error {
-			_, err := s.Heartbeat(ctx, db, nil, ls, time.Minute)
-			return err
-		}},
-		{"finish", false, func(db DBTX, ls []Lease) error {
+		{"finish", func(db DBTX, ls []Lease) error {
 			_, err := s.Finish(ctx, db, nil, outcomes(ls))
 			return err
 		}},
-		{"finish_delete", false, func(db DBTX, ls []Lease) error {
+		{"finish_delete", func(db DBTX, ls []Lease) error {
 			_, err := s.FinishDeleting(ctx, db, nil, outcomes(ls))
-			return err
-		}},
-		{"reclaim", true, func(db DBTX, ls []Lease) error {
-			_, err := s.Reclaim(ctx, db, nil, ls, []time.Duration{time.Second, 2 * time.Second, 3 * time.Second})
 			return err
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := pool.Exec(ctx, `INSERT INTO `+s.Table("jobs")+` (kind, payload, queue) SELECT 'k', '{}', $1 FROM generate_series(1, 3)`, tc.name); err != nil {
-				t.Fatal(err)
-			}
-			jobs, err := s.Claim(ctx, pool, nil, ClaimParams{Queue: tc.name, WorkerID: "w", Limit: 3, Lease: time.Minute})
-			if err != nil || len(jobs) != 3 {
-				t.Fatalf("claimed %d of 3: %v", len(jobs), err)
-			}
-			slices.SortFunc(jobs, func(a, b *Job) int { return strings.Compare(a.ID, b.ID) })
-			lease := func(i int) Lease { return Lease{ID: jobs[i].ID, Token: *jobs[i].LeaseToken} }
-			if tc.expire {
-				if _, err := pool.Exec(ctx, expire+` WHERE queue = $1`, tc.name); err != nil {
-					t.Fatal(err)
-				}
-			}
+			jobs, lease := claimThree(t, s, pool, tc.name)
 			conn, err := pool.Acquire(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -68,14 +47,7 @@ func TestMultiRowWritesLockInIDOrder(t *testing.T) {
 			if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
 				t.Fatal(err)
 			}
-			holder, err := pool.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer holder.Rollback(ctx)
-			if _, err := holder.Exec(ctx, `SELECT 1 FROM `+s.Table("jobs")+` WHERE id = $1 FOR UPDATE`, jobs[1].ID); err != nil {
-				t.Fatal(err)
-			}
+			holder := lockRow(t, pool, s, jobs[1].ID)
 			done, exited := make(chan error, 1), make(chan struct{})
 			go func() {
 				defer close(exited)
@@ -99,6 +71,103 @@ func TestMultiRowWritesLockInIDOrder(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The heartbeat and the reclaim skip a job another transaction has locked instead of
+// waiting for it: given C, A, B with B locked elsewhere, each returns at once having
+// written A and C. The heartbeat reports B held but not renewed; the reclaim leaves
+// it running, and reclaims it once the lock is gone.
+func TestHeartbeatAndReclaimSkipLockedJobs(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := storeWithJobs(t, 0)
+	leaseOf := func(id string) time.Time {
+		var until time.Time
+		if err := pool.QueryRow(ctx, `SELECT lease_until FROM `+s.Table("jobs")+` WHERE id = $1`, id).Scan(&until); err != nil {
+			t.Fatal(err)
+		}
+		return until
+	}
+
+	t.Run("heartbeat", func(t *testing.T) {
+		jobs, lease := claimThree(t, s, pool, "heartbeat")
+		before := leaseOf(jobs[1].ID)
+		holder := lockRow(t, pool, s, jobs[1].ID)
+		defer holder.Rollback(ctx)
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second) // a wait for B would end here
+		defer cancel()
+		renewed, err := s.Heartbeat(tctx, pool, nil, []Lease{lease(2), lease(0), lease(1)}, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !renewed[jobs[0].ID] || !renewed[jobs[2].ID] {
+			t.Errorf("A and C not renewed: %v", renewed)
+		}
+		if r, held := renewed[jobs[1].ID]; !held || r {
+			t.Errorf("B (locked elsewhere): renewed %v, held %v; want held, not renewed", r, held)
+		}
+		holder.Rollback(ctx)
+		if got := leaseOf(jobs[1].ID); !got.Equal(before) {
+			t.Errorf("B's lease moved from %s to %s while it was locked", before, got)
+		}
+		if renewed, err := s.Heartbeat(ctx, pool, nil, []Lease{lease(1)}, time.Hour); err != nil || !renewed[jobs[1].ID] {
+			t.Errorf("B once unlocked: %v, %v; want renewed", renewed, err)
+		}
+	})
+
+	t.Run("reclaim", func(t *testing.T) {
+		jobs, lease := claimThree(t, s, pool, "reclaim")
+		if _, err := pool.Exec(ctx, `UPDATE `+s.Table("jobs")+` SET lease_until = now() - interval '1 minute' WHERE queue = 'reclaim'`); err != nil {
+			t.Fatal(err)
+		}
+		holder := lockRow(t, pool, s, jobs[1].ID)
+		defer holder.Rollback(ctx)
+		tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		delays := []time.Duration{time.Second, time.Second, time.Second}
+		changed, err := s.Reclaim(tctx, pool, nil, []Lease{lease(2), lease(0), lease(1)}, delays)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(changed) != 2 || changed[jobs[0].ID] != StatusPending || changed[jobs[2].ID] != StatusPending {
+			t.Errorf("reclaimed %v; want A and C pending, B skipped", changed)
+		}
+		holder.Rollback(ctx)
+		if changed, err := s.Reclaim(ctx, pool, nil, []Lease{lease(1)}, delays[:1]); err != nil || changed[jobs[1].ID] != StatusPending {
+			t.Errorf("B once unlocked: %v, %v; want reclaimed", changed, err)
+		}
+	})
+}
+
+// claimThree claims the three jobs it enqueues into queue, sorted by id, and a Lease
+// of each by index.
+func claimThree(t *testing.T, s *Store, pool *pgxpool.Pool, queue string) ([]*Job, func(int) Lease) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO `+s.Table("jobs")+` (kind, payload, queue) SELECT 'k', '{}', $1 FROM generate_series(1, 3)`, queue); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := s.Claim(ctx, pool, nil, ClaimParams{Queue: queue, WorkerID: "w", Limit: 3, Lease: time.Minute})
+	if err != nil || len(jobs) != 3 {
+		t.Fatalf("claimed %d of 3: %v", len(jobs), err)
+	}
+	slices.SortFunc(jobs, func(a, b *Job) int { return strings.Compare(a.ID, b.ID) })
+	return jobs, func(i int) Lease { return Lease{ID: jobs[i].ID, Token: *jobs[i].LeaseToken} }
+}
+
+// lockRow returns a transaction holding job id's row lock.
+func lockRow(t *testing.T, pool *pgxpool.Pool, s *Store, id string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+s.Table("jobs")+` WHERE id = $1 FOR UPDATE`, id); err != nil {
+		tx.Rollback(ctx)
+		t.Fatal(err)
+	}
+	return tx
 }
 
 func outcomes(ls []Lease) []Outcome {

@@ -31,10 +31,21 @@ LIMIT $2`),
 		// worker heartbeated in the meantime is left alone. It matches (id, lease_token)
 		// without status = 'running', which the token implies (jobs_lease_iff_running).
 		// With it, the planner could walk jobs_expired_lease_idx from its head and probe
-		// the array for each row (it did on small tables); reached by id, the rows are
-		// locked in the array's order (idOrder).
+		// the array for each row (it did on small tables).
+		//
+		// A job another transaction has locked is skipped, not waited for (SKIP LOCKED),
+		// as the heartbeat does: a handler's CompleteTx transaction held open past its
+		// lease would otherwise stall every reclaim behind it. The locker is nearly
+		// always the job's own outcome; a lease still expired once it lets go is
+		// reclaimed by a later pass.
 		reclaim: b.add("reclaim", `
-WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
+WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
+r AS MATERIALIZED (
+  SELECT j.id, x.delay_us FROM unnest($2::uuid[], $3::uuid[], $4::bigint[]) AS x(id, token, delay_us)
+  JOIN {{s}}.jobs j ON j.id = x.id AND j.lease_token = x.token
+  WHERE j.lease_until < (SELECT now FROM t)
+  FOR UPDATE OF j SKIP LOCKED
+)
 UPDATE {{s}}.jobs AS j
 SET status = (CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END)::{{s}}.job_status,
     run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at
@@ -45,8 +56,8 @@ SET status = (CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending
     lease_token = NULL,
     worker_id = NULL,
     updated_at = t.now
-FROM unnest($2::uuid[], $3::uuid[], $4::bigint[]) AS r(id, token, delay_us), t
-WHERE j.id = r.id AND j.lease_token = r.token AND j.lease_until < t.now
+FROM r, t
+WHERE j.id = r.id
 RETURNING j.id, j.status::text`),
 	}
 }
@@ -81,11 +92,10 @@ func (s *Store) ListExpired(ctx context.Context, db DBTX, now, floor *time.Time,
 // Reclaim returns the given expired leases to the queue with their delays (or fails
 // them at max attempts); it returns the new status of each job it changed.
 func (s *Store) Reclaim(ctx context.Context, db DBTX, now *time.Time, leases []Lease, delays []time.Duration) (map[string]string, error) {
-	order := leaseOrder(leases)
-	ids, tokens := splitLeases(leases, order)
+	ids, tokens := splitLeases(leases) // it never waits for a lock: any order will do
 	us := make([]int64, len(delays))
-	for k, i := range order {
-		us[k] = micros(delays[i])
+	for i, d := range delays {
+		us[i] = micros(d)
 	}
 	// Guarded like the other fenced writes (planguard.go).
 	return guarded(ctx, db, collectStatuses, s.reclaim.reclaim.sql, Now(now), uuidArg(ids), uuidArg(tokens), us)

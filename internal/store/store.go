@@ -216,16 +216,17 @@ func sortBatch[T any](batch []T, cmp func(a, b T) int) {
 	}
 }
 
-// idOrder returns the positions of xs ordered by their job ids. Every statement that
-// writes several jobs by id from an array — Heartbeat, Finish, FinishDeleting,
-// Reclaim — sends the array in this order, and runs as a nested loop driven by it, so
-// it locks the rows in that order (TestMultiRowWritesLockInIDOrder). Two of them over
-// shared rows then queue one behind the other. In the order they were given (a
-// heartbeat lists a process's jobs in map order, the completer in the order handlers
-// returned) each could hold a row the other waits for: a deadlock PostgreSQL breaks
-// only after deadlock_timeout (1 s by default) by failing one of the two. A W10 run
-// logged one: its heartbeat failed and was not renewed for 19 s, and the window's
-// pickup p99 rose to 142 ms.
+// idOrder returns the positions of xs ordered by their job ids. The statements that
+// write several jobs by id from an array and wait for row locks — Finish and
+// FinishDeleting — send the array in this order, and run as a nested loop driven by
+// it, so they lock the rows in that order (TestMultiRowWritesLockInIDOrder). Two of
+// them over shared rows then queue one behind the other instead of each holding a
+// row the other waits for: a deadlock PostgreSQL breaks only after deadlock_timeout
+// (1 s by default) by failing one of the two. A W10 run logged one between a heartbeat
+// (in map order) and a completion (in the order handlers returned): the heartbeat
+// failed and was not renewed for 19 s, and the window's pickup p99 rose to 142 ms.
+// The heartbeat and the reclaim now skip locked rows (SKIP LOCKED) and never wait,
+// so their order does not matter.
 func idOrder[T any](xs []T, id func(T) string) []int {
 	order := make([]int, len(xs))
 	for i := range order {

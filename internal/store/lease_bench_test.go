@@ -1,0 +1,39 @@
+package store
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/skiplock/skiplock/internal/pgtest"
+)
+
+// BenchmarkHeartbeat renews the leases of 1,000 running jobs per operation (one
+// heartbeat of a busy process), through the plan guard as the runtime sends it.
+func BenchmarkHeartbeat(b *testing.B) {
+	ctx := context.Background()
+	s, err := New(pgtest.Schema(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	pool := pgtest.Pool(b)
+	const n = 1000
+	if _, err := pool.Exec(ctx, `INSERT INTO `+s.Table("jobs")+` (kind, payload) SELECT 'k', '{}' FROM generate_series(1, $1)`, n); err != nil {
+		b.Fatal(err)
+	}
+	jobs, err := s.Claim(ctx, pool, nil, ClaimParams{Queue: "default", WorkerID: "w", Limit: n, Lease: time.Hour})
+	if err != nil || len(jobs) != n {
+		b.Fatalf("claimed %d of %d: %v", len(jobs), n, err)
+	}
+	leases := make([]Lease, n)
+	for i, j := range jobs {
+		leases[i] = Lease{ID: j.ID, Token: *j.LeaseToken}
+	}
+	for b.Loop() {
+		renewed, err := s.Heartbeat(ctx, pool, nil, leases, time.Hour)
+		if err != nil || len(renewed) != n {
+			b.Fatalf("renewed %d of %d: %v", len(renewed), n, err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/n, "µs/lease")
+}
