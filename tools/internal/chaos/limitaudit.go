@@ -4,15 +4,16 @@ package chaos
 // record of transitions (audit.go), and the starts of a rate-limited queue.
 //
 // A claim holds a slot from its own time (the claim's attempted_at, read after its
-// snapshot) until the earlier of its end (the time of the transition out of 'running',
-// the latest of its transaction's: replaySlots) and the end of the lease it ended under: a job whose lease ran out frees its slot
-// then, whether or not the reclaimer had run. A lease extended after it expired (a
-// heartbeat racing the expiry, chaos_revivals) holds no slot from the expiry to the
-// extension. A claim still open at the end of the round holds its slot until its
-// lease ends. Both bounds of a slot are instants the database recorded; a claim that
-// admitted a job saw every end recorded before it (the limited claims are serialised
-// and an end's record precedes its commit), so a correct limiter never shows more
-// overlapping slots than its limit.
+// snapshot) until the earlier of its end (the time of the transition out of
+// 'running'; the latest such time of its transaction, replaySlots) and the end of the
+// lease it ended under: a job whose lease ran out frees its slot then, whether or
+// not the reclaimer had run. A lease extended after it expired (a heartbeat racing
+// the expiry, chaos_revivals) holds no slot from the expiry to the extension. A claim
+// still open at the end of the round holds its slot until its lease ends. Both bounds
+// of a slot are instants the database recorded; a claim that admitted a job saw
+// every end recorded before it (the limited claims are serialised and an end's record
+// precedes its commit), so a correct limiter never shows more overlapping slots than
+// its limit.
 //
 // A successor's claim (a slot handed over on the worker, docs/limits.md) holds no
 // slot while its predecessor runs under the token the claim recorded with a valid
