@@ -23,8 +23,11 @@ vet:
 test: deps vet
 	bash scripts/test.sh
 
+## lint: gofmt, go vet and staticcheck (pinned; fetched through the module proxy).
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 lint: vet
 	@test -z "$$(gofmt -l .)" || (gofmt -l . && exit 1)
+	$(GO) run $(STATICCHECK) ./...
 
 ## bench: BENCH_FLAGS passes flags through, e.g. make bench BENCH_FLAGS='--runs 3'.
 bench: deps

@@ -302,7 +302,7 @@ func TestFlowRefusesBadInput(t *testing.T) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
 		}
 	}
-	//nolint:staticcheck // a nil context is the bad input under test
+	//lint:ignore SA1012 a nil context is the bad input under test
 	if _, err := r.client.EnqueueFlowTx(nil, r.pool, skiplock.Flow{Args: leafArgs{}}); !errors.Is(err, skiplock.ErrInvalid) {
 		t.Errorf("nil ctx: %v", err)
 	}

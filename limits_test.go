@@ -303,7 +303,8 @@ func TestLimitsBadInputAndList(t *testing.T) {
 			t.Errorf("LimitSet(%+v) = %v, want ErrInvalid", l, err)
 		}
 	}
-	if err := e.client.LimitSet(nil, skiplock.Limit{Queue: "a", MaxRunning: 1}); !errors.Is(err, skiplock.ErrInvalid) { //nolint:staticcheck // nil ctx on purpose
+	//lint:ignore SA1012 a nil context is the bad input under test
+	if err := e.client.LimitSet(nil, skiplock.Limit{Queue: "a", MaxRunning: 1}); !errors.Is(err, skiplock.ErrInvalid) {
 		t.Errorf("nil ctx: %v", err)
 	}
 	_, err := e.client.EnqueueRaw(e.ctx, "k", []byte(`{}`), &skiplock.EnqueueOpts{ConcurrencyKey: skiplock.EachKey})

@@ -66,6 +66,9 @@ func TestInboxClaimAndPrune(t *testing.T) {
 	e.must(err)
 	first, err := e.inbox.Claim(e.ctx, tx, "billing", "d")
 	e.must(err)
+	if !first {
+		t.Fatal("d not first inside its transaction")
+	}
 	e.must(tx.Rollback(e.ctx))
 	if first, err = e.inbox.Claim(e.ctx, e.pool, "billing", "d"); err != nil || !first {
 		t.Fatalf("claim after rollback: %v %v", first, err)

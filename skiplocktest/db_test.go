@@ -31,7 +31,7 @@ func TestURLAndPool(t *testing.T) {
 	if skiplocktest.EnvURL != pgtest.EnvURL {
 		t.Errorf("EnvURL %q, but the implementation reads %q", skiplocktest.EnvURL, pgtest.EnvURL)
 	}
-	if skiplocktest.Pool(t) != skiplocktest.Pool(t) {
+	if p1, p2 := skiplocktest.Pool(t), skiplocktest.Pool(t); p1 != p2 {
 		t.Error("Pool is not shared by the binary's tests")
 	}
 	if err := skiplocktest.Pool(t).Ping(context.Background()); err != nil {

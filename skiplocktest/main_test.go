@@ -67,11 +67,3 @@ func (f *fakeTB) wantFatal(t *testing.T, parts ...string) {
 		}
 	}
 }
-
-// wantPass fails t if the helper reported anything.
-func (f *fakeTB) wantPass(t *testing.T) {
-	t.Helper()
-	if f.fatal != "" || len(f.errors) > 0 {
-		t.Fatalf("helper failed: fatal %q, errors %q", f.fatal, f.errors)
-	}
-}

@@ -306,8 +306,8 @@ func logTrace(t *testing.T, spans tracetest.SpanStubs) {
 		fmt.Fprintf(&b, "%s%-*s trace=%s span=%s parent=%s %s", strings.Repeat("  ", depth), 40-2*depth, s.Name,
 			s.SpanContext.TraceID(), s.SpanContext.SpanID(), s.Parent.SpanID(), strings.ToLower(s.SpanKind.String()))
 		for _, k := range []attribute.Key{tracing.AttrJobAttempt, tracing.AttrMessagingSystem, tracing.AttrMessagingDestination} {
-			if v := attr(s, k); v.Type() != attribute.INVALID && !(k == tracing.AttrMessagingSystem && v.AsString() == tracing.System) {
-				fmt.Fprintf(&b, " %s=%s", k, v.Emit())
+			if v := attr(s, k); v.Type() != attribute.EMPTY && !(k == tracing.AttrMessagingSystem && v.AsString() == tracing.System) {
+				fmt.Fprintf(&b, " %s=%s", k, v.String())
 			}
 		}
 		if s.Status.Code != codes.Unset {
@@ -316,7 +316,7 @@ func logTrace(t *testing.T, spans tracetest.SpanStubs) {
 		for _, l := range s.Links {
 			fmt.Fprintf(&b, " link=%s", l.SpanContext.SpanID())
 			for _, kv := range l.Attributes {
-				fmt.Fprintf(&b, "(%s=%s)", kv.Key, kv.Value.Emit())
+				fmt.Fprintf(&b, "(%s=%s)", kv.Key, kv.Value.String())
 			}
 		}
 		b.WriteByte('\n')

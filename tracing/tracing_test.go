@@ -396,7 +396,7 @@ func TestPublisher(t *testing.T) {
 	if lost.Parent.IsValid() {
 		t.Errorf("an event without trace context got parent %v", lost.Parent)
 	}
-	if attr(paid, tracing.AttrMessagingDestination).AsString() != "orders" || attr(shipped, tracing.AttrMessagingDestination).Type() != attribute.INVALID {
+	if attr(paid, tracing.AttrMessagingDestination).AsString() != "orders" || attr(shipped, tracing.AttrMessagingDestination).Type() != attribute.EMPTY {
 		t.Errorf("destination attributes: %v / %v", paid.Attributes, shipped.Attributes)
 	}
 	if paid.Status.Code != codes.Unset || shipped.Status.Code != codes.Error || len(paid.Links) != 0 ||

@@ -24,7 +24,6 @@ import (
 // timed measures the time spent inside Publish.
 type timed struct {
 	outbox.Publisher
-	calls int64
 	spent atomic.Int64
 }
 
