@@ -82,14 +82,15 @@ func (c *Client) JobRetry(ctx context.Context, id string) (*Job, error) {
 	return c.adminRow(ctx, id, "retrying", "only failed or cancelled jobs can be retried")(c.store.AdminRetry(ctx, c.pool, store.NowParam(c.cfg.Clock), id))
 }
 
-// JobCancel cancels a pending or running job. A running job's worker loses its lease
-// at its next heartbeat: its context is cancelled and its outcome is not written.
+// JobCancel cancels a pending, running or waiting job. A running job's worker loses its
+// lease at its next heartbeat: its context is cancelled and its outcome is not written.
+// A waiting flow parent's cancellation cancels its children that have not started.
 // ErrNotFound if no job has that id; ErrJobState if it has already finished.
 func (c *Client) JobCancel(ctx context.Context, id, reason string) (*Job, error) {
 	if err := checkAdmin(ctx, id); err != nil {
 		return nil, err
 	}
-	return c.adminRow(ctx, id, "cancelling", "only pending or running jobs can be cancelled")(c.store.AdminCancel(ctx, c.pool, store.NowParam(c.cfg.Clock), id, safetext.Clean(reason)))
+	return c.adminRow(ctx, id, "cancelling", "only pending, running or waiting jobs can be cancelled")(c.store.AdminCancel(ctx, c.pool, store.NowParam(c.cfg.Clock), id, safetext.Clean(reason)))
 }
 
 // JobDelete deletes a job that is not running. ErrNotFound if no job has that id;

@@ -119,9 +119,9 @@ type Config struct {
 	// jobs and that their deduplication keys are free again at once. Default false.
 	DeleteOnSuccess bool
 	Retention       RetentionConfig // deletes finished jobs, maintains partitions; defaults in RetentionConfig
-	// Periodic declares schedules (docs/scheduling.md): the first scheduler run of a
-	// started client writes them to the database — adding the missing, updating those
-	// whose definition differs, never touching a schedule's pause — and from then on
+	// Periodic declares schedules (docs/scheduling.md): Start writes them to the
+	// database before it returns — adding the missing, updating those whose definition
+	// differs, never touching a schedule's pause — and fails on a bad one; from then on
 	// one client at a time fires them. Names must be unique. Default none.
 	Periodic []PeriodicJob
 	// Limits are set (LimitSet) when the client starts, replacing limits with the

@@ -113,7 +113,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"jobs", "retry"}, "give job ids, or --state failed|cancelled"},
 		{[]string{"jobs", "retry", "--state", "running"}, `"running" is not one of: failed, cancelled`},
 		{[]string{"jobs", "retry", "x", "--state", "failed"}, "not both"},
-		{[]string{"jobs", "cancel", "--state", "failed"}, `"failed" is not one of: pending, running`},
+		{[]string{"jobs", "cancel", "--state", "failed"}, `"failed" is not one of: pending, running, waiting`},
 		{[]string{"jobs", "delete", "--state", "running"}, `"running" is not one of: pending, succeeded, failed, cancelled`},
 		{[]string{"outbox", "list", "--state", "sent"}, `"sent" is not one of: dead, pending, published`},
 		{[]string{"outbox", "requeue"}, "give event ids or --all-dead"},

@@ -72,6 +72,18 @@ func TestFlowsAndBatchesCommands(t *testing.T) {
 		t.Fatalf("stats -o json: %+v %v", st, err)
 	}
 
+	// Bulk cancel takes waiting jobs: the flow's root, whose cancellation cancels the
+	// children that have not started; the batch's callback, of another kind, stays.
+	c.must("jobs", "cancel", "--state", "waiting", "--kind", "report")
+	for _, id := range []string{res.ID, res.Children[0].ID, res.Children[0].Children[0].ID, res.Children[1].ID} {
+		if j, err := cl.JobGet(ctx, id); err != nil || j.State != skiplock.StateCancelled {
+			t.Fatalf("job %s after cancelling the waiting root: %+v %v", id, j, err)
+		}
+	}
+	if out := c.must("jobs", "list", "--state", "waiting", "-o", "json"); !strings.Contains(out, `"kind": "done"`) {
+		t.Fatalf("the batch's callback is no longer waiting:\n%s", out)
+	}
+
 	for _, tc := range []struct {
 		args []string
 		want string

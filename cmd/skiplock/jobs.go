@@ -153,8 +153,8 @@ var (
 		run: func(ctx context.Context, c *skiplock.Client, id, _ string) (*skiplock.Job, error) {
 			return c.JobRetry(ctx, id)
 		}}
-	jobCancel = jobAction{name: "cancel", short: "cancel pending or running jobs",
-		from: []string{"pending", "running"}, fromText: "pending or running jobs can be cancelled",
+	jobCancel = jobAction{name: "cancel", short: "cancel pending, running or waiting jobs",
+		from: []string{"pending", "running", "waiting"}, fromText: "pending, running or waiting jobs can be cancelled",
 		run: func(ctx context.Context, c *skiplock.Client, id, reason string) (*skiplock.Job, error) {
 			return c.JobCancel(ctx, id, reason)
 		}}
