@@ -47,13 +47,25 @@ func throwawayOrNamed(cmd *cobra.Command, db *dbFlags, opts pgcluster.Options, m
 	return pool, where, func() { pool.Close(); stop() }, nil
 }
 
-func durationFromEnv(def time.Duration) time.Duration {
-	if v := os.Getenv("DURATION"); v != "" {
-		if n, err := strconv.Atoi(v); err == nil {
-			return time.Duration(n) * time.Second
+// demoSchema is the demo's schema unless --schema or $SKIPLOCK_SCHEMA names one: never
+// the default schema, where an application's own jobs would meet the demo's workers.
+const demoSchema = "skiplock_demo"
+
+// demoDuration is how long the demo runs: --duration if given, else $DURATION
+// (seconds, as `make demo DURATION=60` passes it), else 15 s.
+func demoDuration(cmd *cobra.Command, flag time.Duration) (time.Duration, error) {
+	d := flag
+	if v := os.Getenv("DURATION"); v != "" && !cmd.Flags().Changed("duration") {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return 0, usagef(cmd, "DURATION=%q: want a whole number of seconds (0 runs until Ctrl-C)", v)
 		}
+		d = time.Duration(n) * time.Second
 	}
-	return def
+	if d < 0 {
+		return 0, usagef(cmd, "demo: a negative duration (%s); 0 runs until Ctrl-C", d)
+	}
+	return d, nil
 }
 
 func newDemoCmd(db *dbFlags) *cobra.Command {
@@ -66,23 +78,34 @@ transaction, workers sending the emails (with deliberate failures), a relay
 publishing signed webhooks, and live figures.
 
 Without --database-url or DATABASE_URL it starts a throwaway PostgreSQL from the
-installed binaries and removes it on exit.`,
+installed binaries and removes it on exit. On a database you name, it works in a
+schema of its own (skiplock_demo, or --schema), and refuses a schema that holds
+jobs or outbox events it did not write: its workers would fail them and its relay
+would publish them.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			d, err := demoDuration(cmd, dur)
+			if err != nil {
+				return err
+			}
+			schema := demoSchema
+			if db.schema != "" || os.Getenv("SKIPLOCK_SCHEMA") != "" {
+				schema = db.schemaName()
+			}
 			pool, _, cleanup, err := throwawayOrNamed(cmd, db, pgcluster.Options{}, 20)
 			if err != nil {
 				return err
 			}
 			defer cleanup()
 			ctx := cmd.Context()
-			if dur > 0 {
+			if d > 0 {
 				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, dur)
+				ctx, cancel = context.WithTimeout(ctx, d)
 				defer cancel()
 			}
-			return demoApp(ctx, pool, db.schemaName(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return demoApp(ctx, pool, schema, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
-	cmd.Flags().DurationVar(&dur, "duration", durationFromEnv(15*time.Second), "how long to run; 0 runs until Ctrl-C (default $DURATION seconds, else 15s)")
+	cmd.Flags().DurationVar(&dur, "duration", 15*time.Second, "how long to run; 0 runs until Ctrl-C ($DURATION, in seconds, replaces the default)")
 	return cmd
 }

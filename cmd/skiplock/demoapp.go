@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock"
 )
@@ -30,10 +31,13 @@ type demoStats struct {
 }
 
 func demoApp(ctx context.Context, pool *pgxpool.Pool, schema string, stdout, stderr io.Writer) error {
+	if err := demoSchemaIsOwn(ctx, pool, schema); err != nil {
+		return err
+	}
 	if _, err := skiplock.Migrate(ctx, pool, schema); err != nil {
 		return err
 	}
-	orders := schema + ".demo_orders"
+	orders := pgx.Identifier{schema, "demo_orders"}.Sanitize()
 	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+orders+` (
 		id bigserial PRIMARY KEY, customer text NOT NULL, total_cents int NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`); err != nil {
 		return fmt.Errorf("creating the demo's orders table: %w", err)
@@ -122,10 +126,51 @@ func demoApp(ctx context.Context, pool *pgxpool.Pool, schema string, stdout, std
 	outbox.stop()
 	c := client.Counters()
 	var pending int64
-	pool.QueryRow(stopCtx, `SELECT count(*) FROM `+schema+`.jobs WHERE status = 'pending'`).Scan(&pending)
+	pool.QueryRow(stopCtx, `SELECT count(*) FROM `+pgx.Identifier{schema, "jobs"}.Sanitize()+` WHERE status = 'pending'`).Scan(&pending)
 	fmt.Fprintf(stdout, "demo: %d orders; %d emails sent, %d transient SMTP errors retried, %d permanently failed, %d waiting for a retry\n",
 		st.orders.Load(), c.Succeeded, c.Retried, c.Failed, pending)
 	fmt.Fprintf(stdout, "demo: %s\n", outbox.summary())
+	return nil
+}
+
+// demoSchemaIsOwn refuses a schema that holds jobs or outbox events the demo did not
+// write: its workers would fail jobs of kinds they do not know (no worker registered)
+// and its relay would publish the events to the demo's receiver. A schema that does
+// not exist yet, or holds only the demo's own rows from an earlier run, is fine.
+func demoSchemaIsOwn(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	jobs, outboxT := pgx.Identifier{schema, "jobs"}.Sanitize(), pgx.Identifier{schema, "outbox"}.Sanitize()
+	var hasJobs, hasOutbox bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL`, jobs, outboxT).Scan(&hasJobs, &hasOutbox); err != nil {
+		return fmt.Errorf("checking the demo's schema %q: %w", schema, err)
+	}
+	var foreign []string
+	if hasJobs {
+		rows, err := pool.Query(ctx, `SELECT DISTINCT kind FROM `+jobs+` WHERE kind <> $1 ORDER BY kind LIMIT 5`, demoEmail{}.Kind())
+		if err != nil {
+			return fmt.Errorf("checking the demo's schema %q: %w", schema, err)
+		}
+		kinds, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("checking the demo's schema %q: %w", schema, err)
+		}
+		if len(kinds) > 0 {
+			foreign = append(foreign, "jobs of kind "+strings.Join(kinds, ", "))
+		}
+	}
+	if hasOutbox {
+		var n int64
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM `+outboxT+` WHERE event_type <> $1 LIMIT 1) x`, demoEventType).Scan(&n); err != nil {
+			return fmt.Errorf("checking the demo's schema %q: %w", schema, err)
+		}
+		if n > 0 {
+			foreign = append(foreign, "outbox events of other types")
+		}
+	}
+	if len(foreign) > 0 {
+		return fmt.Errorf("demo: schema %q holds %s that the demo did not write; its workers would fail them "+
+			"and its relay would publish them. Run the demo in a schema of its own (the default is %s; --schema names another) "+
+			"or on a throwaway cluster (no --database-url or DATABASE_URL)", schema, strings.Join(foreign, " and "), demoSchema)
+	}
 	return nil
 }
 

@@ -37,6 +37,9 @@ type demoOutbox struct {
 	lastAt   time.Time
 }
 
+// demoEventType is the type of every event the demo writes.
+const demoEventType = "order.created"
+
 const demoWebhookSecret = "whsec_ZGVtby13ZWJob29rLXNpZ25pbmcta2V5" // base64("demo-webhook-signing-key")
 
 func startDemoOutbox(ctx context.Context, client *skiplock.Client) (*demoOutbox, error) {
@@ -84,7 +87,7 @@ func startDemoOutbox(ctx context.Context, client *skiplock.Client) (*demoOutbox,
 func (o *demoOutbox) write(ctx context.Context, tx pgx.Tx, orderID int64, customer string) error {
 	payload, _ := json.Marshal(map[string]any{"order_id": orderID, "customer": customer})
 	_, err := o.outbox.Write(ctx, tx, outbox.Event{
-		AggregateType: "order", AggregateID: strconv.FormatInt(orderID, 10), EventType: "order.created", Payload: payload,
+		AggregateType: "order", AggregateID: strconv.FormatInt(orderID, 10), EventType: demoEventType, Payload: payload,
 	})
 	return err
 }

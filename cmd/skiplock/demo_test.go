@@ -1,0 +1,76 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/pgtest"
+)
+
+// The demo on a named database runs in a schema of its own, with a mixed-case name
+// quoted, and shows orders, jobs and events flowing.
+func TestDemoOnANamedDatabase(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	c.schema = "Demo_" + c.schema // a mixed-case name must be quoted in every statement
+	pool := pgtest.Pool(t)
+	t.Cleanup(func() {
+		pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS "`+c.schema+`" CASCADE`)
+	})
+	out := c.must("demo", "--duration", "2s")
+	for _, want := range []string{"demo: a shop writes orders", "demo: stopping", "emails sent", "outbox"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	var orders, jobs int64
+	if err := pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM "`+c.schema+`".demo_orders), (SELECT count(*) FROM "`+c.schema+`".jobs)`).Scan(&orders, &jobs); err != nil {
+		t.Fatal(err)
+	}
+	if orders == 0 || jobs != orders {
+		t.Fatalf("%d orders and %d jobs in the demo's schema", orders, jobs)
+	}
+	// A second run in the same schema finds only its own rows and runs again.
+	c.must("demo", "--duration", "1s")
+}
+
+// The demo refuses a schema holding an application's jobs or events, and leaves them
+// alone: before, its workers failed them ("no worker registered") and its relay
+// published the events to the demo's receiver.
+func TestDemoRefusesASchemaItDidNotWrite(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	c.must("migrate", "up")
+	cl := c.client()
+	ctx := context.Background()
+	res, err := cl.EnqueueRaw(ctx, "resize", []byte(`{}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := c.run(ctx, "demo", "--duration", "1s")
+	if code != 1 || !strings.Contains(errOut, `schema "`+c.schema+`" holds jobs of kind resize that the demo did not write`) {
+		t.Fatalf("demo on an application's schema: exit %d\n%s", code, errOut)
+	}
+	if j, err := cl.JobGet(ctx, res.ID); err != nil || j.State != skiplock.StatePending {
+		t.Fatalf("the application's job after the refused demo: %+v %v", j, err)
+	}
+}
+
+// A bad duration, from the flag or from $DURATION, is a usage error.
+func TestDemoDurationErrors(t *testing.T) {
+	t.Setenv("DURATION", "abc")
+	var out, errb bytes.Buffer
+	if code := execute(context.Background(), &out, &errb, "demo", "--database-url", "postgres://127.0.0.1:1/x"); code != 2 ||
+		!strings.Contains(errb.String(), `DURATION="abc": want a whole number of seconds`) {
+		t.Fatalf("DURATION=abc: exit %d\n%s", code, errb.String())
+	}
+	t.Setenv("DURATION", "")
+	errb.Reset()
+	if code := execute(context.Background(), &out, &errb, "demo", "--duration", "-1s", "--database-url", "postgres://127.0.0.1:1/x"); code != 2 ||
+		!strings.Contains(errb.String(), "a negative duration") {
+		t.Fatalf("--duration -1s: exit %d\n%s", code, errb.String())
+	}
+}
