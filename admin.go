@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/skiplock/skiplock/internal/safetext"
 	"github.com/skiplock/skiplock/internal/store"
+	"github.com/skiplock/skiplock/internal/uuidv7"
 )
 
 // This file holds the operator's verbs on jobs by id: get, list, retry, cancel, delete.
@@ -34,7 +35,8 @@ type ListParams struct {
 	// Metadata keeps the jobs whose metadata has every one of these entries. Like
 	// Search it is not indexed: narrow it with a state, queue or kind on large tables.
 	Metadata map[string]string
-	// AfterID continues a listing after the last id of the previous page.
+	// AfterID continues a listing after the last id of the previous page (a job id;
+	// anything else is ErrInvalid).
 	AfterID string
 	// Limit is the page size. Default 100, at most 10,000.
 	Limit int
@@ -50,6 +52,9 @@ func (c *Client) JobList(ctx context.Context, p ListParams) ([]*Job, error) {
 	}
 	if ctx == nil {
 		return nil, invalid("ctx", "must not be nil")
+	}
+	if p.AfterID != "" && !isUUID(p.AfterID) {
+		return nil, invalid("after_id", "%q is not a job id (a UUID)", p.AfterID)
 	}
 	sp := store.ListParams{Queue: p.Queue, Kind: p.Kind, AfterID: p.AfterID, Limit: p.Limit, Tag: p.Tag, Search: p.Search}
 	if len(p.Metadata) > 0 {
@@ -114,22 +119,7 @@ func checkAdmin(ctx context.Context, id string) error {
 }
 
 // isUUID reports whether s has the textual form of a UUID.
-func isUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i, r := range s {
-		switch {
-		case i == 8 || i == 13 || i == 18 || i == 23:
-			if r != '-' {
-				return false
-			}
-		case !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f' || r >= 'A' && r <= 'F'):
-			return false
-		}
-	}
-	return true
-}
+func isUUID(s string) bool { return uuidv7.Valid(s) }
 
 // adminRow turns an admin statement's result into the verb's answer. A statement that
 // matched no row is explained: either no job has the id (ErrNotFound), or it is in

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 )
@@ -105,7 +106,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"jobs", "lst"}, `unknown command "lst" for "skiplock jobs"; valid: cancel, delete, list, retry, show (did you mean list?)`},
 		{[]string{"jobs", "list", "--state", "done"}, `"done" is not one of: pending, running, succeeded, failed, cancelled, waiting`},
 		{[]string{"jobs", "list", "--state", "failed,done"}, `"done" is not one of: pending, running, succeeded, failed, cancelled, waiting`},
-		{[]string{"jobs", "list", "--limit", "0"}, "--limit 0: want 1..10000"},
+		{[]string{"jobs", "list", "--limit", "0"}, `invalid argument "0" for "--limit" flag: want 1..10000`},
 		{[]string{"jobs", "list", "--limit", "many"}, `invalid argument "many" for "--limit"`},
 		{[]string{"jobs", "list", "extra"}, `unexpected arguments ["extra"]`},
 		{[]string{"jobs", "show"}, "want one job id, got 0 arguments"},
@@ -124,7 +125,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"retention"}, "valid: run"},
 		{[]string{"roles", "grant"}, "valid: sql"},
 		{[]string{"relay", "--to", "ftp://u:hunter2@broker"}, "the scheme must be one of: amqp, amqps, kafka, nats, http, https"},
-		{[]string{"relay", "--to", "amqp://user:hunter2@broker", "--batch", "0"}, "--batch and --concurrency"},
+		{[]string{"relay", "--to", "amqp://user:hunter2@broker", "--batch", "0"}, `invalid argument "0" for "--batch" flag: want 1..10000`},
+		{[]string{"relay", "--to", "amqp://user:hunter2@broker", "--concurrency", "0"}, `invalid argument "0" for "--concurrency" flag: want 1 or more`},
 		{[]string{"relay", "--to", "https://hooks.example", "--webhook-secret", "s", "--webhook-endpoint", "x"}, "want name=URL"},
 		{[]string{"bench", "--workload", "W99"}, "bench: --workload"},
 		{[]string{"bench", "--runs", "0"}, "bench: --runs 0: want 1 or more"},
@@ -139,17 +141,68 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"limits", "set", "--queue", "q", "--per", "1s"}, "--rate and --per go together"},
 		{[]string{"limits", "set", "--queue", "q", "--rate", "5"}, "--rate and --per go together"},
 		{[]string{"limits", "set", "--queue", "q", "--rate", "5", "--per", "1us"}, "limits set: invalid per: 1µs is outside 1ms..24h"},
-		{[]string{"limits", "set", "--queue", "q", "--max-running", "-1"}, "limits set: invalid max_running: -1 is outside 0..1000000"},
+		// The figures' range is the one --help gives (the library's 0 means "not
+		// limited", which here is leaving the flag out), and the flags are named.
+		{[]string{"limits", "set", "--queue", "q", "--max-running", "-5"}, `invalid argument "-5" for "--max-running" flag: want 1..1000000`},
+		{[]string{"limits", "set", "--queue", "q", "--max-running", "0"}, `invalid argument "0" for "--max-running" flag: want 1..1000000`},
+		{[]string{"limits", "set", "--queue", "q", "--rate", "0", "--per", "1s"}, `invalid argument "0" for "--rate" flag: want 1..1000000`},
 		{[]string{"limits", "set", "--queue", "q", "--max-running", "lots"}, `invalid argument "lots" for "--max-running"`},
 		{[]string{"limits", "set", "--queue", "a b", "--max-running", "1"}, "limits set: invalid queue"},
 		{[]string{"limits", "delete"}, "limits delete: give exactly one of --queue and --kind"},
 		{[]string{"limits", "delete", "--queue", "q", "--key", "a\x01"}, "limits delete: invalid key"},
 		{[]string{"limits", "usage", "now"}, `unexpected arguments ["now"]`},
+
+		// Bad values of flags and arguments, refused before connecting.
+		{[]string{"jobs", "list", "--schema", "bad-name"}, `--schema: invalid schema name "bad-name": character '-' not allowed`},
+		{[]string{"migrate", "sql", "--schema", "bad-name"}, `--schema: invalid schema name "bad-name"`},
+		{[]string{"roles", "sql", "--worker", "a b"}, `roles sql: invalid roles: invalid worker role name "a b"`},
+		{[]string{"partitions", "enable", "--premake", "-1"}, `invalid argument "-1" for "--premake" flag: want 1..60`},
+		{[]string{"partitions", "enable", "--premake", "61"}, `invalid argument "61" for "--premake" flag: want 1..60`},
+		{[]string{"retention", "run", "--batch", "-5"}, `invalid argument "-5" for "--batch" flag: want 1 or more`},
+		{[]string{"retention", "run", "--batch", "0"}, `invalid argument "0" for "--batch" flag: want 1 or more`},
+		{[]string{"relay", "--to", "nats://127.0.0.1:4222", "--poll", "-1s"}, `invalid argument "-1s" for "--poll" flag: want 0 or more`},
+		{[]string{"relay", "--to", "kafka://"}, `relay: --to "kafka://" names no broker: want kafka://host:9092`},
+		{[]string{"relay", "--to", "kafka://,/topic"}, "names no broker"},
+		{[]string{"completion"}, "completion: missing command; valid: bash, fish, powershell, zsh"},
+		{[]string{"completion", "tcsh"}, `unknown command "tcsh" for "skiplock completion"; valid: bash, fish, powershell, zsh`},
+		{[]string{"completion", "bash", "extra"}, `completion bash: unexpected arguments ["extra"]`},
+		{[]string{"jobs", "show", "notauuid"}, `jobs show: "notauuid" is not a job id (a UUID)`},
+		{[]string{"jobs", "retry", "notauuid"}, `jobs retry: "notauuid" is not a job id (a UUID)`},
+		{[]string{"jobs", "cancel", "0190a1b2-0000-7000-8000-000000000000", "notauuid"}, `jobs cancel: "notauuid" is not a job id (a UUID)`},
+		{[]string{"jobs", "delete", "notauuid"}, `jobs delete: "notauuid" is not a job id (a UUID)`},
+		{[]string{"jobs", "list", "--after", "notauuid"}, `jobs list: --after "notauuid" is not a job id (a UUID)`},
+		{[]string{"flows", "show", "notauuid"}, `flows show: "notauuid" is not a job id (a UUID)`},
+		{[]string{"batches", "show", "notauuid"}, `batches show: "notauuid" is not a batch id (a UUID)`},
+		{[]string{"outbox", "show", "notauuid"}, `outbox show: "notauuid" is not an event id (a UUID)`},
+		{[]string{"outbox", "requeue", "notauuid"}, `outbox requeue: "notauuid" is not an event id (a UUID)`},
+
+		// Negative durations are refused; what 0 means is in each flag's help.
+		{[]string{"partitions", "enable", "--lock-timeout", "-1s"}, `invalid argument "-1s" for "--lock-timeout" flag: want 0 or more`},
+		{[]string{"metrics", "--min-interval", "-1s"}, `invalid argument "-1s" for "--min-interval" flag: want 0 or more`},
+		{[]string{"metrics", "--max-oldest-due", "-1s"}, `invalid argument "-1s" for "--max-oldest-due" flag: want 0 or more`},
+		{[]string{"metrics", "--max-outbox-lag", "-1s"}, `invalid argument "-1s" for "--max-outbox-lag" flag: want 0 or more`},
+		{[]string{"stats", "--watch", "-1s"}, `invalid argument "-1s" for "--watch" flag: want 0 or more`},
+		{[]string{"relay", "--to", "nats://127.0.0.1:4222", "--lease", "-1s"}, `invalid argument "-1s" for "--lease" flag: want 0 or more`},
+		{[]string{"relay", "--to", "nats://127.0.0.1:4222", "--stats-every", "-1s"}, `invalid argument "-1s" for "--stats-every" flag: want 0 or more`},
+		{[]string{"retention", "run", "--outbox-published", "-1s"}, `invalid argument "-1s" for "--outbox-published" flag: want 0 or more`},
+
+		// Multi-name commands check every name before acting on any.
+		{[]string{"queues", "pause", "mail", "bad q", "other"}, `queues pause: invalid queue name "bad q": character ' ' not allowed`},
+		{[]string{"queues", "resume", "mail", "bad q", "x y"}, `invalid queue name "x y"`},
+		{[]string{"queues", "pause", "mail", "bad q"}, "; nothing was paused"},
+
+		// schedules update without a field to change.
+		{[]string{"schedules", "update", "nightly"}, "schedules update: nothing to update: give at least one of --spec, --timezone, --kind, --payload, --queue"},
+		{[]string{"schedules", "update", "nightly", "-o", "json"}, "nothing to update"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Parallel()
+			// A command that accepted its line would fail to connect, or serve
+			// (metrics, which starts without the database) until the deadline.
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
 			var out, errb bytes.Buffer
-			code := execute(context.Background(), &out, &errb, append(tc.args, "--database-url", db)...)
+			code := execute(ctx, &out, &errb, append(tc.args, "--database-url", db)...)
 			if code != 2 || !strings.Contains(errb.String(), tc.want) {
 				t.Fatalf("exit %d, want 2 and %q in:\n%s", code, tc.want, errb.String())
 			}
@@ -191,6 +244,10 @@ func TestExitCode(t *testing.T) {
 		{errors.New("skiplock: job not found"), 1, "skiplock: job not found\n"},
 		{fmt.Errorf("wrapped: %w", &usageError{err: errors.New("bad flag")}), 2, "skiplock: wrapped: bad flag\n"},
 		{&usageError{cmd: &cobra.Command{Use: "x"}, err: errors.New("bad")}, 2, "skiplock: bad\nRun 'x --help' for usage.\n"},
+		// The library's prefix inside a wrapped error is not repeated.
+		{fmt.Errorf("listing jobs: %w", errors.New("skiplock: invalid after_id")), 1, "skiplock: listing jobs: invalid after_id\n"},
+		{fmt.Errorf("relay: %w", fmt.Errorf("partitioning: %w", errors.New("skiplock: boom"))), 1, "skiplock: relay: partitioning: boom\n"},
+		{&usageError{err: fmt.Errorf("schedules add: %w", errors.New("skiplock: invalid spec"))}, 2, "skiplock: schedules add: invalid spec\n"},
 	} {
 		var b bytes.Buffer
 		if code := exitCode(tc.err, &b); code != tc.code || b.String() != tc.msg {
@@ -212,5 +269,69 @@ func TestVersion(t *testing.T) {
 	var v buildVersion
 	if err := json.Unmarshal(out.Bytes(), &v); err != nil || v.Version == "" || !strings.HasPrefix(v.Go, "go") {
 		t.Fatalf("version -o json: %v %+v\n%s", err, v, out.String())
+	}
+}
+
+// schedules update changes only the flags given, so its --help shows no defaults;
+// schedules add, where an unset flag is its default, shows them.
+func TestSchedulesUpdateHelpShowsNoDefaults(t *testing.T) {
+	t.Parallel()
+	defaults := []string{`(default "UTC")`, `(default "{}")`, `(default "default")`, "(default run_once)", "(default 100)"}
+	for _, tc := range []struct {
+		cmd  string
+		want bool
+	}{{"update", false}, {"add", true}} {
+		var out, errb bytes.Buffer
+		if code := execute(context.Background(), &out, &errb, "schedules", tc.cmd, "--help"); code != 0 {
+			t.Fatalf("schedules %s --help: exit %d\n%s", tc.cmd, code, errb.String())
+		}
+		for _, d := range defaults {
+			if strings.Contains(out.String(), d) != tc.want {
+				t.Errorf("schedules %s --help: %s shown: %v, want %v\n%s", tc.cmd, d, !tc.want, tc.want, out.String())
+			}
+		}
+	}
+}
+
+// completion writes the script for a known shell on the command's stdout.
+func TestCompletionScripts(t *testing.T) {
+	t.Parallel()
+	for _, shell := range []string{"bash", "zsh", "fish", "powershell"} {
+		for _, extra := range [][]string{nil, {"--no-descriptions"}} {
+			var out, errb bytes.Buffer
+			code := execute(context.Background(), &out, &errb, append([]string{"completion", shell}, extra...)...)
+			if code != 0 || !strings.Contains(out.String(), "skiplock") || errb.Len() != 0 {
+				t.Fatalf("completion %s %v: exit %d, %d bytes\n%s", shell, extra, code, out.Len(), errb.String())
+			}
+		}
+	}
+}
+
+// A relay whose --to needs a default destination for events without one (nats'
+// subject, amqp's routing key, kafka's topic) warns at startup, naming the flag.
+// The database is closed here: the warning comes first, then exit 1.
+func TestRelayWarnsWithoutDefaultDestination(t *testing.T) {
+	t.Parallel()
+	db := closedURL(t)
+	broker := strings.TrimPrefix(closedURL(t), "postgres://nobody:secret@")
+	broker, _, _ = strings.Cut(broker, "/")
+	for _, tc := range []struct {
+		args []string
+		warn string // "" for none
+	}{
+		{[]string{"--to", "nats://" + broker}, "give --subject"},
+		{[]string{"--to", "nats://" + broker, "--subject", "events"}, ""},
+		{[]string{"--to", "amqp://guest:guest@" + broker + "/"}, "give --routing-key"},
+		{[]string{"--to", "amqp://guest:guest@" + broker + "/", "--routing-key", "events"}, ""},
+		{[]string{"--to", "kafka://" + broker}, "give --topic"},
+		{[]string{"--to", "kafka://" + broker + "/events"}, ""},
+		{[]string{"--to", "kafka://" + broker, "--topic", "events"}, ""},
+	} {
+		var out, errb bytes.Buffer
+		code := execute(context.Background(), &out, &errb, append([]string{"relay", "--database-url", db}, tc.args...)...)
+		warned := strings.Contains(errb.String(), "events without a Destination will be dead-lettered")
+		if code != 1 || warned != (tc.warn != "") || (tc.warn != "" && !strings.Contains(errb.String(), tc.warn)) {
+			t.Errorf("relay %v: exit %d, want 1 and warning %q\n%s", tc.args, code, tc.warn, errb.String())
+		}
 	}
 }

@@ -48,7 +48,7 @@ the worker role's grants, outbox requeues the relay role's.`,
 	fs.BoolVar(&readOnly, "read-only", false, "allow no action, even to authenticated users")
 	fs.BoolVar(&redact, "redact-payloads", false, `show job arguments and outputs, schedule and outbox payloads as "redacted"`)
 	fs.StringVar(&basePath, "base-path", "", "serve under this path (behind a reverse proxy that keeps it), e.g. /skiplock")
-	fs.DurationVar(&refresh, "refresh", 5*time.Second, "how often pages refresh their figures in place (0: never)")
+	durationFlag(cmd, &refresh, "refresh", 5*time.Second, "how often pages refresh their figures in place (0: never)")
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
 		if token == "" {
 			token = os.Getenv("SKIPLOCK_DASHBOARD_TOKEN")
@@ -74,9 +74,6 @@ the worker role's grants, outbox requeues the relay role's.`,
 		}
 		if basePath != "" && !strings.HasPrefix(basePath, "/") {
 			return usagef(cmd, "dashboard: --base-path %q must start with /", basePath)
-		}
-		if refresh < 0 {
-			return usagef(cmd, "dashboard: --refresh %s: want 0 or more", refresh)
 		}
 		return nil
 	}

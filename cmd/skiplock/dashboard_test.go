@@ -32,7 +32,7 @@ func TestDashboardUsageErrors(t *testing.T) {
 		{[]string{"--basic-auth", "nocolon"}, "--basic-auth wants user:password"},
 		{[]string{"--basic-auth", "user:"}, "--basic-auth wants user:password"},
 		{[]string{"--base-path", "admin"}, `--base-path "admin" must start with /`},
-		{[]string{"--refresh", "-1s"}, "--refresh -1s: want 0 or more"},
+		{[]string{"--refresh", "-1s"}, `invalid argument "-1s" for "--refresh" flag: want 0 or more`},
 	} {
 		var out, errb bytes.Buffer
 		code := execute(ctx, &out, &errb, append([]string{"dashboard", "--database-url", db}, tc.args...)...)

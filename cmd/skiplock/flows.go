@@ -19,7 +19,7 @@ func newFlowsShowCmd(db *dbFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show <id>",
 		Short: "show the tree of the flow a job belongs to, with each job's state",
-		Args:  exactArgs(1, "one job id"),
+		Args:  idArgs(1, "a job id"),
 	}
 	out := newOutputFlag(cmd)
 	cmd.RunE = withClient(db, func(cmd *cobra.Command, c *skiplock.Client, args []string) error {
@@ -119,7 +119,7 @@ func newBatchesShowCmd(db *dbFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show <id>",
 		Short: "show one batch: its counts, callbacks and members per state",
-		Args:  exactArgs(1, "one batch id"),
+		Args:  idArgs(1, "a batch id"),
 	}
 	out := newOutputFlag(cmd)
 	cmd.RunE = withClient(db, func(cmd *cobra.Command, c *skiplock.Client, args []string) error {

@@ -96,7 +96,7 @@ func TestFlowsAndBatchesCommands(t *testing.T) {
 		{[]string{"batches"}, "batches: missing command; valid: list, show", 2},
 		{[]string{"batches", "show", "nope"}, `"nope" is not a batch id`, 2},
 		{[]string{"batches", "show", "00000000-0000-7000-8000-000000000000"}, "no batch 00000000-0000-7000-8000-000000000000", 1},
-		{[]string{"batches", "list", "--limit", "0"}, "--limit 0: want 1..10000", 2},
+		{[]string{"batches", "list", "--limit", "0"}, `invalid argument "0" for "--limit" flag: want 1..10000`, 2},
 	} {
 		_, errOut, code := c.run(ctx, tc.args...)
 		if code != tc.code || !strings.Contains(errOut, tc.want) {

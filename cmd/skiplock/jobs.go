@@ -57,6 +57,12 @@ func newJobsListCmd(db *dbFlags) *cobra.Command {
 	cmd.Flags().StringVar(&after, "after", "", "continue after this id (the last of the previous page)")
 	pages.register(cmd)
 	out := newOutputFlag(cmd)
+	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		if after != "" && !isUUID(after) {
+			return usagef(cmd, "%s: --after %q is not a job id (a UUID)", pathOf(cmd), after)
+		}
+		return nil
+	}
 	cmd.RunE = withClient(db, func(cmd *cobra.Command, c *skiplock.Client, _ []string) error {
 		p := f.params()
 		p.AfterID, p.Limit = after, pages.limit
@@ -74,6 +80,9 @@ func jobsList(cmd *cobra.Command, c *skiplock.Client, p skiplock.ListParams, all
 	}
 	for {
 		page, err := c.JobList(ctx, p)
+		if errors.Is(err, skiplock.ErrInvalid) {
+			return usagef(cmd, "%s: %v", pathOf(cmd), err)
+		}
 		if err != nil {
 			return err
 		}
@@ -104,7 +113,7 @@ func newJobsShowCmd(db *dbFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show <id>",
 		Short: "show every field of one job, payload included",
-		Args:  exactArgs(1, "one job id"),
+		Args:  idArgs(1, "a job id"),
 	}
 	out := newOutputFlag(cmd)
 	cmd.RunE = withClient(db, func(cmd *cobra.Command, c *skiplock.Client, args []string) error {
@@ -198,7 +207,7 @@ func newJobsActCmd(db *dbFlags, a jobAction) *cobra.Command {
 			case len(args) > 0 && (len(f.states.values) > 0 || f.queue != "" || f.kind != ""):
 				return usagef(cmd, "jobs %s: give job ids or --state/--queue/--kind, not both", a.name)
 			}
-			return nil
+			return checkIDs(cmd, "a job id", args)
 		},
 	}
 	f.register(cmd, a.from, "bulk: every job in these states (comma-separated)")

@@ -177,8 +177,8 @@ any window of that length (an exact sliding window). See docs/limits.md.`,
 	}
 	f.register(cmd)
 	fs := cmd.Flags()
-	fs.IntVar(&maxRunning, "max-running", 0, fmt.Sprintf("most jobs running at once, 1..%d", skiplock.MaxLimit))
-	fs.IntVar(&rate, "rate", 0, fmt.Sprintf("most starts per --per window, 1..%d", skiplock.MaxLimit))
+	intFlag(cmd, &maxRunning, "max-running", 0, 1, skiplock.MaxLimit, fmt.Sprintf("most jobs running at once, 1..%d", skiplock.MaxLimit))
+	intFlag(cmd, &rate, "rate", 0, 1, skiplock.MaxLimit, fmt.Sprintf("most starts per --per window, 1..%d", skiplock.MaxLimit))
 	fs.DurationVar(&per, "per", 0, "the rate's window, 1ms..24h (with --rate)")
 	out := newOutputFlag(cmd)
 	var l skiplock.Limit

@@ -13,16 +13,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/ident"
+	"github.com/skiplock/skiplock/internal/uuidv7"
 	"github.com/spf13/cobra"
 )
 
@@ -56,6 +60,16 @@ Output: commands that print data take -o table (the default) or -o json.`,
 		Args:                       subcommandArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return cmd.Help()
+		},
+		// A bad --schema is a mistake in the command line: say so before connecting.
+		// (A bad $SKIPLOCK_SCHEMA is reported by the library, as any other setting.)
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if db.schema != "" {
+				if err := ident.Validate("schema", db.schema); err != nil {
+					return usagef(cmd, "--schema: %v", err)
+				}
+			}
+			return nil
 		},
 	}
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
@@ -92,6 +106,7 @@ Output: commands that print data take -o table (the default) or -o json.`,
 		newDemoCmd(db),
 		newBenchCmd(db),
 		newVersionCmd(),
+		newCompletionCmd(),
 	)
 	return root
 }
@@ -117,8 +132,10 @@ func exitCode(err error, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
-	// The library's own errors already start with "skiplock: ".
-	msg := "skiplock: " + strings.TrimPrefix(err.Error(), "skiplock: ")
+	// The library's own errors already start with "skiplock: ", also where the CLI
+	// or the library wrapped them ("schedules add: skiplock: invalid spec"): keep
+	// the prefix once, in front.
+	msg := "skiplock: " + strings.ReplaceAll(strings.TrimPrefix(err.Error(), "skiplock: "), ": skiplock: ", ": ")
 	var ue *usageError
 	if errors.As(err, &ue) {
 		fmt.Fprintln(stderr, msg)
@@ -245,31 +262,159 @@ func addEnumList(cmd *cobra.Command, f *enumListFlag, name, usage string) {
 	_ = cmd.RegisterFlagCompletionFunc(name, cobra.FixedCompletions(f.valid, cobra.ShellCompDirectiveNoFileComp))
 }
 
-// newEachNameCmd builds a command that applies one action to every name it is given,
-// in order, and reports each ("paused mail"): queues pause|resume, schedules
-// pause|resume|delete. act returns the error to report for a name.
-func newEachNameCmd(db *dbFlags, group, verb, what, short string,
-	act func(cmd *cobra.Command, c *skiplock.Client, name string) error) *cobra.Command {
+// eachName is a command that applies one action to every name it is given: queues
+// pause|resume, schedules pause|resume|delete. Every name is checked before any is
+// acted on, so a mistake in the third name does not leave the first two done.
+type eachName struct {
+	group, verb, what, short string
+	// check, if set, validates one name without the database; an error is a usage
+	// error.
+	check func(name string) error
+	// prepare, if set, checks every name against the database before the first
+	// action (the schedule exists, the queue is paused); an error stops the command
+	// with nothing done.
+	prepare func(cmd *cobra.Command, c *skiplock.Client, names []string) error
+	// act applies the action to one name.
+	act func(cmd *cobra.Command, c *skiplock.Client, name string) error
+}
+
+// newEachNameCmd builds an eachName command. It reports each name it acted on
+// ("paused mail").
+func newEachNameCmd(db *dbFlags, e eachName) *cobra.Command {
+	done := e.verb + "d" // paused, resumed, deleted
 	cmd := &cobra.Command{
-		Use:   verb + " <" + what + ">...",
-		Short: short,
+		Use:   e.verb + " <" + e.what + ">...",
+		Short: e.short,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return usagef(cmd, "%s %s: name at least one %s", group, verb, what)
+				return usagef(cmd, "%s %s: name at least one %s", e.group, e.verb, e.what)
+			}
+			if e.check == nil {
+				return nil
+			}
+			var bad []string
+			for _, name := range args {
+				if err := e.check(name); err != nil {
+					bad = append(bad, err.Error())
+				}
+			}
+			if len(bad) > 0 {
+				return usagef(cmd, "%s %s: %s; nothing was %s", e.group, e.verb, strings.Join(bad, "; "), done)
 			}
 			return nil
 		},
 	}
 	cmd.RunE = withClient(db, func(cmd *cobra.Command, c *skiplock.Client, args []string) error {
+		if e.prepare != nil {
+			if err := e.prepare(cmd, c, args); err != nil {
+				return fmt.Errorf("%w; nothing was %s", err, done)
+			}
+		}
 		for _, name := range args {
-			if err := act(cmd, c, name); err != nil {
+			if err := e.act(cmd, c, name); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%sd %s\n", verb, name) // paused, resumed, deleted
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", done, name)
 		}
 		return nil
 	})
 	return cmd
+}
+
+// idArgs wants n positional arguments that are ids (UUIDs) of what: "a job id",
+// "an event id". A mistyped id is a usage error, found before connecting.
+func idArgs(n int, what string) cobra.PositionalArgs {
+	_, noun, _ := strings.Cut(what, " ")
+	count := exactArgs(n, "one "+noun)
+	return func(cmd *cobra.Command, args []string) error {
+		if err := count(cmd, args); err != nil {
+			return err
+		}
+		return checkIDs(cmd, what, args)
+	}
+}
+
+// checkIDs refuses, as a usage error, the first of ids that is not a UUID.
+func checkIDs(cmd *cobra.Command, what string, ids []string) error {
+	for _, id := range ids {
+		if !isUUID(id) {
+			return usagef(cmd, "%s: %q is not %s (a UUID)", pathOf(cmd), id, what)
+		}
+	}
+	return nil
+}
+
+// isUUID reports whether s is a UUID in its canonical text form, the form the
+// library's operations on jobs accept and skiplock prints.
+func isUUID(s string) bool { return uuidv7.Valid(s) }
+
+// durationValue is a duration flag that refuses negative values: each command says
+// in the flag's help what 0 means.
+type durationValue struct{ p *time.Duration }
+
+func (d durationValue) Type() string { return "duration" }
+
+func (d durationValue) String() string {
+	if d.p == nil || *d.p == 0 {
+		return "0" // not shown as a default in --help
+	}
+	return d.p.String()
+}
+
+func (d durationValue) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("not a duration (e.g. 500ms, 5s, 2m)")
+	}
+	if v < 0 {
+		return errors.New("want 0 or more")
+	}
+	*d.p = v
+	return nil
+}
+
+// durationFlag registers a duration flag that refuses negative values, as a usage
+// error before the command runs.
+func durationFlag(cmd *cobra.Command, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	cmd.Flags().Var(durationValue{p}, name, usage)
+}
+
+// intValue is an int flag limited to min..max; any other value is refused.
+type intValue struct {
+	p        *int
+	min, max int
+}
+
+func (v intValue) Type() string { return "int" }
+
+func (v intValue) String() string {
+	if v.p == nil {
+		return "0"
+	}
+	return strconv.Itoa(*v.p)
+}
+
+func (v intValue) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return errors.New("not a whole number")
+	}
+	switch {
+	case (n < v.min || n > v.max) && v.max == math.MaxInt:
+		return fmt.Errorf("want %d or more", v.min)
+	case n < v.min || n > v.max:
+		return fmt.Errorf("want %d..%d", v.min, v.max)
+	}
+	*v.p = n
+	return nil
+}
+
+// intFlag registers an int flag that refuses values outside min..max (max
+// math.MaxInt: no upper bound), as a usage error before the command runs.
+func intFlag(cmd *cobra.Command, p *int, name string, value, min, max int, usage string) {
+	*p = value
+	cmd.Flags().Var(intValue{p, min, max}, name, usage)
 }
 
 // names lists a string-typed enum's values as strings (the valid values of a flag).

@@ -34,9 +34,9 @@ metrics with skiplock_stats_up 0.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&addr, "addr", ":9187", "listen address")
-	fs.DurationVar(&minInterval, "min-interval", 5*time.Second, "least time between two database reads (scrapes in between are served from cache)")
-	fs.DurationVar(&maxOldestDue, "max-oldest-due", 5*time.Minute, "/readyz fails when a queue's oldest due job is older")
-	fs.DurationVar(&maxOutboxLag, "max-outbox-lag", 0, "/readyz fails when the oldest unpublished outbox event is older (0: not checked)")
+	durationFlag(cmd, &minInterval, "min-interval", 5*time.Second, "least time between two database reads; scrapes in between are served from cache (0: the default, 5s)")
+	durationFlag(cmd, &maxOldestDue, "max-oldest-due", 5*time.Minute, "/readyz fails when a queue's oldest due job is older (0: the default, 5m)")
+	durationFlag(cmd, &maxOutboxLag, "max-outbox-lag", 0, "/readyz fails when the oldest unpublished outbox event is older (0: not checked)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
 		// No ping: the pool connects on the first probe or scrape, and again after

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -271,7 +272,7 @@ func TestLimitsCommands(t *testing.T) {
 		{"limits", "set", "--queue", "lq", "--kind", "sms", "--max-running", "3"},
 		{"limits", "set", "--queue", "lq", "--max-running", "0"},
 	} {
-		if _, errOut, code := c.run(ctx, args...); code != 2 || !strings.Contains(errOut, "limits set: ") {
+		if _, errOut, code := c.run(ctx, args...); code != 2 || !strings.Contains(errOut, "Run 'skiplock limits set --help' for usage.") {
 			t.Fatalf("%v: exit %d, want 2\n%s", args, code, errOut)
 		}
 	}
@@ -336,5 +337,143 @@ func TestLimitsCommands(t *testing.T) {
 	}
 	if out := c.must("stats"); strings.Contains(out, "limits:") {
 		t.Fatalf("stats shows a limits section after every limit was deleted:\n%s", out)
+	}
+}
+
+// retention run --failed 0 (and --succeeded, --cancelled) keeps none: every failed
+// job is deleted now, where RetentionConfig's 0 would be the 7-day default.
+func TestRetentionRunZeroKeepsNone(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	ctx := context.Background()
+	cl := c.client()
+	for range 2 {
+		if _, err := cl.EnqueueRawTx(ctx, cl.Pool(), "mail", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "r"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jobs, err := cl.Manual().Claim(ctx, "r", 2)
+	if err != nil || len(jobs) != 2 {
+		t.Fatalf("claim: %d %v", len(jobs), err)
+	}
+	if err := cl.Manual().Fail(ctx, jobs[0], io.EOF); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Manual().Complete(ctx, jobs[1]); err != nil {
+		t.Fatal(err)
+	}
+	if out := c.must("retention", "run", "--failed", "1h"); !strings.Contains(out, "deleted 0 succeeded, 0 failed") {
+		t.Fatalf("retention run --failed 1h deleted a job a minute old: %s", out)
+	}
+	if out := c.must("retention", "run", "--failed", "0s"); !strings.Contains(out, "deleted 0 succeeded, 1 failed") {
+		t.Fatalf("retention run --failed 0s: %s", out)
+	}
+	if out := c.must("retention", "run", "--succeeded", "0"); !strings.Contains(out, "deleted 1 succeeded, 0 failed") {
+		t.Fatalf("retention run --succeeded 0: %s", out)
+	}
+	if out := c.must("retention", "run", "--help"); strings.Count(out, "0: keep none; negative: keep forever") != 3 {
+		t.Fatalf("retention run --help does not say what 0 and negative mean for each state:\n%s", out)
+	}
+}
+
+// queues resume of a queue that is not paused exits 1 and says so, naming a queue
+// nothing knows (a misspelling); with several names nothing is resumed then.
+func TestQueuesPauseResume(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	ctx := context.Background()
+	cl := c.client()
+	if _, err := cl.EnqueueRawTx(ctx, cl.Pool(), "mail", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "mail"}); err != nil {
+		t.Fatal(err)
+	}
+	paused := func(name string) bool {
+		qs, err := cl.QueueList(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, q := range qs {
+			if q.Name == name {
+				return q.Paused
+			}
+		}
+		return false
+	}
+	_, errOut, code := c.run(ctx, "queues", "resume", "mial")
+	if code != 1 || !strings.Contains(errOut, "queues resume: queue mial is not paused, and no job or setting names it (misspelt?); nothing was resumed") {
+		t.Fatalf("resuming an unknown queue: exit %d\n%s", code, errOut)
+	}
+	_, errOut, code = c.run(ctx, "queues", "resume", "mail")
+	if code != 1 || !strings.Contains(errOut, "queue mail is not paused;") || strings.Contains(errOut, "misspelt") {
+		t.Fatalf("resuming an active queue with jobs: exit %d\n%s", code, errOut)
+	}
+	if out := c.must("queues", "pause", "mail", "spare"); out != "paused mail\npaused spare\n" {
+		t.Fatalf("queues pause: %q", out)
+	}
+	// A queue paused ahead of its first job is known by its setting.
+	if out := c.must("queues", "resume", "spare"); out != "resumed spare\n" {
+		t.Fatalf("resuming a queue with only a setting: %q", out)
+	}
+	_, errOut, code = c.run(ctx, "queues", "resume", "mail", "spare", "mial")
+	if code != 1 || !strings.Contains(errOut, "queue spare is not paused; queue mial is not paused, and no job") || !paused("mail") {
+		t.Fatalf("resume with names that are not paused: exit %d, mail paused %v\n%s", code, paused("mail"), errOut)
+	}
+	if out := c.must("queues", "resume", "mail"); out != "resumed mail\n" || paused("mail") {
+		t.Fatalf("queues resume: %q", out)
+	}
+	// A bad name among good ones: nothing is paused.
+	_, errOut, code = c.run(ctx, "queues", "pause", "mail", "bad q", "other")
+	if code != 2 || !strings.Contains(errOut, "nothing was paused") || paused("mail") || paused("other") {
+		t.Fatalf("queues pause mail 'bad q' other: exit %d\n%s", code, errOut)
+	}
+}
+
+// schedules pause|resume|delete check that every schedule exists before acting on
+// any; the messages carry the "skiplock: " prefix once.
+func TestSchedulesActChecksEveryName(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	ctx := context.Background()
+	cl := c.client()
+	for _, name := range []string{"a", "b"} {
+		c.must("schedules", "add", name, "--spec", "@hourly", "--kind", "k")
+	}
+	enabled := func(name string) bool {
+		s, err := cl.ScheduleGet(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.Enabled
+	}
+	for _, verb := range []string{"pause", "delete"} {
+		_, errOut, code := c.run(ctx, "schedules", verb, "a", "nosuch", "b", "gone")
+		if code != 1 || !strings.Contains(errOut, "schedules "+verb+": no schedule nosuch, gone; nothing was "+verb+"d") ||
+			!enabled("a") || !enabled("b") {
+			t.Fatalf("schedules %s a nosuch b gone: exit %d\n%s", verb, code, errOut)
+		}
+	}
+	_, errOut, code := c.run(ctx, "schedules", "pause", "a", "bad name")
+	if code != 2 || !strings.Contains(errOut, "invalid name") || !strings.Contains(errOut, "nothing was paused") || !enabled("a") {
+		t.Fatalf("schedules pause a 'bad name': exit %d\n%s", code, errOut)
+	}
+	if out := c.must("schedules", "pause", "a", "b"); out != "paused a\npaused b\n" || enabled("a") || enabled("b") {
+		t.Fatalf("schedules pause a b: %q", out)
+	}
+	_, errOut, code = c.run(ctx, "schedules", "add", "x", "--spec", "bogus", "--kind", "k")
+	if code != 2 || !strings.Contains(errOut, "skiplock: schedules add: invalid spec") || strings.Count(errOut, "skiplock:") != 1 {
+		t.Fatalf("schedules add --spec bogus: exit %d\n%s", code, errOut)
+	}
+}
+
+// JobList refuses an AfterID that is not a job id as invalid input, not as a
+// database error; the CLI refuses it before connecting.
+func TestJobListAfterIDInvalid(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	_, err := c.client().JobList(context.Background(), skiplock.ListParams{AfterID: "notauuid"})
+	if !errors.Is(err, skiplock.ErrInvalid) || !strings.Contains(err.Error(), `"notauuid" is not a job id (a UUID)`) {
+		t.Fatalf("JobList(AfterID: notauuid): %v", err)
+	}
+	if _, errOut, code := c.run(context.Background(), "jobs", "list", "--after", "notauuid"); code != 2 || !strings.Contains(errOut, "is not a job id") {
+		t.Fatalf("jobs list --after notauuid: exit %d\n%s", code, errOut)
 	}
 }

@@ -118,7 +118,7 @@ func newOutboxShowCmd(db *dbFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show <id>",
 		Short: "show every field of one outbox event: headers, payload, relay state",
-		Args:  exactArgs(1, "one event id"),
+		Args:  idArgs(1, "an event id"),
 	}
 	out := newOutputFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -172,7 +172,7 @@ func newOutboxRequeueCmd(db *dbFlags) *cobra.Command {
 			if (len(args) == 0) == !allDead {
 				return usagef(cmd, "outbox requeue: give event ids or --all-dead (one of the two)")
 			}
-			return nil
+			return checkIDs(cmd, "an event id", args)
 		},
 	}
 	cmd.Flags().BoolVar(&allDead, "all-dead", false, "every dead event")

@@ -45,14 +45,8 @@ type pageFlags struct {
 	all   bool
 }
 
-// register adds the flags to cmd and checks --limit before it runs.
+// register adds the flags to cmd.
 func (p *pageFlags) register(cmd *cobra.Command) {
-	cmd.Flags().IntVar(&p.limit, "limit", 50, "page size, 1..10000")
+	intFlag(cmd, &p.limit, "limit", 50, 1, 10000, "page size, 1..10000")
 	cmd.Flags().BoolVar(&p.all, "all", false, "every page, not just the first")
-	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
-		if p.limit < 1 || p.limit > 10000 {
-			return usagef(cmd, "--limit %d: want 1..10000", p.limit)
-		}
-		return nil
-	}
 }

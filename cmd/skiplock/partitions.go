@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/skiplock/skiplock"
@@ -16,14 +18,21 @@ func newRetentionCmd(db *dbFlags) *cobra.Command {
 		Args:  noArgs,
 	}
 	fs := run.Flags()
-	fs.DurationVar(&r.Succeeded, "succeeded", skiplock.DefaultRetention, "keep succeeded jobs this long (negative: forever)")
-	fs.DurationVar(&r.Failed, "failed", skiplock.DefaultRetention, "keep failed jobs this long (negative: forever)")
-	fs.DurationVar(&r.Cancelled, "cancelled", skiplock.DefaultRetention, "keep cancelled jobs this long (negative: forever)")
-	fs.DurationVar(&r.OutboxPublished, "outbox-published", 0, "also delete outbox events published longer ago (0: no)")
-	fs.IntVar(&r.BatchSize, "batch", 1000, "rows per DELETE")
+	fs.DurationVar(&r.Succeeded, "succeeded", skiplock.DefaultRetention, "keep succeeded jobs this long (0: keep none; negative: keep forever)")
+	fs.DurationVar(&r.Failed, "failed", skiplock.DefaultRetention, "keep failed jobs this long (0: keep none; negative: keep forever)")
+	fs.DurationVar(&r.Cancelled, "cancelled", skiplock.DefaultRetention, "keep cancelled jobs this long (0: keep none; negative: keep forever)")
+	durationFlag(run, &r.OutboxPublished, "outbox-published", 0, "also delete outbox events published longer ago (0: no)")
+	intFlag(run, &r.BatchSize, "batch", 1000, 1, math.MaxInt, "rows per DELETE, 1 or more")
 	out := newOutputFlag(run)
 	run.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
+		// In RetentionConfig 0 is the 7-day default; here it keeps none: the
+		// shortest retention there is.
+		for _, d := range []*time.Duration{&r.Succeeded, &r.Failed, &r.Cancelled} {
+			if *d == 0 {
+				*d = time.Nanosecond
+			}
+		}
 		pool, err := db.pool(cmd, 4)
 		if err != nil {
 			return err
@@ -74,6 +83,9 @@ func newRetentionCmd(db *dbFlags) *cobra.Command {
 	return group("retention", "run retention now: delete old finished jobs, maintain partitions", run)
 }
 
+// maxPremake is the most periods skiplock.PartitionJobs creates ahead.
+const maxPremake = 60
+
 func newPartitionsCmd(db *dbFlags) *cobra.Command {
 	var (
 		period      = enumFlag{value: "day", valid: []string{"day", "week"}}
@@ -86,8 +98,8 @@ func newPartitionsCmd(db *dbFlags) *cobra.Command {
 		Args:  noArgs,
 	}
 	addEnum(enable, &period, "period", "", "partition period")
-	enable.Flags().IntVar(&premake, "premake", 3, "periods created ahead")
-	enable.Flags().DurationVar(&lockTimeout, "lock-timeout", 5*time.Second, "longest wait for the lock on jobs")
+	intFlag(enable, &premake, "premake", 3, 1, maxPremake, fmt.Sprintf("periods created ahead, counting the current one, 1..%d", maxPremake))
+	durationFlag(enable, &lockTimeout, "lock-timeout", 5*time.Second, "longest wait for the lock on jobs (0: the default, 5s)")
 	enableOut := newOutputFlag(enable)
 	enable.RunE = func(cmd *cobra.Command, _ []string) error {
 		pool, err := db.pool(cmd, 2)
@@ -97,6 +109,9 @@ func newPartitionsCmd(db *dbFlags) *cobra.Command {
 		defer pool.Close()
 		rep, err := skiplock.PartitionJobs(cmd.Context(), pool, db.schemaName(), skiplock.PartitionOpts{
 			Period: skiplock.PartitionPeriod(period.value), Premake: premake, LockTimeout: lockTimeout, Progress: cmd.ErrOrStderr()})
+		if errors.Is(err, skiplock.ErrInvalid) {
+			return usagef(cmd, "%s: %v", pathOf(cmd), err)
+		}
 		if err != nil {
 			return err
 		}

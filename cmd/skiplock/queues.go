@@ -3,9 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/ident"
 	"github.com/spf13/cobra"
 )
 
@@ -69,21 +71,63 @@ func newQueuesListCmd(db *dbFlags) *cobra.Command {
 }
 
 func newQueuePauseCmd(db *dbFlags, pause bool) *cobra.Command {
-	verb, short := "resume", "resume paused queues: every client claims their jobs again at once"
+	e := eachName{group: "queues", verb: "resume", what: "queue",
+		short: "resume paused queues: every client claims their jobs again at once",
+		check: ident.ValidateQueue, prepare: queuesPaused, act: func(cmd *cobra.Command, c *skiplock.Client, name string) error {
+			return queueErr(cmd, c.QueueResume(cmd.Context(), name))
+		}}
 	if pause {
-		verb, short = "pause", "pause queues for every client: no new claims (running jobs finish; enqueue still works)"
+		// A queue no job names yet can be paused, ahead of its first job.
+		e.verb, e.short, e.prepare = "pause", "pause queues for every client: no new claims (running jobs finish; enqueue still works)", nil
+		e.act = func(cmd *cobra.Command, c *skiplock.Client, name string) error {
+			return queueErr(cmd, c.QueuePause(cmd.Context(), name))
+		}
 	}
-	return newEachNameCmd(db, "queues", verb, "queue", short, func(cmd *cobra.Command, c *skiplock.Client, name string) error {
-		act := c.QueueResume
-		if pause {
-			act = c.QueuePause
+	return newEachNameCmd(db, e)
+}
+
+// queueErr makes the library's refusal of a queue name a usage error.
+func queueErr(cmd *cobra.Command, err error) error {
+	if errors.Is(err, skiplock.ErrInvalid) {
+		return usagef(cmd, "%s: %v", pathOf(cmd), err)
+	}
+	return err
+}
+
+// queuesPaused checks that every queue to resume is paused: resuming an active queue
+// would do nothing, and a misspelt name would look like success. It says which
+// names no job and no setting knows.
+func queuesPaused(cmd *cobra.Command, c *skiplock.Client, names []string) error {
+	ctx := cmd.Context()
+	settings, err := c.QueueList(ctx)
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{} // queues with settings: paused or not
+	paused := map[string]bool{}
+	for _, q := range settings {
+		known[q.Name], paused[q.Name] = true, q.Paused
+	}
+	var problems []string
+	for _, name := range names {
+		if paused[name] {
+			continue
 		}
-		if err := act(cmd.Context(), name); err != nil {
-			if errors.Is(err, skiplock.ErrInvalid) {
-				return usagef(cmd, "%v", err)
+		if !known[name] {
+			jobs, err := c.JobList(ctx, skiplock.ListParams{Queue: name, Limit: 1})
+			if err != nil {
+				return err
 			}
-			return err
+			known[name] = len(jobs) > 0
 		}
-		return nil
-	})
+		if known[name] {
+			problems = append(problems, fmt.Sprintf("queue %s is not paused", name))
+		} else {
+			problems = append(problems, fmt.Sprintf("queue %s is not paused, and no job or setting names it (misspelt?)", name))
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("queues resume: %s", strings.Join(problems, "; "))
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -74,13 +75,15 @@ func newRelayCmd(db *dbFlags) *cobra.Command {
 			if s := strings.ToLower(scheme); (s == "http" || s == "https") && len(f.secrets) == 0 {
 				return usagef(cmd, "relay: webhooks are signed: pass --webhook-secret (or set SKIPLOCK_WEBHOOK_SECRET)")
 			}
+			if s := strings.ToLower(scheme); s == "kafka" {
+				if seeds, _ := kafkaTarget(f.to); len(seeds) == 0 {
+					return usagef(cmd, "relay: --to %q names no broker: want kafka://host:9092[,host2:9092]/topic", redact.URL(f.to))
+				}
+			}
 			for _, e := range f.endpoints {
 				if name, u, ok := strings.Cut(e, "="); !ok || name == "" || u == "" {
 					return usagef(cmd, "relay: --webhook-endpoint %q: want name=URL", redact.URL(e))
 				}
-			}
-			if f.batch < 1 || f.concurrency < 1 {
-				return usagef(cmd, "relay: --batch and --concurrency must be at least 1")
 			}
 			return nil
 		},
@@ -94,20 +97,26 @@ func newRelayCmd(db *dbFlags) *cobra.Command {
 	fs.StringArrayVar(&f.secrets, "webhook-secret", nil, "webhook: signing `secret`, raw or whsec_<base64>; repeat while rotating (default $SKIPLOCK_WEBHOOK_SECRET)")
 	fs.StringArrayVar(&f.endpoints, "webhook-endpoint", nil, "webhook: `name=URL`: where events whose Destination is name go; repeatable")
 	fs.BoolVar(&f.ordered, "ordered", false, "publish each aggregate's events one at a time, in order (write them with outbox.Config.Ordered)")
-	fs.IntVar(&f.batch, "batch", 100, "events per claim and per publish call")
-	fs.IntVar(&f.concurrency, "concurrency", 1, "relay loops run at once")
-	fs.DurationVar(&f.lease, "lease", 30*time.Second, "how long a claim owns its events; bounds each publish")
-	fs.DurationVar(&f.poll, "poll", time.Second, "safety-net poll interval (jittered ±10%)")
+	intFlag(cmd, &f.batch, "batch", 100, 1, 10000, "events per claim and per publish call, 1..10000")
+	intFlag(cmd, &f.concurrency, "concurrency", 1, 1, math.MaxInt, "relay loops run at once, 1 or more")
+	durationFlag(cmd, &f.lease, "lease", 30*time.Second, "how long a claim owns its events; bounds each publish (0: the default, 30s)")
+	durationFlag(cmd, &f.poll, "poll", time.Second, "safety-net poll interval, jittered ±10% (0: the default, 1s)")
 	fs.BoolVar(&f.pollOnly, "poll-only", false, "do not LISTEN (behind PgBouncer in transaction pooling mode)")
-	fs.DurationVar(&f.every, "stats-every", 10*time.Second, "how often to log what was published (0: never)")
+	durationFlag(cmd, &f.every, "stats-every", 10*time.Second, "how often to log what was published (0: never)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
 		log := db.logger(cmd)
 		pub, target, err := newPublisher(&f, log)
+		if errors.Is(err, skiplock.ErrInvalid) {
+			return usagef(cmd, "relay: %v", err) // a flag's value, refused by the adapter
+		}
 		if err != nil {
 			return fmt.Errorf("relay: %w", err)
 		}
 		defer pub.Close()
+		if flag := noDefaultDestination(&f); flag != "" {
+			log.Warn("events without a Destination will be dead-lettered: give " + flag + " to publish them")
+		}
 
 		pool, err := db.pool(cmd, int32(f.concurrency+2))
 		if err != nil {
@@ -128,6 +137,9 @@ func newRelayCmd(db *dbFlags) *cobra.Command {
 			BatchSize: f.batch, Concurrency: f.concurrency, LeaseDuration: f.lease,
 			PollInterval: f.poll, PollOnly: f.pollOnly, OrderedByAggregate: f.ordered, Logger: log,
 		})
+		if errors.Is(err, skiplock.ErrInvalid) {
+			return usagef(cmd, "relay: %v", err)
+		}
 		if err != nil {
 			return fmt.Errorf("relay: %w", err)
 		}
@@ -182,7 +194,7 @@ func newPublisher(f *relayFlags, log *slog.Logger) (outbox.Publisher, string, er
 	if f.to == "" {
 		return nil, "", errors.New("no target: pass --to (amqp://, kafka://, nats:// or http(s)://)")
 	}
-	scheme, rest, ok := strings.Cut(f.to, "://")
+	scheme, _, ok := strings.Cut(f.to, "://")
 	if !ok {
 		return nil, "", fmt.Errorf("--to %q has no scheme; want amqp://, kafka://, nats:// or http(s)://", redact.URL(f.to))
 	}
@@ -191,15 +203,9 @@ func newPublisher(f *relayFlags, log *slog.Logger) (outbox.Publisher, string, er
 		p, err := amqppub.New(amqppub.Config{URL: f.to, Exchange: f.exchange, DefaultRoutingKey: f.routingKey, Logger: log})
 		return p, redact.URL(f.to), err
 	case "kafka":
-		brokers, topic, _ := strings.Cut(rest, "/")
+		seeds, topic := kafkaTarget(f.to)
 		if f.topic != "" {
 			topic = f.topic
-		}
-		var seeds []string
-		for _, b := range strings.Split(brokers, ",") {
-			if b = strings.TrimSpace(b); b != "" {
-				seeds = append(seeds, b)
-			}
 		}
 		p, err := kafkapub.New(kafkapub.Config{SeedBrokers: seeds, DefaultTopic: topic, Logger: log})
 		return p, redact.URL("kafka://" + strings.Join(seeds, ",") + "/" + topic), err
@@ -222,4 +228,39 @@ func newPublisher(f *relayFlags, log *slog.Logger) (outbox.Publisher, string, er
 		return p, redact.URL(f.to), err
 	}
 	return nil, "", fmt.Errorf("--to scheme %q is not supported; want amqp, amqps, kafka, nats, http or https", scheme)
+}
+
+// kafkaTarget reads a kafka://host:9092[,host2:9092]/topic URL: its seed brokers and
+// its topic (empty without a path).
+func kafkaTarget(to string) (seeds []string, topic string) {
+	_, rest, _ := strings.Cut(to, "://")
+	brokers, topic, _ := strings.Cut(rest, "/")
+	for _, b := range strings.Split(brokers, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			seeds = append(seeds, b)
+		}
+	}
+	return seeds, topic
+}
+
+// noDefaultDestination names the flag that gives events without a Destination
+// somewhere to go, when the --to scheme needs one and it is not given: the adapter
+// dead-letters such events. Webhooks send them to the --to URL.
+func noDefaultDestination(f *relayFlags) string {
+	scheme, _, _ := strings.Cut(f.to, "://")
+	switch strings.ToLower(scheme) {
+	case "amqp", "amqps":
+		if f.routingKey == "" {
+			return "--routing-key"
+		}
+	case "nats":
+		if f.subject == "" {
+			return "--subject"
+		}
+	case "kafka":
+		if _, topic := kafkaTarget(f.to); topic == "" && f.topic == "" {
+			return "--topic (or a /topic path in --to)"
+		}
+	}
+	return ""
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/skiplock/skiplock"
@@ -15,6 +16,9 @@ func newRolesCmd(db *dbFlags) *cobra.Command {
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ddl, err := skiplock.RolesSQL(db.schemaName(), n)
+			if errors.Is(err, skiplock.ErrInvalid) {
+				return usagef(cmd, "%s: %v", pathOf(cmd), err) // a role flag's name
+			}
 			if err != nil {
 				return err
 			}

@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/skiplock/skiplock"
@@ -128,17 +130,28 @@ type scheduleFlags struct {
 	jitter                               time.Duration
 }
 
-func (f *scheduleFlags) register(cmd *cobra.Command) {
+// scheduleFlagNames are the definition flags, in the order --help lists them.
+var scheduleFlagNames = []string{"spec", "timezone", "kind", "payload", "queue", "priority", "max-attempts",
+	"misfire", "max-catch-up", "jitter"}
+
+// register adds the definition flags. For add, an unset flag is its default, which
+// --help shows; for update, an unset flag leaves the field as it is, so no default
+// is shown.
+func (f *scheduleFlags) register(cmd *cobra.Command, add bool) {
+	timezone, payload, queue, maxCatchUp, misfire := "", "", "", 0, ""
+	if add {
+		timezone, payload, queue, maxCatchUp, misfire = "UTC", "{}", skiplock.DefaultQueue, skiplock.DefaultMaxCatchUp, string(skiplock.MisfireRunOnce)
+	}
 	fs := cmd.Flags()
 	fs.StringVar(&f.spec, "spec", "", `when it fires: 5 or 6 cron fields, @hourly/@daily/…, or "@every 30s"`)
-	fs.StringVar(&f.timezone, "timezone", "UTC", "IANA time zone of the spec")
+	fs.StringVar(&f.timezone, "timezone", timezone, "IANA time zone of the spec")
 	fs.StringVar(&f.kind, "kind", "", "the job's kind")
-	fs.StringVar(&f.payload, "payload", "{}", "the job's JSON payload")
-	fs.StringVar(&f.queue, "queue", skiplock.DefaultQueue, "the job's queue")
+	fs.StringVar(&f.payload, "payload", payload, "the job's JSON payload")
+	fs.StringVar(&f.queue, "queue", queue, "the job's queue")
 	fs.IntVar(&f.priority, "priority", 0, "the job's priority")
 	fs.IntVar(&f.maxAttempts, "max-attempts", 0, "the job's max attempts (0: the kind's default)")
-	fs.IntVar(&f.maxCatchUp, "max-catch-up", skiplock.DefaultMaxCatchUp, "catch_up: most jobs for missed fire times")
-	f.misfire = enumFlag{value: string(skiplock.MisfireRunOnce), valid: misfirePolicies}
+	fs.IntVar(&f.maxCatchUp, "max-catch-up", maxCatchUp, "catch_up: most jobs for missed fire times")
+	f.misfire = enumFlag{value: misfire, valid: misfirePolicies}
 	addEnum(cmd, &f.misfire, "misfire", "", "what missed fire times do")
 	fs.DurationVar(&f.jitter, "jitter", 0, "random delay of up to this much added to each job's run_at")
 }
@@ -190,11 +203,14 @@ func newSchedulesWriteCmd(db *dbFlags, add bool) *cobra.Command {
 		cmd.Use = "add <name> --spec s --kind k [--timezone z] [--payload json] [--queue q] [--priority n] [--max-attempts n] [--misfire m] [--max-catch-up n] [--jitter d]"
 		cmd.Short = "add a schedule at run time (source api): its job is enqueued at every fire time of --spec"
 	}
-	f.register(cmd)
+	f.register(cmd, add)
 	out := newOutputFlag(cmd)
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
 		if add && (f.spec == "" || f.kind == "") {
 			return usagef(cmd, "%s: --spec and --kind are required", pathOf(cmd))
+		}
+		if !add && !slices.ContainsFunc(scheduleFlagNames, cmd.Flags().Changed) {
+			return usagef(cmd, "%s: nothing to update: give at least one of --%s", pathOf(cmd), strings.Join(scheduleFlagNames, ", --"))
 		}
 		return nil
 	}
@@ -231,21 +247,38 @@ func newSchedulesActCmd(db *dbFlags, verb string) *cobra.Command {
 		"resume": "resume paused schedules: they fire again from their next fire time after now (no backlog)",
 		"delete": "delete schedules (their jobs stay; a schedule declared in a Config returns when such a client starts)",
 	}[verb]
-	return newEachNameCmd(db, "schedules", verb, "schedule", short, func(cmd *cobra.Command, c *skiplock.Client, name string) error {
-		var err error
-		switch verb {
-		case "pause":
-			_, err = c.SchedulePause(cmd.Context(), name)
-		case "resume":
-			_, err = c.ScheduleResume(cmd.Context(), name)
-		default:
-			_, err = c.ScheduleDelete(cmd.Context(), name)
-		}
-		if err != nil {
-			return scheduleErr(cmd, name, err)
-		}
-		return nil
-	})
+	return newEachNameCmd(db, eachName{group: "schedules", verb: verb, what: "schedule", short: short,
+		prepare: func(cmd *cobra.Command, c *skiplock.Client, names []string) error {
+			var missing []string
+			for _, name := range names {
+				_, err := c.ScheduleGet(cmd.Context(), name)
+				switch {
+				case errors.Is(err, skiplock.ErrScheduleNotFound):
+					missing = append(missing, name)
+				case err != nil:
+					return scheduleErr(cmd, name, err)
+				}
+			}
+			if len(missing) > 0 {
+				return fmt.Errorf("%s: no schedule %s", pathOf(cmd), strings.Join(missing, ", "))
+			}
+			return nil
+		},
+		act: func(cmd *cobra.Command, c *skiplock.Client, name string) error {
+			var err error
+			switch verb {
+			case "pause":
+				_, err = c.SchedulePause(cmd.Context(), name)
+			case "resume":
+				_, err = c.ScheduleResume(cmd.Context(), name)
+			default:
+				_, err = c.ScheduleDelete(cmd.Context(), name)
+			}
+			if err != nil {
+				return scheduleErr(cmd, name, err)
+			}
+			return nil
+		}})
 }
 
 func newSchedulesTriggerCmd(db *dbFlags) *cobra.Command {

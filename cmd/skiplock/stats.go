@@ -100,7 +100,7 @@ func newStatsCmd(db *dbFlags) *cobra.Command {
 		Short: "print per-queue counts, the oldest due job's age, the outbox lag and the limits' use",
 		Args:  noArgs,
 	}
-	cmd.Flags().DurationVar(&watch, "watch", 0, "repeat every interval (e.g. 2s) until interrupted")
+	durationFlag(cmd, &watch, "watch", 0, "repeat every interval (e.g. 2s) until interrupted (0: print once)")
 	cmd.Flags().BoolVar(&exact, "exact", false, "count finished jobs exactly (reads the whole table)")
 	out := newOutputFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {

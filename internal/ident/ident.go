@@ -52,7 +52,11 @@ func check(what, name string, queue bool) error {
 				return &Error{what, name, "must start with a letter or underscore"}
 			}
 		default:
-			return &Error{what, name, fmt.Sprintf("character %q not allowed (use letters, digits and underscores)", r)}
+			allowed := "letters, digits and underscores"
+			if queue {
+				allowed = "letters, digits, '_', '-' and '.'"
+			}
+			return &Error{what, name, fmt.Sprintf("character %q not allowed (use %s)", r, allowed)}
 		}
 	}
 	if !queue && strings.HasPrefix(strings.ToLower(name), "pg_") {

@@ -44,3 +44,22 @@ func String(u [16]byte) string {
 	hex.Encode(b[24:], u[10:])
 	return string(b[:])
 }
+
+// Valid reports whether s is a UUID (of any version) in the canonical 8-4-4-4-12
+// text form, either case: the form skiplock prints and its id parameters accept.
+func Valid(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, r := range s {
+		switch {
+		case i == 8 || i == 13 || i == 18 || i == 23:
+			if r != '-' {
+				return false
+			}
+		case !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f' || r >= 'A' && r <= 'F'):
+			return false
+		}
+	}
+	return true
+}

@@ -28,3 +28,19 @@ func TestLayoutAndOrder(t *testing.T) {
 		t.Fatalf("timestamp %d, want %d", ms, base.UnixMilli())
 	}
 }
+
+func TestValid(t *testing.T) {
+	for s, want := range map[string]bool{
+		String(New(time.Now(), 1)):             true,
+		"0191D0A2-0000-7000-8000-00000000000F": true,
+		"":                                     false,
+		"0191d0a2-0000-7000-8000-00000000000":  false, // 35 characters
+		"0191d0a2-0000-7000-8000-00000000000g": false,
+		"0191d0a200007000800000000000000000ab": false, // no hyphens
+		"{0191d0a2-0000-7000-8000-0000000000}": false,
+	} {
+		if got := Valid(s); got != want {
+			t.Errorf("Valid(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
