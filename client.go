@@ -511,7 +511,7 @@ func (c *Client) Close() { c.bg.Wait() }
 
 // ErrNotMigrated is matched by errors from a database whose schema lacks skiplock's
 // tables: run `skiplock migrate up` (or Migrate) first.
-var ErrNotMigrated = errors.New("skiplock: schema not migrated (run `skiplock migrate up`)")
+var ErrNotMigrated = errors.New("skiplock: schema not migrated (is the schema name right? if so, run `skiplock migrate up`)")
 
 // ErrSchemaNewer is returned by Start when the schema was migrated by a newer
 // skiplock than this build: upgrade the build (or point it at another schema).

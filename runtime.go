@@ -317,7 +317,7 @@ func (c *Client) checkSchema(ctx context.Context) error {
 	missing, unknown := migrate.Drift(applied)
 	switch {
 	case !exists:
-		return fmt.Errorf("%w: schema %q has no skiplock tables (is the schema name right?)", ErrNotMigrated, c.cfg.Schema)
+		return fmt.Errorf("%w: schema %q has no skiplock tables", ErrNotMigrated, c.cfg.Schema)
 	case len(unknown) > 0:
 		return fmt.Errorf("%w: schema %q has migration(s) %v that this build does not know; upgrade skiplock", ErrSchemaNewer, c.cfg.Schema, unknown)
 	case len(missing) > 0:

@@ -114,7 +114,7 @@ func demoApp(ctx context.Context, pool *pgxpool.Pool, schema string, stdout, std
 			lastDone = done
 		}
 	}
-	fmt.Fprintln(stdout, "\ndemo: stopping — waiting for running jobs to finish…")
+	fmt.Fprintln(stdout, "\ndemo: stopping — waiting for running jobs to finish and the last events to be published…")
 	if err := <-shopDone; err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 		fmt.Fprintln(stderr, "demo: shop:", err)
 	}
@@ -123,6 +123,7 @@ func demoApp(ctx context.Context, pool *pgxpool.Pool, schema string, stdout, std
 	if err := client.Stop(stopCtx); err != nil {
 		return err
 	}
+	outbox.drain(st.orders.Load(), 3*time.Second)
 	outbox.stop()
 	c := client.Counters()
 	var pending int64

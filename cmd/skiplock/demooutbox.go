@@ -104,6 +104,21 @@ func (o *demoOutbox) line() string {
 	return fmt.Sprintf("outbox: published %6d (%4d/s) webhooks verified %6d", st.Published, rate, o.received.Load())
 }
 
+// drain waits, at most within, until the relay has published want events: the
+// events of the last orders, so that the summary's counts agree.
+func (o *demoOutbox) drain(want int64, within time.Duration) {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(within)
+	for o.relay.Stats().Published < want {
+		select {
+		case <-tick.C:
+		case <-deadline:
+			return
+		}
+	}
+}
+
 func (o *demoOutbox) stop() {
 	o.cancel()
 	<-o.done
