@@ -1,10 +1,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/redact"
@@ -61,8 +64,7 @@ func (d *dbFlags) logger(cmd *cobra.Command) *slog.Logger {
 func poolConfig(cmd *cobra.Command, conn string, maxConns int32) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(conn)
 	if err != nil {
-		// pgx's parse errors already hide the password; redact again in case.
-		return nil, fmt.Errorf("parsing the connection string: %s", redact.DSN(err.Error()))
+		return nil, fmt.Errorf("parsing the connection string: %s", parseErrorText(err))
 	}
 	if _, ok := cfg.ConnConfig.RuntimeParams["application_name"]; !ok {
 		cfg.ConnConfig.RuntimeParams["application_name"] = cmd.CommandPath()
@@ -71,6 +73,24 @@ func poolConfig(cmd *cobra.Command, conn string, maxConns int32) (*pgxpool.Confi
 		cfg.MaxConns = maxConns
 	}
 	return cfg, nil
+}
+
+// parseErrorText is pgx's parse error with the connection string redacted by
+// redact.DSN. pgx hides passwords in it too, but by its own best effort, which
+// leaves part of an escaped one (password=x\ y shows as "xxxxx y"); a mask applied
+// to that text cannot take the rest back, so the message is rebuilt from the
+// original string. The reason follows the string's closing "`: ".
+func parseErrorText(err error) string {
+	var pe *pgconn.ParseConfigError
+	if !errors.As(err, &pe) {
+		return redact.DSN(err.Error())
+	}
+	text := pe.Error()
+	reason := ""
+	if i := strings.LastIndex(text, "`: "); i >= 0 {
+		reason = text[i+3:]
+	}
+	return fmt.Sprintf("cannot parse `%s`: %s", redact.DSN(pe.ConnString), redact.DSN(reason))
 }
 
 // target describes where a connection string points, for messages: the string

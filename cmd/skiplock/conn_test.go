@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -32,10 +33,23 @@ func TestPoolConfigApplicationName(t *testing.T) {
 			t.Errorf("%s: application_name %q, max conns %d; want %q, 3", tc.conn, got, cfg.MaxConns, tc.want)
 		}
 	}
-	if _, err := poolConfig(&cobra.Command{Use: "x"}, "host=h password='hunter2", 0); err == nil {
-		t.Fatal("a broken connection string parsed")
-	} else if bytes.Contains([]byte(err.Error()), []byte("hunter2")) {
-		t.Fatalf("the password is in the error: %v", err)
+	// Broken strings: the password must not reach the message, in whole or in part
+	// (pgx's own masking left "hunter2" of `password=x\ hunter2`), and the reason
+	// must still be there.
+	for _, tc := range []struct{ conn, reason string }{
+		{"host=h password='hunter2", "unterminated quoted string"},
+		{`host=h password=x\ hunter2 port=abc`, "port"},
+		{"postgres://u:hun?ter2@h:notaport/db", "port"},
+	} {
+		_, err := poolConfig(&cobra.Command{Use: "x"}, tc.conn, 0)
+		switch {
+		case err == nil:
+			t.Fatalf("%s parsed", tc.conn)
+		case bytes.Contains([]byte(err.Error()), []byte("hunter2")) || bytes.Contains([]byte(err.Error()), []byte("ter2")):
+			t.Fatalf("the password is in the error: %v", err)
+		case !strings.Contains(err.Error(), tc.reason):
+			t.Fatalf("the error lost its reason (%q): %v", tc.reason, err)
+		}
 	}
 }
 
