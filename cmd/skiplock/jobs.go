@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -139,11 +140,48 @@ func newJobsShowCmd(db *dbFlags) *cobra.Command {
 			{"run_at", ts(j.RunAt)}, {"created_at", ts(j.CreatedAt)}, {"updated_at", ts(j.UpdatedAt)},
 			{"lease_until", ts(j.LeaseUntil)}, {"lease_token", j.LeaseToken}, {"worker_id", j.WorkerID},
 			{"deduplication_key", j.DeduplicationKey}, {"concurrency_key", j.ConcurrencyKey}, {"last_error", j.LastError}, {"payload", string(j.Payload)}} {
-			fmt.Fprintf(tw, "%s\t%s\n", kv[0], kv[1])
+			if err := writeField(tw, kv[0], kv[1]); err != nil {
+				return err
+			}
 		}
-		return tw.Flush()
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		return printAttempts(cmd.OutOrStdout(), j.History)
 	})
 	return cmd
+}
+
+// printAttempts is jobs show's attempts section: after a blank line, one line per
+// finished attempt, oldest first — its number, outcome, start, how long it ran until
+// its outcome was written (or its lease found expired), the worker and the first
+// line of its error (last_error above has the newest in full). Nothing for a job
+// that has not finished an attempt.
+func printAttempts(w io.Writer, history []skiplock.AttemptRecord) error {
+	if len(history) == 0 {
+		return nil
+	}
+	if _, err := fmt.Fprintln(w); err != nil {
+		return err
+	}
+	tw := newTable(w)
+	fmt.Fprintln(tw, "ATTEMPT\tOUTCOME\tSTARTED_AT\tTOOK\tWORKER\tERROR")
+	for _, a := range history {
+		took := ""
+		if !a.StartedAt.IsZero() && !a.FinishedAt.IsZero() {
+			took = a.FinishedAt.Sub(a.StartedAt).Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", a.Attempt, a.Outcome, a.StartedAt.Format("2006-01-02T15:04:05.000Z07:00"),
+			took, a.WorkerID, oneLine(a.Error, 72))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(history) >= skiplock.MaxHistory && history[0].Attempt > 1 {
+		_, err := fmt.Fprintf(w, "(the newest %d attempts; earlier ones are not kept)\n", len(history))
+		return err
+	}
+	return nil
 }
 
 // jobAction is one of the operator's writes to jobs: which states it applies to and

@@ -78,7 +78,7 @@ func newOutboxListCmd(db *dbFlags) *cobra.Command {
 				listed = append(listed, eventView{Record: r}) // the payload is for outbox show
 				fmt.Fprintf(tw, "%s\t%s/%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.ID, r.AggregateType, r.AggregateID, r.EventType,
 					r.Destination, r.Attempts, r.CreatedAt.Format(time.RFC3339), tsPtr(r.PublishedAt, time.RFC3339),
-					tsPtr(r.DeadAt, time.RFC3339), oneLine(r.LastError, 60))
+					tsPtr(r.DeadAt, time.RFC3339), lastErrorCell(r.LastError, r.ID, 60))
 			}
 			if !pages.all || len(page) < pages.limit {
 				if !pages.all && len(page) == pages.limit {
@@ -94,6 +94,52 @@ func newOutboxListCmd(db *dbFlags) *cobra.Command {
 		return tw.Flush()
 	}
 	return cmd
+}
+
+// lastErrorCell is an event's last error as outbox list's LAST_ERROR column shows
+// it, in at most n runes (-o json and outbox show keep the full text). A publisher's
+// error names the event and where it went before saying what went wrong —
+// "webhookpub: posting <id> to <url>: Post "<url>": dial tcp …: connect: connection
+// refused" — so cutting its end left only that preamble. Instead:
+//   - the event's own id is dropped: it is the row's ID column;
+//   - lines are joined and runs of white space made one space;
+//   - a message still too long keeps its end, where a Go error chain puts the root
+//     cause, from the start of one of the wrapped messages (after a ": ") so that
+//     the column starts with a whole message behind "…": the longest such tail that
+//     fits. A quoted detail (`: "…"`, e.g. an HTTP response body) belongs to the
+//     message before it and does not start one; when even the innermost message is
+//     too long, it is shown from its start and cut at its end, its start (an HTTP
+//     status, the failing call) being the part that says most.
+func lastErrorCell(s, id string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if id != "" {
+		s = strings.ReplaceAll(strings.ReplaceAll(s, " "+id, ""), id, "")
+	}
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	innermost := -1 // where the last wrapped message starts
+	quoted, escaped := false, false
+	for i, c := range r {
+		switch {
+		case escaped:
+			escaped = false
+		case quoted && c == '\\':
+			escaped = true
+		case c == '"':
+			quoted = !quoted
+		case !quoted && c == ' ' && i > 0 && r[i-1] == ':' && i+1 < len(r) && r[i+1] != '"':
+			if len(r)-(i+1) <= n-1 {
+				return "…" + string(r[i+1:])
+			}
+			innermost = i + 1
+		}
+	}
+	if innermost < 0 {
+		return string(r[:n-1]) + "…"
+	}
+	return "…" + string(r[innermost:innermost+n-2]) + "…"
 }
 
 // eventState names an event's state as outbox list --state does.

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"github.com/skiplock/skiplock"
@@ -114,7 +115,9 @@ func newStatsCmd(db *dbFlags) *cobra.Command {
 		if exact {
 			opts.SamplePages = 1 << 62
 		}
-		for {
+		w := cmd.OutOrStdout()
+		clearScreen := watch > 0 && isTerminal(w)
+		for n := 0; ; n++ {
 			start := time.Now()
 			s, err := c.Stats(ctx, &opts)
 			if err != nil {
@@ -130,10 +133,18 @@ func newStatsCmd(db *dbFlags) *cobra.Command {
 					return err
 				}
 			} else {
-				if watch > 0 {
-					fmt.Fprint(cmd.OutOrStdout(), "\033[H\033[2J")
+				switch {
+				case clearScreen:
+					fmt.Fprint(w, "\033[H\033[2J")
+				case watch > 0:
+					// Piped to a file or a pager, where the escape sequences would be
+					// noise: the reports follow each other, each under the time it was read.
+					if n > 0 {
+						fmt.Fprintln(w)
+					}
+					fmt.Fprintf(w, "stats at %s\n", start.Format(time.RFC3339))
 				}
-				printStats(cmd.OutOrStdout(), s, lim, took)
+				printStats(w, s, lim, took)
 			}
 			if watch <= 0 {
 				return nil
@@ -146,6 +157,17 @@ func newStatsCmd(db *dbFlags) *cobra.Command {
 		}
 	}
 	return cmd
+}
+
+// isTerminal reports whether w is a terminal: an *os.File that is a character
+// device (a pipe, a regular file or a buffer is not).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 func printStats(w io.Writer, s *skiplock.Stats, lim *limitsRead, took time.Duration) {
