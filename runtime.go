@@ -307,6 +307,19 @@ func (r *runtime) shutdown() {
 	c.log.Info("skiplock: client stopped", "worker_id", c.cfg.ID)
 }
 
+// CheckSchema reports whether the client's schema holds every migration this build
+// needs (else ErrNotMigrated, naming the schema) and none it does not know (else
+// ErrSchemaNewer). Start runs it; a process that never starts a client — an outbox
+// relay, a dashboard, a readiness probe — can run it to turn a misspelt
+// Config.Schema into one clear error instead of a failure at every statement.
+// Errors reaching the database are returned as they are.
+func (c *Client) CheckSchema(ctx context.Context) error {
+	if ctx == nil {
+		return invalid("ctx", "must not be nil")
+	}
+	return c.checkSchema(ctx)
+}
+
 // checkSchema makes sure the schema holds every migration this build needs and none
 // it does not know.
 func (c *Client) checkSchema(ctx context.Context) error {

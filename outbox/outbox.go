@@ -39,6 +39,7 @@ type Config struct {
 // connection of its own: writes run on the DB the caller passes, relays on the
 // client's pool.
 type Outbox struct {
+	client     *skiplock.Client
 	pool       *pgxpool.Pool
 	schema     string
 	store      *store.Store
@@ -65,7 +66,7 @@ func New(client *skiplock.Client, cfg Config) (*Outbox, error) {
 	if clock != nil && isNil(clock) {
 		return nil, &skiplock.ValidationError{Field: "client", Reason: fmt.Sprintf("its Clock is a nil %T; leave Config.Clock nil for the database's clock", clock)}
 	}
-	o := &Outbox{pool: client.Pool(), schema: client.Schema(), store: st, clock: clock, cfg: cfg, maxPayload: payloadLimit(client)}
+	o := &Outbox{client: client, pool: client.Pool(), schema: client.Schema(), store: st, clock: clock, cfg: cfg, maxPayload: payloadLimit(client)}
 	if !cfg.NoNotify {
 		o.channel = Channel(o.schema)
 	}

@@ -93,10 +93,16 @@ func (r *Relay) usable(ctx context.Context) error {
 
 // Run relays until ctx ends, then finishes the marks of the batches in flight and
 // returns nil. Claim and mark errors (the database is down, say) are logged and
-// retried at the poll interval; they do not stop Run.
+// retried at the poll interval; they do not stop Run. A schema that is reachable
+// but not migrated for this build (a misspelt schema name, most often) does: Run
+// returns skiplock.ErrNotMigrated or skiplock.ErrSchemaNewer at once, instead of
+// logging the same failed claim at every poll.
 func (r *Relay) Run(ctx context.Context) error {
 	if err := r.usable(ctx); err != nil {
 		return err
+	}
+	if err := r.o.client.CheckSchema(ctx); errors.Is(err, skiplock.ErrNotMigrated) || errors.Is(err, skiplock.ErrSchemaNewer) {
+		return fmt.Errorf("outbox: relay: %w", err)
 	}
 	wakes := make([]chan struct{}, r.cfg.Concurrency)
 	r.wakeMu.Lock()

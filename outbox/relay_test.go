@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -411,5 +412,39 @@ func TestRelayConfigValidation(t *testing.T) {
 		if _, err := e.ob.NewRelay(memorypub.New(), cfg); !errors.Is(err, skiplock.ErrInvalid) {
 			t.Errorf("%+v: %v", cfg, err)
 		}
+	}
+}
+
+// A relay on a schema that holds no skiplock tables (a misspelt Config.Schema) stops
+// at once with ErrNotMigrated naming the schema, instead of logging a failed claim at
+// every poll for ever.
+func TestRelayRefusesAnUnmigratedSchema(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c, err := skiplock.NewClient(e.pool, skiplock.Config{Schema: e.schema + "_misspelt"})
+	e.must(err)
+	t.Cleanup(c.Close)
+	ob, err := outbox.New(c, outbox.Config{})
+	e.must(err)
+	r, err := ob.NewRelay(memorypub.New(), outbox.RelayConfig{})
+	e.must(err)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(e.ctx) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, skiplock.ErrNotMigrated) || !strings.Contains(err.Error(), e.schema+"_misspelt") {
+			t.Fatalf("Run on an unmigrated schema: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run kept running on an unmigrated schema")
+	}
+	if err := c.CheckSchema(e.ctx); !errors.Is(err, skiplock.ErrNotMigrated) {
+		t.Fatalf("CheckSchema on an unmigrated schema: %v", err)
+	}
+	migrated, err := skiplock.NewClient(e.pool, skiplock.Config{Schema: e.schema})
+	e.must(err)
+	t.Cleanup(migrated.Close)
+	if err := migrated.CheckSchema(e.ctx); err != nil {
+		t.Fatalf("CheckSchema on the migrated schema: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -73,6 +74,17 @@ func poolConfig(cmd *cobra.Command, conn string, maxConns int32) (*pgxpool.Confi
 		cfg.MaxConns = maxConns
 	}
 	return cfg, nil
+}
+
+// refuseUnmigrated stops a long-running command (dashboard, metrics) on a schema
+// that is reachable but not migrated for this build — a misspelt --schema, most
+// often — which would otherwise serve errors at every request. A database that
+// cannot be reached is not refused: those commands report outages while they run.
+func refuseUnmigrated(ctx context.Context, c *skiplock.Client) error {
+	if err := c.CheckSchema(ctx); errors.Is(err, skiplock.ErrNotMigrated) || errors.Is(err, skiplock.ErrSchemaNewer) {
+		return err
+	}
+	return nil
 }
 
 // parseErrorText is pgx's parse error with the connection string redacted by

@@ -84,6 +84,9 @@ the worker role's grants, outbox requeues the relay role's.`,
 			return err
 		}
 		defer done()
+		if err := refuseUnmigrated(ctx, c); err != nil {
+			return err
+		}
 		ob, err := outbox.New(c, outbox.Config{})
 		if err != nil {
 			return err

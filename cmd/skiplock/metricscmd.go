@@ -53,6 +53,9 @@ metrics with skiplock_stats_up 0.`,
 			return err
 		}
 		defer c.Close()
+		if err := refuseUnmigrated(cmd.Context(), c); err != nil {
+			return err
+		}
 		m := metrics.New(c, metrics.Options{MinInterval: minInterval, ConstLabels: prometheus.Labels{"schema": schema}})
 		defer m.Close()
 		reg := prometheus.NewRegistry()

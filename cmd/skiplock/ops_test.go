@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/pgtest"
@@ -475,5 +476,22 @@ func TestJobListAfterIDInvalid(t *testing.T) {
 	}
 	if _, errOut, code := c.run(context.Background(), "jobs", "list", "--after", "notauuid"); code != 2 || !strings.Contains(errOut, "is not a job id") {
 		t.Fatalf("jobs list --after notauuid: exit %d\n%s", code, errOut)
+	}
+}
+
+// The long-running commands stop at once on a schema without skiplock's tables (a
+// misspelt --schema): before, the dashboard served errors and metrics served a
+// failing /readyz for ever.
+func TestLongRunningCommandsRefuseAnUnmigratedSchema(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	c.schema += "_misspelt"
+	for _, args := range [][]string{{"dashboard", "--listen", "127.0.0.1:0"}, {"metrics", "--addr", "127.0.0.1:0"}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		_, errOut, code := c.run(ctx, args...)
+		cancel()
+		if code != 1 || !strings.Contains(errOut, "schema not migrated") || !strings.Contains(errOut, c.schema) {
+			t.Errorf("%s on an unmigrated schema: exit %d\n%s", args[0], code, errOut)
+		}
 	}
 }
