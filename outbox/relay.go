@@ -101,7 +101,12 @@ func (r *Relay) Run(ctx context.Context) error {
 	if err := r.usable(ctx); err != nil {
 		return err
 	}
-	if err := r.o.client.CheckSchema(ctx); errors.Is(err, skiplock.ErrNotMigrated) || errors.Is(err, skiplock.ErrSchemaNewer) {
+	// Bounded: a connection that stalls must not hold Run before its loops start
+	// (they time their statements out and retry).
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseDuration)
+	err := r.o.client.CheckSchema(cctx)
+	cancel()
+	if errors.Is(err, skiplock.ErrNotMigrated) || errors.Is(err, skiplock.ErrSchemaNewer) {
 		return fmt.Errorf("outbox: relay: %w", err)
 	}
 	wakes := make([]chan struct{}, r.cfg.Concurrency)
