@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -79,8 +80,11 @@ func poolConfig(cmd *cobra.Command, conn string, maxConns int32) (*pgxpool.Confi
 // refuseUnmigrated stops a long-running command (dashboard, metrics) on a schema
 // that is reachable but not migrated for this build — a misspelt --schema, most
 // often — which would otherwise serve errors at every request. A database that
-// cannot be reached is not refused: those commands report outages while they run.
+// cannot be reached is not refused, and not waited for beyond a few seconds: those
+// commands report outages while they run.
 func refuseUnmigrated(ctx context.Context, c *skiplock.Client) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
 	if err := c.CheckSchema(ctx); errors.Is(err, skiplock.ErrNotMigrated) || errors.Is(err, skiplock.ErrSchemaNewer) {
 		return err
 	}
