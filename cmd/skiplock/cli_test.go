@@ -132,7 +132,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"bench", "--runs", "0"}, "bench: --runs 0: want 1 or more"},
 		{[]string{"bench", "--runs", "many"}, `invalid argument "many" for "--runs"`},
 		{[]string{"version", "now"}, `unexpected arguments ["now"]`},
-		{[]string{"help", "jobs", "lst"}, `help: unknown command "jobs lst"; valid: `},
+		{[]string{"help", "jobs", "lst"}, `help: unknown command "jobs lst"; valid: cancel, delete, list, retry, show`},
+		{[]string{"help", "nosuch"}, `help: unknown command "nosuch"; valid: batches, `},
 		{[]string{"metrics", "--min-interval", "often"}, `invalid argument "often" for "--min-interval"`},
 		{[]string{"limits"}, "skiplock: limits: missing command; valid: delete, list, set, usage"},
 		{[]string{"limits", "set", "--max-running", "5"}, "limits set: give exactly one of --queue and --kind"},
@@ -269,6 +270,13 @@ func TestVersion(t *testing.T) {
 	var v buildVersion
 	if err := json.Unmarshal(out.Bytes(), &v); err != nil || v.Version == "" || !strings.HasPrefix(v.Go, "go") {
 		t.Fatalf("version -o json: %v %+v\n%s", err, v, out.String())
+	}
+	// --version, as most CLIs take it, prints the same line.
+	var line bytes.Buffer
+	execute(context.Background(), &line, &errb, "version")
+	out.Reset()
+	if code := execute(context.Background(), &out, &errb, "--version"); code != 0 || out.String() != line.String() {
+		t.Fatalf("--version: exit %d, %q; want %q", code, out.String(), line.String())
 	}
 }
 

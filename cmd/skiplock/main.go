@@ -72,6 +72,9 @@ Output: commands that print data take -o table (the default) or -o json.`,
 			return nil
 		},
 	}
+	// --version prints what `skiplock version` prints.
+	root.Version = readBuildVersion().line()
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		return &usageError{cmd: cmd, err: err}
 	})
@@ -82,7 +85,12 @@ Output: commands that print data take -o table (the default) or -o json.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			target, rest, err := cmd.Root().Find(args)
 			if err != nil || len(rest) > 0 {
-				return usagef(cmd, "help: unknown command %q; valid: %s", strings.Join(args, " "), strings.Join(subcommandNames(cmd.Root()), ", "))
+				// List what is valid where the words stopped matching: "help jobs
+				// nosuch" names jobs' commands, not the top-level ones.
+				if target == nil || !target.HasSubCommands() {
+					target = cmd.Root()
+				}
+				return usagef(cmd, "help: unknown command %q; valid: %s", strings.Join(args, " "), strings.Join(subcommandNames(target), ", "))
 			}
 			return target.Help()
 		},

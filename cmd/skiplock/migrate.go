@@ -72,6 +72,7 @@ func newMigrateCmd(db *dbFlags) *cobra.Command {
 			return printJSON(cmd.OutOrStdout(), rows)
 		}
 		tw := newTable(cmd.OutOrStdout())
+		fmt.Fprintln(tw, "MIGRATION\tSTATE")
 		for _, r := range rows {
 			state := "pending"
 			if r.Applied {

@@ -495,3 +495,15 @@ func TestLongRunningCommandsRefuseAnUnmigratedSchema(t *testing.T) {
 		}
 	}
 }
+
+// migrate status prints a header, then each migration and its state.
+func TestMigrateStatus(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	c.must("migrate", "up")
+	out := c.must("migrate", "status")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) < 2 || !strings.HasPrefix(lines[0], "MIGRATION") ||
+		!strings.HasPrefix(lines[1], "0001_init") || !strings.Contains(lines[1], "applied") {
+		t.Fatalf("migrate status:\n%s", out)
+	}
+}

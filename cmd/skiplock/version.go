@@ -58,20 +58,25 @@ func newVersionCmd() *cobra.Command {
 		if out.json() {
 			return printJSON(cmd.OutOrStdout(), v)
 		}
-		line := fmt.Sprintf("skiplock %s (%s", v.Version, v.Module)
-		if v.Revision != "" {
-			line += ", revision " + v.Revision
-			if v.Modified {
-				line += " with local changes"
-			}
-			if v.Time != "" {
-				line += ", committed " + v.Time
-			}
-		} else {
-			line += ", no VCS revision: built outside a checkout or with -buildvcs=false"
-		}
-		_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s, %s)\n", line, v.Go)
+		_, err := fmt.Fprintln(cmd.OutOrStdout(), v.line())
 		return err
 	}
 	return cmd
+}
+
+// line is the version as `skiplock version` and `skiplock --version` print it.
+func (v buildVersion) line() string {
+	line := fmt.Sprintf("skiplock %s (%s", v.Version, v.Module)
+	if v.Revision != "" {
+		line += ", revision " + v.Revision
+		if v.Modified {
+			line += " with local changes"
+		}
+		if v.Time != "" {
+			line += ", committed " + v.Time
+		}
+	} else {
+		line += ", no VCS revision: built outside a checkout or with -buildvcs=false"
+	}
+	return line + ", " + v.Go + ")"
 }
