@@ -81,11 +81,8 @@ func jobsList(cmd *cobra.Command, c *skiplock.Client, p skiplock.ListParams, all
 	}
 	for {
 		page, err := c.JobList(ctx, p)
-		if errors.Is(err, skiplock.ErrInvalid) {
-			return usagef(cmd, "%s: %v", pathOf(cmd), err)
-		}
 		if err != nil {
-			return err
+			return invalidAsUsage(cmd, err)
 		}
 		for _, j := range page {
 			if out.json() {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -108,15 +107,7 @@ func (f *limitTarget) limit(cmd *cobra.Command) (skiplock.Limit, error) {
 	l := skiplock.Limit{Queue: f.queue, Kind: f.kind, Key: f.key}
 	named := l
 	named.MaxRunning = 1 // Validate wants a figure; only the names are checked here
-	return l, limitErr(cmd, named.Validate())
-}
-
-// limitErr maps the library's validation errors to usage errors (exit 2).
-func limitErr(cmd *cobra.Command, err error) error {
-	if errors.Is(err, skiplock.ErrInvalid) {
-		return usagef(cmd, "%s: %s", pathOf(cmd), strings.TrimPrefix(err.Error(), "skiplock: "))
-	}
-	return err
+	return l, invalidAsUsage(cmd, named.Validate())
 }
 
 func newLimitsListCmd(db *dbFlags) *cobra.Command {
@@ -194,11 +185,11 @@ any window of that length (an exact sliding window). See docs/limits.md.`,
 			return usagef(cmd, "%s: give --max-running, --rate with --per, or both (limits delete removes a limit)", pathOf(cmd))
 		}
 		l.MaxRunning, l.Rate, l.Per = maxRunning, rate, per
-		return limitErr(cmd, l.Validate())
+		return invalidAsUsage(cmd, l.Validate())
 	}
 	cmd.RunE = withClient(db, func(cmd *cobra.Command, c *skiplock.Client, _ []string) error {
 		if err := c.LimitSet(cmd.Context(), l); err != nil {
-			return limitErr(cmd, err)
+			return invalidAsUsage(cmd, err)
 		}
 		if out.json() {
 			return printJSON(cmd.OutOrStdout(), limitToJSON(l))
@@ -226,7 +217,7 @@ func newLimitsDeleteCmd(db *dbFlags) *cobra.Command {
 	cmd.RunE = withClient(db, func(cmd *cobra.Command, c *skiplock.Client, _ []string) error {
 		ok, err := c.LimitDelete(cmd.Context(), l)
 		if err != nil {
-			return limitErr(cmd, err)
+			return invalidAsUsage(cmd, err)
 		}
 		if !ok {
 			return fmt.Errorf("no limit %s", l)

@@ -329,6 +329,16 @@ func newEachNameCmd(db *dbFlags, e eachName) *cobra.Command {
 	return cmd
 }
 
+// invalidAsUsage makes the library's refusal of a value the command line gave
+// (ErrInvalid: a name, a flag's figure) a usage error, exit 2; any other error is
+// returned as it is.
+func invalidAsUsage(cmd *cobra.Command, err error) error {
+	if errors.Is(err, skiplock.ErrInvalid) {
+		return usagef(cmd, "%s: %s", pathOf(cmd), strings.TrimPrefix(err.Error(), "skiplock: "))
+	}
+	return err
+}
+
 // idArgs wants n positional arguments that are ids (UUIDs) of what: "a job id",
 // "an event id". A mistyped id is a usage error, found before connecting.
 func idArgs(n int, what string) cobra.PositionalArgs {

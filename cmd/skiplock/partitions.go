@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -109,11 +108,8 @@ func newPartitionsCmd(db *dbFlags) *cobra.Command {
 		defer pool.Close()
 		rep, err := skiplock.PartitionJobs(cmd.Context(), pool, db.schemaName(), skiplock.PartitionOpts{
 			Period: skiplock.PartitionPeriod(period.value), Premake: premake, LockTimeout: lockTimeout, Progress: cmd.ErrOrStderr()})
-		if errors.Is(err, skiplock.ErrInvalid) {
-			return usagef(cmd, "%s: %v", pathOf(cmd), err)
-		}
 		if err != nil {
-			return err
+			return invalidAsUsage(cmd, err)
 		}
 		if enableOut.json() {
 			return printJSON(cmd.OutOrStdout(), rep)

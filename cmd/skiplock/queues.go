@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -74,24 +73,16 @@ func newQueuePauseCmd(db *dbFlags, pause bool) *cobra.Command {
 	e := eachName{group: "queues", verb: "resume", what: "queue",
 		short: "resume paused queues: every client claims their jobs again at once",
 		check: ident.ValidateQueue, prepare: queuesPaused, act: func(cmd *cobra.Command, c *skiplock.Client, name string) error {
-			return queueErr(cmd, c.QueueResume(cmd.Context(), name))
+			return invalidAsUsage(cmd, c.QueueResume(cmd.Context(), name))
 		}}
 	if pause {
 		// A queue no job names yet can be paused, ahead of its first job.
 		e.verb, e.short, e.prepare = "pause", "pause queues for every client: no new claims (running jobs finish; enqueue still works)", nil
 		e.act = func(cmd *cobra.Command, c *skiplock.Client, name string) error {
-			return queueErr(cmd, c.QueuePause(cmd.Context(), name))
+			return invalidAsUsage(cmd, c.QueuePause(cmd.Context(), name))
 		}
 	}
 	return newEachNameCmd(db, e)
-}
-
-// queueErr makes the library's refusal of a queue name a usage error.
-func queueErr(cmd *cobra.Command, err error) error {
-	if errors.Is(err, skiplock.ErrInvalid) {
-		return usagef(cmd, "%s: %v", pathOf(cmd), err)
-	}
-	return err
 }
 
 // queuesPaused checks that every queue to resume is paused: resuming an active queue

@@ -108,7 +108,7 @@ func newRelayCmd(db *dbFlags) *cobra.Command {
 		log := db.logger(cmd)
 		pub, target, err := newPublisher(&f, log)
 		if errors.Is(err, skiplock.ErrInvalid) {
-			return usagef(cmd, "relay: %v", err) // a flag's value, refused by the adapter
+			return invalidAsUsage(cmd, err) // a flag's value, refused by the adapter
 		}
 		if err != nil {
 			return fmt.Errorf("relay: %w", err)
@@ -138,7 +138,7 @@ func newRelayCmd(db *dbFlags) *cobra.Command {
 			PollInterval: f.poll, PollOnly: f.pollOnly, OrderedByAggregate: f.ordered, Logger: log,
 		})
 		if errors.Is(err, skiplock.ErrInvalid) {
-			return usagef(cmd, "relay: %v", err)
+			return invalidAsUsage(cmd, err)
 		}
 		if err != nil {
 			return fmt.Errorf("relay: %w", err)

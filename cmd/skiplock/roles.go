@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/skiplock/skiplock"
@@ -16,11 +15,8 @@ func newRolesCmd(db *dbFlags) *cobra.Command {
 		Args:  noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ddl, err := skiplock.RolesSQL(db.schemaName(), n)
-			if errors.Is(err, skiplock.ErrInvalid) {
-				return usagef(cmd, "%s: %v", pathOf(cmd), err) // a role flag's name
-			}
 			if err != nil {
-				return err
+				return invalidAsUsage(cmd, err) // ErrInvalid: a role flag's name
 			}
 			_, err = fmt.Fprint(cmd.OutOrStdout(), ddl)
 			return err
