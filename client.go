@@ -94,6 +94,13 @@ type Config struct {
 	// ReclaimInterval is how often the reclaimer looks for expired leases (one client
 	// at a time, by advisory lock). Default 15s, jittered; negative disables it.
 	ReclaimInterval time.Duration
+	// HorizonWarning is how long one transaction (or prepared transaction, or
+	// replication slot) may hold back the database's vacuum horizon before the client
+	// logs a warning that names it: while it does, dead jobs cannot be removed and
+	// enqueues and claims slow down (docs/operations.md, "A held vacuum horizon").
+	// Checked by one client at a time, every minute or every HorizonWarning if
+	// shorter. Default 5m; negative disables the check.
+	HorizonWarning time.Duration
 	// RetryPolicy for kinds whose WorkerOpts set none. Default DefaultRetryPolicy.
 	RetryPolicy RetryPolicy
 	// JobTimeout bounds a handler run when its WorkerOpts set no Timeout. Default 0:
@@ -195,6 +202,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = 20 * time.Second
+	}
+	if cfg.HorizonWarning == 0 {
+		cfg.HorizonWarning = 5 * time.Minute
 	}
 	if cfg.RetryPolicy == nil {
 		cfg.RetryPolicy = DefaultRetryPolicy

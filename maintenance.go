@@ -23,8 +23,15 @@ func (c *Client) services() []maint.Service {
 	}
 	out = append(out, c.schedulerServices()...)
 	out = append(out, &maint.LimitSweeper{Store: c.store, Every: limitSweepInterval, Clock: c.cfg.Clock})
+	if w := c.cfg.HorizonWarning; w > 0 {
+		out = append(out, &maint.HorizonWatch{Store: c.store, Log: c.log, Every: min(w, horizonWatchInterval), After: w,
+			Clock: c.cfg.Clock})
+	}
 	return out
 }
+
+// horizonWatchInterval paces the horizon watch: a held horizon matters over minutes.
+const horizonWatchInterval = time.Minute
 
 // limitSweepInterval paces the rate-window sweeper: windows are small, and an idle
 // one costs a row until it is swept.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -109,6 +110,85 @@ type OutboxStats struct {
 	Dead int64
 }
 
+// Kinds of HorizonStats.Holder.
+const (
+	HolderSession             = store.HolderSession  // a session of this database (or a standby's walsender)
+	HolderPreparedTransaction = store.HolderPrepared // a PREPARE TRANSACTION not yet committed or rolled back
+	HolderReplicationSlot     = store.HolderSlot     // a replication slot's xmin
+)
+
+// HorizonStats describe the oldest transaction, prepared transaction or replication
+// slot in the database: VACUUM cannot remove a tuple that it may still see, so every
+// job claimed or finished since it began leaves a dead tuple that stays until it ends.
+// A session idle in a transaction for minutes is the usual cause; operations.md says
+// how to find and end it. An ordinary database always shows some holder — the oldest
+// of the statements running right now — with an XIDAge of a few transactions; it is
+// a large XIDAge or HeldFor that matters.
+type HorizonStats struct {
+	// Holder is HolderSession, HolderPreparedTransaction or HolderReplicationSlot;
+	// "" when no other transaction is open.
+	Holder string
+	// PID is the session's process id (pg_terminate_backend ends it); 0 otherwise.
+	PID int
+	// Name is the session's application_name, the prepared transaction's gid or the
+	// slot's name.
+	Name string
+	// State is the session's state ("idle in transaction", "active") or the slot's
+	// ("active", "inactive"); "" when the connected role may not see it.
+	State string
+	// XIDAge counts the transaction ids assigned since the holder's snapshot (or
+	// transaction) began.
+	XIDAge int64
+	// HeldFor is how long the holder's transaction has been open, by the database's
+	// clock. HeldForKnown is false for a replication slot, and for a session of
+	// another role unless the connected role has pg_read_all_stats (or pg_monitor).
+	HeldFor      time.Duration
+	HeldForKnown bool
+	// DeadJobTuples is PostgreSQL's estimate of the dead tuples in the jobs table
+	// (all partitions): it grows while the horizon is held.
+	DeadJobTuples int64
+}
+
+// String describes the holder in one line, as the CLI and the dashboard show it:
+// "session 4711 (psql, idle in transaction), open 12m3s, 250118 transactions
+// behind", or "no other transaction open".
+func (h HorizonStats) String() string {
+	if h.Holder == "" {
+		return "no other transaction open"
+	}
+	var b strings.Builder
+	b.WriteString(h.Holder)
+	switch h.Holder {
+	case HolderSession:
+		fmt.Fprintf(&b, " %d", h.PID)
+		var about []string
+		for _, s := range []string{h.Name, h.State} {
+			if s != "" {
+				about = append(about, s)
+			}
+		}
+		if len(about) > 0 {
+			fmt.Fprintf(&b, " (%s)", strings.Join(about, ", "))
+		}
+	default:
+		fmt.Fprintf(&b, " %q", h.Name)
+		if h.State != "" {
+			fmt.Fprintf(&b, " (%s)", h.State)
+		}
+	}
+	if h.HeldForKnown {
+		fmt.Fprintf(&b, ", open %s", h.HeldFor.Round(time.Second))
+	}
+	fmt.Fprintf(&b, ", %d transactions behind", h.XIDAge)
+	return b.String()
+}
+
+// horizonStats converts the store's figures.
+func horizonStats(h store.Horizon) HorizonStats {
+	return HorizonStats{Holder: h.Kind, PID: h.PID, Name: h.Name, State: h.State, XIDAge: h.XIDAge,
+		HeldFor: h.HeldFor, HeldForKnown: h.Known, DeadJobTuples: h.DeadJobTuples}
+}
+
 // Stats is a snapshot of the queues and of this process.
 type Stats struct {
 	Queues []QueueStats
@@ -121,6 +201,9 @@ type Stats struct {
 	// OpenBatches counts the batches whose completion callback has not been
 	// released (docs/flows.md).
 	OpenBatches int64
+	// Horizon names what holds back the database's vacuum horizon the longest
+	// (docs/operations.md, "A held vacuum horizon").
+	Horizon HorizonStats
 	// FinishedEstimated is true when the finished counts come from a sample.
 	FinishedEstimated bool
 	Process           ProcessCounters
@@ -136,10 +219,12 @@ type StatsOpts struct {
 	RecentWindow time.Duration
 }
 
-// Stats reads per-queue figures, recent throughput and the outbox's lag from the
-// database, and this client's counters. Every figure is read from an index, except
-// the finished counts, which read a capped sample (see StatsOpts); the cost does
-// not grow with the number of finished jobs. opts may be nil for the defaults.
+// Stats reads per-queue figures, recent throughput, the outbox's lag and what holds
+// the vacuum horizon from the database, and this client's counters. Every figure of
+// the queue tables is read from an index, except the finished counts, which read a
+// capped sample (see StatsOpts); the cost does not grow with the number of finished
+// jobs. The horizon comes from PostgreSQL's activity and statistics views. opts may
+// be nil for the defaults.
 func (c *Client) Stats(ctx context.Context, opts *StatsOpts) (*Stats, error) {
 	if ctx == nil {
 		return nil, invalid("ctx", "must not be nil")
@@ -258,6 +343,11 @@ func (c *Client) Stats(ctx context.Context, opts *StatsOpts) (*Stats, error) {
 	if s.Schedules, err = c.scheduleStats(ctx); err != nil {
 		return nil, err
 	}
+	h, err := c.store.Horizon(ctx, c.pool)
+	if err != nil {
+		return nil, fmt.Errorf("reading the vacuum horizon: %w", wrapPgError(err))
+	}
+	s.Horizon = horizonStats(h)
 	for _, q := range byQueue {
 		s.Queues = append(s.Queues, *q)
 	}

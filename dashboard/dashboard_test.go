@@ -66,7 +66,8 @@ func TestEveryPageRenders(t *testing.T) {
 			t.Errorf("overview: no row for queue %s", q)
 		}
 	}
-	for _, id := range []string{"chart-throughput", "chart-failures", "outbox-summary", "schedules-summary", "recent-succeeded", "live-region"} {
+	for _, id := range []string{"chart-throughput", "chart-failures", "outbox-summary", "schedules-summary", "recent-succeeded", "live-region",
+		"horizon-summary", "horizon-held", "horizon-holder"} {
 		if testids(r.body, id) != 1 {
 			t.Errorf("overview: %d of %s, want 1", testids(r.body, id), id)
 		}

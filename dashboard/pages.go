@@ -94,7 +94,13 @@ type overviewData struct {
 	Schedules   skiplock.ScheduleStats
 	NextFireIn  time.Duration
 	ChartWindow time.Duration
+	Horizon     skiplock.HorizonStats
+	HorizonBad  bool // held long enough to matter (horizonConcern)
 }
+
+// horizonConcern is how long a transaction may hold the vacuum horizon before the
+// overview marks it: Config.HorizonWarning's default, when the client logs it too.
+const horizonConcern = 5 * time.Minute
 
 func (h *handler) overview(q *request) {
 	s, err := h.c.Stats(q.ctx, &skiplock.StatsOpts{RecentWindow: chartWindow})
@@ -113,7 +119,8 @@ func (h *handler) overview(q *request) {
 		h.failErr(q, err)
 		return
 	}
-	d := overviewData{Queues: rows, Recent: s.Recent, Estimated: s.FinishedEstimated, Schedules: s.Schedules, ChartWindow: chartWindow}
+	d := overviewData{Queues: rows, Recent: s.Recent, Estimated: s.FinishedEstimated, Schedules: s.Schedules, ChartWindow: chartWindow,
+		Horizon: s.Horizon, HorizonBad: s.Horizon.HeldForKnown && s.Horizon.HeldFor >= horizonConcern}
 	all := bucketize(points, now, chartWindow, chartBucket, "")
 	d.Throughput = barChart("chart-throughput", "Jobs succeeded per 5 minutes, last hour", all, []series{{"succeeded", "s-succeeded", all.succeeded}}, 640, 160)
 	d.Failures = barChart("chart-failures", "Jobs failed and cancelled per 5 minutes, last hour", all,

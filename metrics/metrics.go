@@ -17,6 +17,10 @@
 //	skiplock_outbox_unpublished                      gauge
 //	skiplock_outbox_lag_seconds                      gauge: age of the oldest unpublished event
 //	skiplock_outbox_dead                             gauge
+//	skiplock_vacuum_horizon_xid_age                  gauge: transactions since the oldest open snapshot began; alert on it
+//	skiplock_vacuum_horizon_held_seconds             gauge: how long its transaction has been open (needs pg_read_all_stats
+//	                                                 for other roles' sessions; absent when not known)
+//	skiplock_jobs_dead_tuples                        gauge: PostgreSQL's estimate of dead tuples in the jobs table
 //	skiplock_limit_running{scope,target,key}         gauge: jobs running under a valid lease in a limit's bucket, all processes
 //	skiplock_limit_max_running{scope,target,key}     gauge: the bucket's concurrency limit
 //	skiplock_limit_started{scope,target,key}         gauge: the bucket's starts within its rate window, all processes
@@ -195,6 +199,9 @@ func New(c *skiplock.Client, opts Options) *Metrics {
 	d("outbox_unpublished", "Outbox events not yet published and not dead.")
 	d("outbox_lag_seconds", "Age of the oldest unpublished outbox event.")
 	d("outbox_dead", "Outbox events parked after their last attempt.")
+	d("vacuum_horizon_xid_age", "Transaction ids assigned since the database's oldest open snapshot or transaction began: vacuum cannot remove what it may see.")
+	d("vacuum_horizon_held_seconds", "How long the transaction holding the database's vacuum horizon has been open.")
+	d("jobs_dead_tuples", "PostgreSQL's estimate of the dead tuples in the jobs table (all partitions).")
 	lim := []string{"scope", "target", "key"}
 	d("limit_running", "Jobs of every process running under a valid lease in a limit's bucket (key: the concurrency key, \"\" for a limit on all jobs).", lim...)
 	d("limit_max_running", "The most jobs a limit's bucket may run at once.", lim...)
@@ -308,6 +315,11 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		gauge("outbox_unpublished", float64(s.Outbox.Unpublished))
 		gauge("outbox_lag_seconds", s.Outbox.OldestUnpublishedAge.Seconds())
 		gauge("outbox_dead", float64(s.Outbox.Dead))
+		gauge("vacuum_horizon_xid_age", float64(s.Horizon.XIDAge))
+		if s.Horizon.HeldForKnown {
+			gauge("vacuum_horizon_held_seconds", s.Horizon.HeldFor.Seconds())
+		}
+		gauge("jobs_dead_tuples", float64(s.Horizon.DeadJobTuples))
 	}
 	for _, u := range use {
 		scope, target := "queue", u.Limit.Queue

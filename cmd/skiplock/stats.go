@@ -48,6 +48,16 @@ type statsJSON struct {
 	// the batches whose completion callback has not fired.
 	Waiting     int64 `json:"waiting"`
 	OpenBatches int64 `json:"open_batches"`
+	// VacuumHorizon is Stats.Horizon; held_for_seconds is null when not known.
+	VacuumHorizon struct {
+		Holder         string   `json:"holder"`
+		PID            int      `json:"pid,omitempty"`
+		Name           string   `json:"name,omitempty"`
+		State          string   `json:"state,omitempty"`
+		XIDAge         int64    `json:"xid_age"`
+		HeldForSeconds *float64 `json:"held_for_seconds"`
+		DeadJobTuples  int64    `json:"dead_job_tuples"`
+	} `json:"vacuum_horizon"`
 	// Limits is each limit's use per bucket (limits usage), absent when there is no
 	// limit.
 	Limits      []limitUsageJSON `json:"limits,omitempty"`
@@ -67,6 +77,12 @@ func statsToJSON(s *skiplock.Stats, lim *limitsRead, took time.Duration) statsJS
 	j.Recent.WindowSeconds = s.Recent.Window.Seconds()
 	j.Recent.Succeeded, j.Recent.Failed, j.Recent.Cancelled = s.Recent.Succeeded, s.Recent.Failed, s.Recent.Cancelled
 	j.Outbox.Unpublished, j.Outbox.LagSeconds, j.Outbox.Dead = s.Outbox.Unpublished, s.Outbox.OldestUnpublishedAge.Seconds(), s.Outbox.Dead
+	h, vh := s.Horizon, &j.VacuumHorizon
+	vh.Holder, vh.PID, vh.Name, vh.State, vh.XIDAge, vh.DeadJobTuples = h.Holder, h.PID, h.Name, h.State, h.XIDAge, h.DeadJobTuples
+	if h.HeldForKnown {
+		secs := h.HeldFor.Seconds()
+		vh.HeldForSeconds = &secs
+	}
 	for _, u := range lim.usage {
 		j.Limits = append(j.Limits, limitUsageToJSON(u))
 	}
@@ -98,7 +114,7 @@ func newStatsCmd(db *dbFlags) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "stats [--watch 2s] [--exact]",
-		Short: "print per-queue counts, the oldest due job's age, the outbox lag and the limits' use",
+		Short: "print per-queue counts, the oldest due job's age, the outbox lag, the limits' use and what holds back vacuum",
 		Args:  noArgs,
 	}
 	durationFlag(cmd, &watch, "watch", 0, "repeat every interval (e.g. 2s) until interrupted (0: print once)")
@@ -195,6 +211,7 @@ func printStats(w io.Writer, s *skiplock.Stats, lim *limitsRead, took time.Durat
 	if s.Waiting > 0 || s.OpenBatches > 0 {
 		fmt.Fprintf(w, "flows and batches: %d waiting jobs, %d open batches\n", s.Waiting, s.OpenBatches)
 	}
+	fmt.Fprintf(w, "vacuum horizon: %s; jobs: %d dead tuples\n", s.Horizon, s.Horizon.DeadJobTuples)
 	printLimits(w, lim.limits, lim.usage)
 	if s.FinishedEstimated {
 		fmt.Fprintln(w, "~ estimated from a sample of the table (--exact to count)")

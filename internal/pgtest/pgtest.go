@@ -10,6 +10,7 @@ package pgtest
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"os/signal"
 	"regexp"
@@ -20,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/internal/migrate"
 	"github.com/skiplock/skiplock/internal/pgcluster"
@@ -49,7 +51,9 @@ func run(m *testing.M) int {
 	baseURL = os.Getenv(EnvURL)
 	if baseURL == "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		c, err := pgcluster.Start(ctx, pgcluster.Options{})
+		// Prepared transactions are off by default; the horizon watch's tests hold
+		// the horizon with one.
+		c, err := pgcluster.Start(ctx, pgcluster.Options{Settings: map[string]string{"max_prepared_transactions": "8"}})
 		cancel()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "pgtest: starting PostgreSQL:", err)
@@ -153,5 +157,75 @@ func DropSchema(t testing.TB, name string) {
 	defer cancel()
 	if _, err := Pool(t).Exec(ctx, `DROP SCHEMA IF EXISTS "`+name+`" CASCADE`); err != nil {
 		t.Logf("pgtest: dropping schema %s: %v", name, err)
+	}
+}
+
+// Database creates a database of the test's own (dropped at cleanup) and returns its
+// connection string, for tests of what PostgreSQL scopes to a database rather than
+// a schema — its vacuum horizon, for one — which the other tests running in
+// parallel would disturb.
+func Database(t testing.TB) string {
+	t.Helper()
+	name := SchemaName(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := Pool(t).Exec(ctx, `CREATE DATABASE "`+name+`"`); err != nil {
+		t.Fatalf("pgtest: creating database %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := Pool(t).Exec(ctx, `DROP DATABASE IF EXISTS "`+name+`" WITH (FORCE)`); err != nil {
+			t.Logf("pgtest: dropping database %s: %v", name, err)
+		}
+	})
+	base := URL(t)
+	if u, err := url.Parse(base); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		u.Path = "/" + name
+		return u.String()
+	}
+	return base + " dbname=" + name // keyword/value form: the last setting wins
+}
+
+// MigratedDatabase is Database with schema migrated in it, and a pool on it (closed at
+// cleanup).
+func MigratedDatabase(t testing.TB, schema string) (string, *pgxpool.Pool) {
+	t.Helper()
+	url := Database(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := migrate.Up(ctx, pool, schema); err != nil {
+		t.Fatalf("pgtest: migrating %s: %v", schema, err)
+	}
+	return url, pool
+}
+
+// HoldHorizon opens a session on url that holds the database's vacuum horizon as a
+// forgotten transaction does — a REPEATABLE READ snapshot and an xid, then idle — and
+// returns its pid and a function that ends the transaction. The session closes at
+// cleanup.
+func HoldHorizon(t testing.TB, url string) (pid int, release func()) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	if _, err := conn.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ"); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid() FROM (SELECT txid_current()) x").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	return pid, func() {
+		if _, err := conn.Exec(ctx, "ROLLBACK"); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -32,7 +32,7 @@ func perFinishedState(query string) string {
 }
 
 type statsStatements struct {
-	live, pages, finishedSample, finishedExact, recent, outbox, blockedSequences, throughput stmt
+	live, pages, finishedSample, finishedExact, recent, outbox, blockedSequences, throughput, horizon stmt
 }
 
 func newStatsStatements(b *builder) statsStatements {
@@ -112,6 +112,7 @@ SELECT queue, status::text, count(*) FROM (`+perFinishedState(`
   WHERE status = '%s' AND updated_at >= coalesce($1::timestamptz, now()) - $2::bigint * interval '1 microsecond'`)+`) AS f
 GROUP BY 1, 2`),
 
+		horizon: b.add("stats_horizon", horizonSQL),
 		outbox: b.add("stats_outbox", `
 WITH t AS MATERIALIZED (SELECT coalesce($1::timestamptz, now()) AS now)
 SELECT (SELECT count(*) FROM {{s}}.outbox WHERE published_at IS NULL AND dead_at IS NULL),

@@ -64,6 +64,10 @@ func Register(meter metric.Meter, c *skiplock.Client, opts Options) (*Bridge, er
 	unpublished := gauge("outbox.unpublished", "{event}", "Outbox events not yet published.")
 	lag := gauge("outbox.lag", "s", "Age of the oldest unpublished outbox event.")
 	dead := gauge("outbox.dead", "{event}", "Outbox events parked after their last attempt.")
+	horizonAge := gauge("vacuum_horizon.xid_age", "{transaction}",
+		"Transaction ids assigned since the database's oldest open snapshot or transaction began.")
+	horizonHeld := gauge("vacuum_horizon.held", "s", "How long the transaction holding the database's vacuum horizon has been open.")
+	deadTuples := gauge("jobs.dead_tuples", "{tuple}", "PostgreSQL's estimate of the dead tuples in the jobs table.")
 	limRunning := gauge("limit.running", "{job}", "Jobs of every process running under a valid lease in a limit's bucket.")
 	limMax := gauge("limit.max_running", "{job}", "The most jobs a limit's bucket may run at once.")
 	limStarted := gauge("limit.started", "{job}", "Jobs of every process started in a limit's bucket within its rate window.")
@@ -110,6 +114,11 @@ func Register(meter metric.Meter, c *skiplock.Client, opts Options) (*Bridge, er
 			o.ObserveFloat64(unpublished, float64(s.Outbox.Unpublished))
 			o.ObserveFloat64(lag, s.Outbox.OldestUnpublishedAge.Seconds())
 			o.ObserveFloat64(dead, float64(s.Outbox.Dead))
+			o.ObserveFloat64(horizonAge, float64(s.Horizon.XIDAge))
+			if s.Horizon.HeldForKnown {
+				o.ObserveFloat64(horizonHeld, s.Horizon.HeldFor.Seconds())
+			}
+			o.ObserveFloat64(deadTuples, float64(s.Horizon.DeadJobTuples))
 		}
 		use, limErr := cache.Limits(ctx)
 		for _, u := range use {
@@ -138,7 +147,7 @@ func Register(meter metric.Meter, c *skiplock.Client, opts Options) (*Bridge, er
 		o.ObserveInt64(handoffs, p.Handoffs, metric.WithAttributes(attribute.String("result", "claimed")))
 		o.ObserveInt64(handoffs, p.HandoffsReturned, metric.WithAttributes(attribute.String("result", "returned")))
 		return errors.Join(err, limErr)
-	}, jobs, due, oldest, expired, unpublished, lag, dead, limRunning, limMax, limStarted, limRate, limWindow, outcomes, throttled, handoffs)
+	}, jobs, due, oldest, expired, unpublished, lag, dead, horizonAge, horizonHeld, deadTuples, limRunning, limMax, limStarted, limRate, limWindow, outcomes, throttled, handoffs)
 	if err != nil {
 		return nil, fmt.Errorf("otelmetrics: registering the callback: %w", err)
 	}
