@@ -85,7 +85,7 @@ func (w *HorizonWatch) RunOnce(ctx context.Context, tx pgx.Tx) (Result, error) {
 			// At the warning's level, as the runtime logs a failing operation's
 			// recovery: whoever saw the warning sees its end (the default logger
 			// shows warnings only).
-			w.Log.Warn("skiplock: the vacuum horizon moved on; vacuum can remove the dead jobs again",
+			w.Log.Warn("skiplock: the vacuum horizon moved on: the transaction that held it back ended or let go of its snapshot",
 				"holder", w.seen.kind, "pid", w.seen.pid, "name", w.seen.name, "seen_for", now.Sub(w.since).Round(time.Second))
 		}
 		w.seen, w.since, w.warned = cur, now, false

@@ -16,7 +16,7 @@ package store
 // Privileges. backend_xmin and backend_xid of every session are visible to any role;
 // a session's state and transaction start are visible only to its own role, a role
 // with pg_read_all_stats (pg_monitor has it), or a superuser. Without them State is
-// empty and Since unknown, but the holder and its age in transactions are not.
+// empty and HeldFor unknown, but the holder and its age in transactions are not.
 
 import (
 	"context"
@@ -32,12 +32,12 @@ const (
 
 // horizonSQL returns the oldest holder of the database's vacuum horizon, and the jobs
 // table's dead tuples ($1: the jobs table; all its partitions are summed — a plain
-// table is no partition tree, so it is matched by itself). Sessions
-// are those of this database, plus walsenders (no database) whose standby reports its
-// xmin (hot_standby_feedback); processes without a role (autovacuum workers) and
-// sessions running a plain VACUUM — whose snapshots PostgreSQL leaves out of the
-// horizon — are skipped, as is this session.
-// A session's xid age is the older of its snapshot's xmin and its own xid.
+// table is no partition tree, so it is matched by itself). Sessions are those of this
+// database, plus walsenders (no database) whose standby reports its xmin
+// (hot_standby_feedback); processes without a role (autovacuum workers) and sessions
+// running a plain VACUUM — whose snapshots PostgreSQL leaves out of the horizon — are
+// skipped, as is this session. A session's xid age is the older of its snapshot's
+// xmin and its own xid.
 const horizonSQL = `
 WITH h AS (
   SELECT 'session' AS kind, a.pid, coalesce(a.application_name, '') AS name, coalesce(a.state, '') AS state,
