@@ -32,12 +32,15 @@ const (
 
 // horizonSQL returns the oldest holder of the database's vacuum horizon, and the jobs
 // table's dead tuples ($1: the jobs table; all its partitions are summed — a plain
-// table is no partition tree, so it is matched by itself). Sessions are those of this
-// database, plus walsenders (no database) whose standby reports its xmin
-// (hot_standby_feedback); processes without a role (autovacuum workers) and sessions
-// running a plain VACUUM — whose snapshots PostgreSQL leaves out of the horizon — are
-// skipped, as is this session. A session's xid age is the older of its snapshot's
-// xmin and its own xid.
+// table is no partition tree, so it is matched by itself).
+//
+// Sessions are those of this database, and walsenders, whose standby may report its
+// xmin (hot_standby_feedback; a walsender's type is visible only with
+// pg_read_all_stats). Left out: other processes without a database (the logical
+// replication launcher holds a snapshot for moments), processes without a role
+// (autovacuum workers), sessions running a plain VACUUM — PostgreSQL leaves their
+// snapshots out of the horizon — and this session. A session's xid age is the older
+// of its snapshot's xmin and its own xid.
 const horizonSQL = `
 WITH h AS (
   SELECT 'session' AS kind, a.pid, coalesce(a.application_name, '') AS name, coalesce(a.state, '') AS state,
@@ -46,7 +49,7 @@ WITH h AS (
               THEN a.backend_xmin ELSE a.backend_xid END::text::bigint AS xid,
          a.xact_start AS since
   FROM pg_stat_activity a
-  WHERE (a.datid = (SELECT oid FROM pg_database WHERE datname = current_database()) OR a.datid IS NULL)
+  WHERE (a.datid = (SELECT oid FROM pg_database WHERE datname = current_database()) OR a.backend_type = 'walsender')
     AND a.pid <> pg_backend_pid()
     AND a.usesysid IS NOT NULL
     AND a.pid NOT IN (SELECT pid FROM pg_stat_progress_vacuum)
