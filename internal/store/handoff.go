@@ -25,9 +25,12 @@ func holdsSlot(r string) string {
         AND q.status = 'running' AND q.lease_until > (SELECT now FROM t)))`
 }
 
-// bucketSig is the signature of a job's set of buckets (rows of bucketsOf, aliased
-// b, grouped by job): equal signatures mean the same buckets.
-const bucketSig = `string_agg(quote_literal(b.scope) || quote_literal(b.target) || quote_literal(b.bkey), '' ORDER BY b.scope, b.target, b.bkey)`
+// bucketSig is the signature of a job's set of buckets, on each of its bucket rows
+// (rows of bucketsOf, aliased b): equal signatures mean the same buckets. A window
+// over the job's rows rather than an aggregate grouped by job, so each row carries
+// its job's signature without a join back (see handoff).
+const bucketSig = `string_agg(quote_literal(b.scope) || quote_literal(b.target) || quote_literal(b.bkey), '')
+    OVER (PARTITION BY b.id ORDER BY b.scope, b.target, b.bkey ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)`
 
 // handoff returns the CTEs that choose successors (see "Handoff" at limitedClaimSQL),
 // as succ(id, pred, ptoken). The predecessors are the jobs of $7 and $8 (ids,
@@ -45,42 +48,92 @@ const bucketSig = `string_agg(quote_literal(b.scope) || quote_literal(b.target) 
 // through the database can go to it, by the limited claim's own order. Limits whose
 // buckets are never shared (one queue limit; per-key or per-kind limits alone) never
 // stop a handoff.
+//
+// Why no CTE here joins another. The statement runs its generic plan, in which every
+// CTE is estimated at a row or so; joined to each other, CTEs were read as nested
+// loops, every row of one against every row of the other. That cost the square of
+// the predecessors: a claim of successors for 400 running jobs took 170 ms, 160,000
+// to 170,000 pairs compared in each of four joins (BenchmarkClaimSuccessors;
+// docs/benchmarks.md, "Successor claims"). So a job's signature is a window over its
+// own bucket rows (bucketSig); what one relation needs from another is carried over
+// by a window over both in one UNION ALL, partitioned by the shared key (a bucket,
+// a signature), the giving side sorted first; and a successor is paired with its
+// predecessor by grouping both on (signature, rank). Sorts and aggregates cost
+// n log n whatever the estimates. The predecessors are looked up by primary key (the
+// LATERAL subquery, kept apart by OFFSET 0), and whether one has a successor by a
+// probe of jobs_slot_of_idx (the NOT EXISTS, a subplan for the same reason).
 func handoff(cands, takenRel string) string {
 	return `pred AS MATERIALIZED (
   SELECT p.id, p.lease_token, p.queue, p.kind, p.concurrency_key AS ckey, x.ord AS pos
   FROM unnest($7::uuid[], $8::uuid[]) WITH ORDINALITY AS x(id, token, ord)
-  JOIN {{s}}.jobs p ON p.id = x.id AND p.lease_token = x.token
-  WHERE p.status = 'running' AND p.queue = $2 AND p.lease_until > (SELECT now FROM t)
+  CROSS JOIN LATERAL (SELECT * FROM {{s}}.jobs p WHERE p.id = x.id OFFSET 0) p
+  WHERE p.lease_token = x.token AND p.status = 'running' AND p.queue = $2 AND p.lease_until > (SELECT now FROM t)
     AND NOT EXISTS (SELECT 1 FROM {{s}}.jobs o
-                    WHERE o.slot_of = p.id AND o.status = 'running' AND o.slot_token = p.lease_token)
+                    WHERE o.slot_of = p.id AND o.status = 'running' AND o.slot_token = p.lease_token
+                    OFFSET 0)
 ),
 px AS MATERIALIZED (` + bucketsOf("pred") + `),
-psig AS MATERIALIZED (
-  SELECT b.id, min(b.pos) AS pos, ` + bucketSig + ` AS sig FROM px b
-  GROUP BY b.id HAVING bool_and(b.rate IS NULL)
+-- The bucket rows of the predecessors that can hand their slots on (no bucket with a
+-- rate), with their signatures. pos indexes $7 and $8.
+pb AS MATERIALIZED (
+  SELECT b.id, b.pos, b.scope, b.target, b.bkey, b.sig FROM (
+    SELECT b.*, ` + bucketSig + ` AS sig,
+           bool_and(b.rate IS NULL) OVER (PARTITION BY b.id) AS norate
+    FROM px b) b
+  WHERE b.norate
 ),
 rej AS MATERIALIZED (
-  SELECT b.* FROM (` + cands + `
+  SELECT b.*, ` + bucketSig + ` AS sig, bool_and(b.rate IS NULL) OVER (PARTITION BY b.id) AS norate
+  FROM (` + cands + `
   ) b
-  WHERE EXISTS (SELECT 1 FROM psig) AND b.id <> ALL(ARRAY(SELECT id FROM ` + takenRel + `))
+  WHERE EXISTS (SELECT 1 FROM pb) AND b.id <> ALL(ARRAY(SELECT id FROM ` + takenRel + `))
 ),
-rsig AS MATERIALIZED (
-  SELECT b.id, min(b.pos) AS pos, ` + bucketSig + ` AS sig, bool_and(b.rate IS NULL) AS norate FROM rej b GROUP BY b.id
+-- Per bucket of the candidates left out: the first of them (m1) and its signature
+-- (s1), and the first with another signature (m2).
+bfirst AS MATERIALIZED (
+  SELECT r.scope, r.target, r.bkey, min(r.pos) AS m1, min(r.s1) AS s1, min(r.pos) FILTER (WHERE r.sig <> r.s1) AS m2
+  FROM (SELECT r.*, first_value(r.sig) OVER (PARTITION BY r.scope, r.target, r.bkey ORDER BY r.pos) AS s1 FROM rej r) r
+  GROUP BY r.scope, r.target, r.bkey
 ),
+-- Per signature of predecessors: the first candidate left out that shares one of
+-- its buckets and has another signature — m1 where s1 is another signature, else m2.
 stop AS MATERIALIZED (
-  SELECT sb.sig, min(r.pos) AS pos
-  FROM (SELECT DISTINCT s.sig, b.scope, b.target, b.bkey FROM psig s JOIN px b ON b.id = s.id) sb
-  JOIN rej r ON r.scope = sb.scope AND r.target = sb.target AND r.bkey = sb.bkey
-  JOIN rsig d ON d.id = r.id AND d.sig <> sb.sig
-  GROUP BY sb.sig
+  SELECT u.sig, min(CASE WHEN u.s1 <> u.sig THEN u.m1 ELSE u.m2 END) AS pos
+  FROM (
+    SELECT x.k, x.sig, first_value(x.m1) OVER w AS m1, first_value(x.s1) OVER w AS s1, first_value(x.m2) OVER w AS m2
+    FROM (SELECT 0 AS k, NULL::text AS sig, f.scope, f.target, f.bkey, f.m1, f.s1, f.m2 FROM bfirst f
+          UNION ALL
+          SELECT DISTINCT 1, b.sig, b.scope, b.target, b.bkey, NULL::bigint, NULL::text, NULL::bigint FROM pb b) x
+    WINDOW w AS (PARTITION BY x.scope, x.target, x.bkey ORDER BY x.k)
+  ) u
+  WHERE u.k = 1
+  GROUP BY u.sig
+  HAVING min(CASE WHEN u.s1 <> u.sig THEN u.m1 ELSE u.m2 END) IS NOT NULL
 ),
+-- The candidates that may succeed: no rate, and not behind their signature's stop.
+cand AS MATERIALIZED (
+  SELECT y.id, y.pos, y.sig FROM (
+    SELECT x.k, x.id, x.pos, x.sig, first_value(x.spos) OVER (PARTITION BY x.sig ORDER BY x.k) AS spos
+    FROM (SELECT 0 AS k, NULL::uuid AS id, NULL::bigint AS pos, s.sig, s.pos AS spos FROM stop s
+          UNION ALL
+          SELECT DISTINCT 1, r.id, r.pos, r.sig, NULL::bigint FROM rej r WHERE r.norate) x
+  ) y
+  WHERE y.k = 1 AND (y.spos IS NULL OR y.spos >= y.pos)
+),
+-- The n-th candidate of a signature, in claim order, succeeds its n-th predecessor.
 succ AS MATERIALIZED (
-  SELECT c.id, p.id AS pred, p.lease_token AS ptoken
-  FROM (SELECT id, pos, sig, row_number() OVER (PARTITION BY sig ORDER BY pos) AS rn FROM rsig c
-        WHERE c.norate AND NOT EXISTS (SELECT 1 FROM stop WHERE stop.sig = c.sig AND stop.pos < c.pos)) c
-  JOIN (SELECT s.id, s.sig, pr.lease_token, row_number() OVER (PARTITION BY s.sig ORDER BY s.pos) AS rn
-        FROM psig s JOIN pred pr ON pr.id = s.id) p ON p.sig = c.sig AND p.rn = c.rn
-  ORDER BY c.pos
+  SELECT g.id, ($7::uuid[])[g.ppos] AS pred, ($8::uuid[])[g.ppos] AS ptoken
+  FROM (
+    SELECT (array_agg(x.id) FILTER (WHERE x.k = 1))[1] AS id, min(x.pos) FILTER (WHERE x.k = 1) AS cpos,
+           min(x.pos) FILTER (WHERE x.k = 0) AS ppos
+    FROM (SELECT 1 AS k, c.id, c.pos, c.sig, row_number() OVER (PARTITION BY c.sig ORDER BY c.pos) AS rn FROM cand c
+          UNION ALL
+          SELECT 0, p.id, p.pos, p.sig, row_number() OVER (PARTITION BY p.sig ORDER BY p.pos)
+          FROM (SELECT DISTINCT b.id, b.pos, b.sig FROM pb b) p) x
+    GROUP BY x.sig, x.rn
+    HAVING count(*) FILTER (WHERE x.k = 1) = 1 AND count(*) FILTER (WHERE x.k = 0) = 1
+  ) g
+  ORDER BY g.cpos
 )`
 }
 

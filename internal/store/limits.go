@@ -258,9 +258,9 @@ rated AS (
 claimed AS (
   UPDATE {{s}}.jobs AS j
   ` + claimSet + `,
-    slot_of = (SELECT s.pred FROM succ s WHERE s.id = j.id),
-    slot_token = (SELECT s.ptoken FROM succ s WHERE s.id = j.id)
-  FROM t
+    slot_of = (sm.m -> j.id::text ->> 0)::uuid,
+    slot_token = (sm.m -> j.id::text ->> 1)::uuid
+  FROM t, (SELECT jsonb_object_agg(s.id::text, jsonb_build_array(s.pred, s.ptoken)) AS m FROM succ s) sm
   WHERE j.id = ANY(ARRAY(SELECT id FROM pick UNION ALL SELECT id FROM succ)) AND j.status = 'pending' AND t.async IS NOT NULL
   RETURNING ` + claimReturns + `, j.slot_of, j.slot_token
 ),
