@@ -147,3 +147,50 @@ func BenchmarkClaimSuccessors(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLimitedClaimManyKeys times a limited claim in W9's shape (docs/benchmarks.md):
+// a queue limit that does not bind and a limit of 5 running jobs per concurrency key,
+// 20,000 jobs over 1,000 keys, 100 of them running and offered as predecessors, and a
+// claim of 700.
+func BenchmarkLimitedClaimManyKeys(b *testing.B) {
+	ctx := context.Background()
+	s, err := New(pgtest.Schema(b))
+	if err != nil {
+		b.Fatal(err)
+	}
+	pool := pgtest.Pool(b)
+	if _, err := s.LimitSet(ctx, pool, nil, LimitRow{Scope: "queue", Target: "default", MaxRunning: 5000}, "c"); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := s.LimitSet(ctx, pool, nil, LimitRow{Scope: "queue", Target: "default", Key: "*", MaxRunning: 5}, "c"); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO `+s.Table("jobs")+` (kind, payload, concurrency_key) SELECT 'k', '{}', 'tenant-' || (g % 1000) FROM generate_series(1, 20000) g`); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ANALYZE `+s.Table("jobs")); err != nil {
+		b.Fatal(err)
+	}
+	res, err := s.ClaimLimited(ctx, pool, nil, ClaimParams{Queue: "default", WorkerID: "w", Limit: 100, Lease: time.Hour})
+	if err != nil || len(res.Jobs) != 100 {
+		b.Fatalf("claimed %d: %v", len(res.Jobs), err)
+	}
+	preds := make([]Lease, len(res.Jobs))
+	for i, j := range res.Jobs {
+		preds[i] = Lease{ID: j.ID, Token: *j.LeaseToken}
+	}
+	var got int
+	for b.Loop() {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r, err := s.ClaimLimited(ctx, tx, nil, ClaimParams{Queue: "default", WorkerID: "w", Limit: 700, Lease: time.Hour, Preds: preds})
+		_ = tx.Rollback(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		got = len(r.Jobs)
+	}
+	b.ReportMetric(float64(got), "jobs")
+}
