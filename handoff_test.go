@@ -283,25 +283,3 @@ func TestHandoffStopGivesBackWaitingSuccessors(t *testing.T) {
 		t.Errorf("%d handler runs, want 1 (the successor must not start at Stop)", ran.Load())
 	}
 }
-
-// A successor that waits for its predecessor can be offered as a predecessor in turn
-// (runtime: predecessors): the chain then runs two deep and still counts one slot —
-// the first job's while it runs, then its successor's, then the last one's.
-func TestHandoffChainsTwoDeepCountOnce(t *testing.T) {
-	t.Parallel()
-	h := newHandoffEnv(t, []skiplock.Limit{{Queue: "q", MaxRunning: 1}}, "q", "", "", "", "")
-	first := h.claim("q", 10, nil, false, "#0")
-	second := h.claim("q", 10, first, true, "#1<-#0")
-	third := h.claim("q", 10, second, true, "#2<-#1")
-	h.claim("q", 10, third, false, "#3<-#2")
-	for i, j := range []*skiplock.Job{first[0], second[0], third[0]} {
-		if n := h.running("q"); n != 1 {
-			t.Fatalf("running %d before job %d of the chain completed, want 1", n, i)
-		}
-		h.claim("q", 10, nil, false, "") // no free slot at any point of the chain
-		h.must(h.m.Complete(h.ctx, j))
-	}
-	if n := h.running("q"); n != 1 {
-		t.Fatalf("running %d with the chain's last job alone, want 1", n)
-	}
-}

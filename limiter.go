@@ -128,54 +128,22 @@ func (r *runtime) claimLimited(ctx context.Context, p *producer, n int, successo
 // successor, and the successor starts on its predecessor's executor the moment the
 // predecessor's handler returns.
 
-// predecessors lists the producer's jobs that could hand their slots on, without a
-// successor yet: those running (started, not returned, lease not lost), the first
-// started first (they are likely to finish first, so they get the first jobs), then
-// the successors waiting for one of those, in the same order.
-//
-// Why waiting successors too. A job is offered once it starts, and its successor must
-// be claimed before its handler returns; but the producer runs one claim at a time,
-// and with 50 slots of 10 ms jobs a claim of successors took about 3 ms, so a job
-// was first offered 5.7 ms after it started on average, and 1,019 of W9's 20,000 jobs
-// missed their successor: each a slot freed through the database (docs/benchmarks.md,
-// "Chains two deep"). A successor offered while it waits has its own successor ready
-// by the time it starts. Only one level ahead: a successor of a waiting successor is
-// not offered, so a slow job holds back at most two claimed jobs, each given back
-// after its own bounded wait. The database counts a chain's slot once at any depth
-// (holdsSlot): a successor holds none while the job it succeeds runs under the
-// recorded lease, and a waiting successor is running there.
+// predecessors lists the producer's jobs that could hand their slots on: running
+// (started, not returned, lease not lost) and without a successor, those started
+// first first (they are likely to finish first, so they get the first jobs).
 func (r *runtime) predecessors(p *producer) []store.Lease {
-	type offer struct {
-		f  *inflight
-		at time.Time // its own start, or its predecessor's
-		w  bool      // waiting for its predecessor
-	}
 	r.mu.Lock()
-	fs := make([]offer, 0, len(r.inflight))
+	fs := make([]*inflight, 0, len(r.inflight))
 	for _, f := range r.inflight {
-		if f.p != p || f.returned.Load() || f.lost.Load() || f.next != nil || f.closed || f.refused {
-			continue
-		}
-		switch w := f.waitsFor; {
-		case f.begun.Load():
-			fs = append(fs, offer{f: f, at: f.started})
-		case w != nil && w.next == f && !w.closed && w.begun.Load() && !w.returned.Load():
-			fs = append(fs, offer{f: f, at: w.started, w: true})
+		if f.p == p && f.begun.Load() && !f.returned.Load() && !f.lost.Load() && f.next == nil && !f.closed && !f.refused {
+			fs = append(fs, f)
 		}
 	}
 	r.mu.Unlock()
-	slices.SortFunc(fs, func(a, b offer) int {
-		if a.w != b.w {
-			if a.w {
-				return 1
-			}
-			return -1
-		}
-		return a.at.Compare(b.at)
-	})
+	slices.SortFunc(fs, func(a, b *inflight) int { return a.started.Compare(b.started) })
 	out := make([]store.Lease, len(fs))
-	for i, o := range fs {
-		out[i] = o.f.job.lease()
+	for i, f := range fs {
+		out[i] = f.job.lease()
 	}
 	return out
 }
@@ -204,7 +172,7 @@ func (r *runtime) successorOf(f *inflight, job *Job) succession {
 	case pred.next != nil || pred.refused || pred.p != f.p: // not offered (predecessors)
 		return giveUp
 	}
-	pred.next, f.waitsFor = f, pred
+	pred.next = f
 	wait := max(4*time.Duration(f.p.avgRunNs.Load()), minSuccessorWait)
 	f.giveBack = time.AfterFunc(wait, func() { r.returnSuccessor(pred, f) })
 	return attached

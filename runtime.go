@@ -85,9 +85,6 @@ type inflight struct {
 	closed bool
 	// refused: a successor of this job was given back, so it takes no other.
 	refused bool
-	// waitsFor is the predecessor this job is attached to as its successor, until it
-	// starts (limiter.go, predecessors).
-	waitsFor *inflight
 	// handedOn: a successor took over its slots, so its outcome frees none.
 	handedOn atomic.Bool
 	// giveBack returns a successor to pending if its predecessor runs too long.
