@@ -1,0 +1,248 @@
+// Command river runs the shapes of skiplock bench's W5 and W6 against River, so that
+// its figures sit beside skiplock's from the same machine and server
+// (docs/benchmarks.md, "Peers measured on this machine"). It is a module of its own,
+// so skiplock's module never depends on River; run it by hand:
+//
+//	go run . -url postgres://…/throwaway w5
+//	go run . -url postgres://…/throwaway w6
+//
+// Each run empties the database's public schema and migrates River into it.
+//
+// W5: 50,000 no-op jobs inserted before the clock (InsertManyFast, batches of 1,000,
+// then a CHECKPOINT), then a client with MaxWorkers -workers (100) on the default
+// queue; the clock runs from Start until every job's handler has run, and each job's
+// runs are counted. W6: 40 warm-up jobs, then 2,000 autocommit Insert calls at 200 a
+// second, open loop, from a second client with its own pool of 40 connections, timed
+// from just before Insert to the worker's first line. -cooldown sets FetchCooldown
+// (River's default is 100 ms, its minimum 1 ms) on every client: it spaces the
+// worker's fetches, and the inserting client's notifications of a queue too.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+)
+
+type noopArgs struct {
+	I int `json:"i"`
+}
+
+func (noopArgs) Kind() string { return "noop" }
+
+type noopWorker struct {
+	river.WorkerDefaults[noopArgs]
+	ran func(i int)
+}
+
+func (w *noopWorker) Work(_ context.Context, job *river.Job[noopArgs]) error {
+	w.ran(job.Args.I)
+	return nil
+}
+
+func main() {
+	url := flag.String("url", os.Getenv("URL"), "a throwaway database (its public schema is emptied)")
+	workers := flag.Int("workers", 100, "W5: MaxWorkers of the default queue")
+	cooldown := flag.Duration("cooldown", 0, "FetchCooldown of every client (0: River's default, 100ms)")
+	flag.Parse()
+	if *url == "" || flag.NArg() != 1 {
+		fmt.Fprintln(os.Stderr, "usage: river -url postgres://… [-workers 100] [-cooldown 1ms] w5|w6")
+		os.Exit(2)
+	}
+	ctx := context.Background()
+	var err error
+	switch flag.Arg(0) {
+	case "w5":
+		err = w5(ctx, *url, *workers, *cooldown)
+	case "w6":
+		err = w6(ctx, *url, *cooldown)
+	default:
+		err = fmt.Errorf("unknown workload %q (w5 or w6)", flag.Arg(0))
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "river:", err)
+		os.Exit(1)
+	}
+}
+
+// freshPool empties the public schema, migrates River into it and returns a pool
+// of size conns.
+func freshPool(ctx context.Context, url string, conns int) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns, cfg.MinConns = int32(conns), int32(conns)
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := pool.Exec(ctx, "DROP SCHEMA public CASCADE; CREATE SCHEMA public"); err != nil {
+		return nil, fmt.Errorf("emptying the schema: %w", err)
+	}
+	m, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := m.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return nil, fmt.Errorf("migrating: %w", err)
+	}
+	return pool, nil
+}
+
+func w5(ctx context.Context, url string, maxWorkers int, cooldown time.Duration) error {
+	const total = 50000
+	pool, err := freshPool(ctx, url, min(maxWorkers+10, 100))
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	runs := make([]atomic.Int32, total)
+	var done atomic.Int64
+	all := make(chan struct{})
+	ws := river.NewWorkers()
+	river.AddWorker(ws, &noopWorker{ran: func(i int) {
+		runs[i].Add(1)
+		if done.Add(1) == total {
+			close(all)
+		}
+	}})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: maxWorkers}},
+		Workers: ws, Logger: quiet(), FetchCooldown: cooldown,
+	})
+	if err != nil {
+		return err
+	}
+	for from := 0; from < total; from += 1000 {
+		batch := make([]river.InsertManyParams, 0, 1000)
+		for i := from; i < from+1000; i++ {
+			batch = append(batch, river.InsertManyParams{Args: noopArgs{I: i}})
+		}
+		if _, err := client.InsertManyFast(ctx, batch); err != nil {
+			return fmt.Errorf("inserting: %w", err)
+		}
+	}
+	if _, err := pool.Exec(ctx, "CHECKPOINT"); err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := client.Start(ctx); err != nil {
+		return err
+	}
+	<-all
+	elapsed := time.Since(start)
+	if err := client.Stop(ctx); err != nil {
+		return err
+	}
+	wrong := 0
+	for i := range runs {
+		if runs[i].Load() != 1 {
+			wrong++
+		}
+	}
+	fmt.Printf("W5 River MaxWorkers=%d FetchCooldown=%v: %.0f jobs/s (%d jobs not run exactly once)\n", maxWorkers, cooldown, total/elapsed.Seconds(), wrong)
+	return nil
+}
+
+func w6(ctx context.Context, url string, cooldown time.Duration) error {
+	const total, warm, rate = 2000, 40, 200
+	workPool, err := freshPool(ctx, url, 10)
+	if err != nil {
+		return err
+	}
+	defer workPool.Close()
+	started := make([]time.Time, total+warm)
+	var mu sync.Mutex
+	var done int
+	all := make(chan struct{})
+	ws := river.NewWorkers()
+	river.AddWorker(ws, &noopWorker{ran: func(i int) {
+		now := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		started[i] = now
+		if done++; done == total+warm {
+			close(all)
+		}
+	}})
+	worker, err := river.NewClient(riverpgxv5.New(workPool), &river.Config{
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 100}},
+		Workers: ws, Logger: quiet(), FetchCooldown: cooldown,
+	})
+	if err != nil {
+		return err
+	}
+	if err := worker.Start(ctx); err != nil {
+		return err
+	}
+	defer worker.Stop(context.WithoutCancel(ctx))
+	appCfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return err
+	}
+	appCfg.MaxConns, appCfg.MinConns = 40, 40
+	appPool, err := pgxpool.NewWithConfig(ctx, appCfg)
+	if err != nil {
+		return err
+	}
+	defer appPool.Close()
+	app, err := river.NewClient(riverpgxv5.New(appPool), &river.Config{Logger: quiet(), FetchCooldown: cooldown})
+	if err != nil {
+		return err
+	}
+	for i := 0; i < warm; i++ {
+		if _, err := app.Insert(ctx, noopArgs{I: i}, nil); err != nil {
+			return err
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // let the warm-up jobs run; not a measurement
+	begin := make([]time.Time, total+warm)
+	tick := time.NewTicker(time.Second / rate)
+	defer tick.Stop()
+	var wg sync.WaitGroup
+	var insertErr atomic.Pointer[error]
+	for k := 0; k < total; k++ {
+		<-tick.C
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			b := time.Now()
+			if _, err := app.Insert(ctx, noopArgs{I: i}, nil); err != nil {
+				insertErr.Store(&err)
+			}
+			mu.Lock()
+			begin[i] = b
+			mu.Unlock()
+		}(warm + k)
+	}
+	wg.Wait()
+	if p := insertErr.Load(); p != nil {
+		return *p
+	}
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second):
+		return fmt.Errorf("only %d of %d jobs ran", done, total+warm)
+	}
+	mu.Lock()
+	lat := make([]time.Duration, 0, total)
+	for i := warm; i < total+warm; i++ {
+		lat = append(lat, started[i].Sub(begin[i]))
+	}
+	mu.Unlock()
+	slices.Sort(lat)
+	ms := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)))].Microseconds()) / 1000 }
+	fmt.Printf("W6 River FetchCooldown=%v: p50/p95/p99 %.2f / %.2f / %.2f ms\n", cooldown, ms(0.5), ms(0.95), ms(0.99))
+	return nil
+}
