@@ -72,12 +72,17 @@ async function w6() {
   const total = 2000, warm = 40, rate = 200;
   const begin = new Float64Array(total + warm), started = new Float64Array(total + warm);
   let done = 0;
-  let finish;
+  let warmed, finish;
+  const warmDone = new Promise((resolve) => (warmed = resolve));
   const allDone = new Promise((resolve) => (finish = resolve));
   const runner = await run({ preset: { worker: { connectionString: cs } }, noHandleSignals: true,
-    taskList: { noop: async (p) => { started[p.i] = now(); if (++done === total + warm) finish(); } } });
+    taskList: { noop: async (p) => {
+      started[p.i] = now();
+      if (++done === warm) warmed();
+      if (done === total + warm) finish();
+    } } });
   for (let i = 0; i < warm; i++) await utils.addJob("noop", { i });
-  await new Promise((resolve) => setTimeout(resolve, 500));
+  await warmDone;
   const t0 = now();
   const calls = [];
   for (let k = 0; k < total; k++) {

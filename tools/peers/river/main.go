@@ -165,14 +165,17 @@ func w6(ctx context.Context, url string, cooldown time.Duration) error {
 	started := make([]time.Time, total+warm)
 	var mu sync.Mutex
 	var done int
-	all := make(chan struct{})
+	warmed, all := make(chan struct{}), make(chan struct{})
 	ws := river.NewWorkers()
 	river.AddWorker(ws, &noopWorker{ran: func(i int) {
 		now := time.Now()
 		mu.Lock()
 		defer mu.Unlock()
 		started[i] = now
-		if done++; done == total+warm {
+		switch done++; done {
+		case warm:
+			close(warmed)
+		case total + warm:
 			close(all)
 		}
 	}})
@@ -206,7 +209,13 @@ func w6(ctx context.Context, url string, cooldown time.Duration) error {
 			return err
 		}
 	}
-	time.Sleep(500 * time.Millisecond) // let the warm-up jobs run; not a measurement
+	select {
+	case <-warmed:
+	case <-time.After(30 * time.Second):
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Errorf("warm-up: %d of %d jobs ran", done, warm)
+	}
 	begin := make([]time.Time, total+warm)
 	tick := time.NewTicker(time.Second / rate)
 	defer tick.Stop()
@@ -233,6 +242,8 @@ func w6(ctx context.Context, url string, cooldown time.Duration) error {
 	select {
 	case <-all:
 	case <-time.After(30 * time.Second):
+		mu.Lock()
+		defer mu.Unlock()
 		return fmt.Errorf("only %d of %d jobs ran", done, total+warm)
 	}
 	mu.Lock()
