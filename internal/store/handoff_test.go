@@ -20,10 +20,7 @@ import (
 func bindingQueue(tb testing.TB, running int) (*Store, *pgxpool.Pool, []Lease) {
 	tb.Helper()
 	ctx := context.Background()
-	s, err := New(pgtest.Schema(tb))
-	if err != nil {
-		tb.Fatal(err)
-	}
+	s := newStore(tb, pgtest.Schema(tb))
 	pool := pgtest.Pool(tb)
 	if _, err := s.LimitSet(ctx, pool, nil, LimitRow{Scope: "queue", Target: "default", MaxRunning: running}, "c"); err != nil {
 		tb.Fatal(err)
@@ -154,10 +151,7 @@ func BenchmarkClaimSuccessors(b *testing.B) {
 // claim of 700.
 func BenchmarkLimitedClaimManyKeys(b *testing.B) {
 	ctx := context.Background()
-	s, err := New(pgtest.Schema(b))
-	if err != nil {
-		b.Fatal(err)
-	}
+	s := newStore(b, pgtest.Schema(b))
 	pool := pgtest.Pool(b)
 	if _, err := s.LimitSet(ctx, pool, nil, LimitRow{Scope: "queue", Target: "default", MaxRunning: 5000}, "c"); err != nil {
 		b.Fatal(err)

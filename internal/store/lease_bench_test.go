@@ -12,10 +12,7 @@ import (
 // heartbeat of a busy process), through the plan guard as the runtime sends it.
 func BenchmarkHeartbeat(b *testing.B) {
 	ctx := context.Background()
-	s, err := New(pgtest.Schema(b))
-	if err != nil {
-		b.Fatal(err)
-	}
+	s := newStore(b, pgtest.Schema(b))
 	pool := pgtest.Pool(b)
 	const n = 1000
 	if _, err := pool.Exec(ctx, `INSERT INTO `+s.Table("jobs")+` (kind, payload) SELECT 'k', '{}' FROM generate_series(1, $1)`, n); err != nil {

@@ -10,11 +10,11 @@ import (
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
 
-func newStore(t *testing.T, schema string) *Store {
-	t.Helper()
+func newStore(tb testing.TB, schema string) *Store {
+	tb.Helper()
 	s, err := New(schema)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return s
 }

@@ -16,6 +16,10 @@
 // from just before Insert to the worker's first line. -cooldown sets FetchCooldown
 // (River's default is 100 ms, its minimum 1 ms) on every client: it spaces the
 // worker's fetches, and the inserting client's notifications of a queue too.
+//
+// It reads the host clock (time.Now, time.Since) on purpose: it is a stopwatch around a
+// third-party system, and wall time is what it measures. The library's rule that time
+// comes from the injected clock (TestHostClockRule) exempts tools/ for that reason.
 package main
 
 import (
