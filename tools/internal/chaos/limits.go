@@ -10,7 +10,8 @@ package chaos
 //	            limit — and that the limits did bind, or the round proves nothing.
 //	rate-limit  queue "rate" at 100 starts/s, held for 60 s over an 8,000-job backlog
 //	            while a worker is SIGKILLed: no 1 s window holds more than 100 starts,
-//	            and the minute from the first start holds 6,000 ± 2%.
+//	            and the minute from the first start holds 6,000, less at most 4%
+//	            (rateaudit.go says why).
 //
 // Both run beside the usual producer of the default queue, on the same workers.
 
