@@ -19,12 +19,12 @@ import (
 // Why 4% below. A window anchored at starts never gives back the time between a start
 // leaving it and the claim that takes its place: the throttled claim's commit and
 // reply, the producer's timer, the next claim's wait for the limits lock. So every
-// window costs that lateness. Measured on a 2-core machine (2026-12-02): 5,924–5,927 of
-// 6,000 run alone (four runs, 1.2–1.3% short), 5,929 and 5,865 within the whole
-// profile (the second 2.25% short, which a 2% bound failed). The bound is about the
-// machine's latency, not about the limiter's promise, which the per-window check
-// holds exactly; a limiter that missed its timer and waited for a poll would lose up
-// to a poll interval (1 s) in each window and fail it.
+// window costs that lateness. Measured on a 2-core machine (2026-12-02): 5,924–5,927
+// of 6,000 run alone (four runs, 1.2–1.3% short); 5,929, 5,865 and 5,879 within the
+// whole profile (the second 2.25% short, which a 2% bound failed; the third 2.02%).
+// The bound is about the machine's latency, not the limiter's promise, which the
+// per-window check holds exactly. A limiter that missed its timer would wait for its
+// next poll, up to a second in each window, and fall far below the bound.
 func verifyRate(ctx context.Context, r *round, row *Row) error {
 	r.mu.Lock()
 	first, freed := r.rateFirst, r.rateFreed
