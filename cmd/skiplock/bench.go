@@ -23,12 +23,13 @@ func newBenchCmd(db *dbFlags) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--workload W1,W5] [--runs 3] [-o json] [--scale 0.1]",
-		Short: "run the benchmark workloads (B0, B1, W1…W10, F1) and print the figures",
-		Long: `Run the benchmark workloads (B0, B1, W1…W10, F1; W10 takes 12 minutes and runs only when
-named) and print the figures, each job checked
-for exactly-once success. Without --database-url or DATABASE_URL it starts a durable
-throwaway PostgreSQL (fsync=on, synchronous_commit=on). With -o json it prints one
-JSON object per workload as each finishes.
+		Short: "run the benchmark workloads (B0, B1, W1…W10, W10C, F1) and print the figures",
+		Long: `Run the benchmark workloads (B0, B1, W1…W10, W10C, F1) and print the figures, each
+job checked for exactly-once success. W10 and its control W10C (the same timeline with
+no pin) take 12 minutes each and run only when named. Without --database-url or
+DATABASE_URL it starts a durable throwaway PostgreSQL (fsync=on,
+synchronous_commit=on). With -o json it prints one JSON object per workload as each
+finishes.
 
 With --runs N the selected workloads run N times in turn, each run with its own
 baselines, and a last table gives the median of each figure over the runs (each

@@ -12,14 +12,33 @@ import (
 // W10 runs end to end at a small scale (windows of 200 ms, 14 s in all): the windows
 // cover the three phases, every job ran exactly once, and the pin left dead tuples
 // the statistics show. The verdict itself is not asserted: at this scale it is noise.
+// Its control, W10C, runs beside it: the same windows with a control phase in the
+// pin's place, no pin held, and a verdict that is a reading, not a target.
 func TestW10QuickScale(t *testing.T) {
+	t.Run("W10", func(t *testing.T) { t.Parallel(); testW10QuickScale(t, false) })
+	t.Run("W10C", func(t *testing.T) { t.Parallel(); testW10QuickScale(t, true) })
+}
+
+func testW10QuickScale(t *testing.T, control bool) {
 	env := &Env{Pool: pgtest.Pool(t), URL: pgtest.URL(t), Settings: "test", Scale: 0.02}
-	r, err := runW10(context.Background(), env)
+	r, err := runW10Plan(context.Background(), env, control)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(r.Verified, "ok") || r.Met == nil || r.N <= 0 {
+	if !strings.HasPrefix(r.Verified, "ok") || r.N <= 0 || (r.Met == nil) != control {
 		t.Fatalf("result %+v", r)
+	}
+	middle, name := W10Pin, "W10"
+	if control {
+		middle, name = W10Control, "W10C"
+		verdict, _ := r.Extra["verdict"].(string)
+		if !strings.HasPrefix(verdict, "CONTROL, no pin held: W10's rule applied to the same timeline would be ") ||
+			!strings.Contains(verdict, "control p99 max") || r.Extra["pin"] != "none held (control); the pin_ figures are the control phase's" {
+			t.Errorf("control's verdict %q, pin %q", verdict, r.Extra["pin"])
+		}
+	}
+	if r.Workload != name {
+		t.Errorf("workload %q, want %q", r.Workload, name)
 	}
 	ws, ok := r.Extra["windows"].(w10Windows)
 	if !ok {
@@ -48,7 +67,7 @@ func TestW10QuickScale(t *testing.T) {
 			pinDead = max(pinDead, w.DeadTuples)
 		}
 	}
-	if phases[W10Baseline] != w10BaseWindows || phases[W10Pin] != w10PinWindows || phases[W10Recovery] != w10RecWindows {
+	if phases[W10Baseline] != w10BaseWindows || phases[middle] != w10PinWindows || phases[W10Recovery] != w10RecWindows {
 		t.Errorf("phases %v", phases)
 	}
 	for ph, n := range phases {
@@ -56,7 +75,7 @@ func TestW10QuickScale(t *testing.T) {
 			t.Errorf("%s: %d of %d windows have jobs", ph, filled[ph], n)
 		}
 	}
-	if pinDead == 0 {
+	if pinDead == 0 && !control {
 		t.Error("no dead tuples seen during the pin")
 	}
 	var table strings.Builder
@@ -130,6 +149,25 @@ func TestJudgeW10(t *testing.T) {
 	ws[5].P99ms = 95 // and a window over the bound is still a miss
 	if v := judgeW10(plan, ws); v.met() || v.inconclusive() || w10Met(v) == nil || *w10Met(v) || !strings.HasPrefix(v.String(), "missed") {
 		t.Errorf("disturbed baseline, one window over: %+v %s", v, v)
+	}
+	// The control judges its control phase by the same rule and says it held no pin.
+	cplan := plan
+	cplan.control = true
+	ws = make([]W10Window, cplan.windows)
+	for k := range ws {
+		ws[k] = W10Window{Phase: cplan.phase(k), OfferedPerSec: w10Rate, CompletedPerSec: w10Rate, P99ms: 6}
+	}
+	if ws[3].Phase != W10Control || ws[6].Phase != W10Control || ws[7].Phase != W10Recovery {
+		t.Fatalf("control phases: %+v", ws)
+	}
+	ws[4].P99ms = 13
+	if v := judgeW10(cplan, ws); v.met() || v.over != 1 ||
+		!strings.HasPrefix(v.String(), "CONTROL, no pin held: W10's rule applied to the same timeline would be missed; control p99 max 13.00 ms = 2.17×") {
+		t.Errorf("control: %+v %s", v, v)
+	}
+	ws[4].P99ms = 6
+	if v := judgeW10(cplan, ws); !v.met() || !strings.HasPrefix(v.String(), "CONTROL, no pin held: W10's rule applied to the same timeline would be MET; ") {
+		t.Errorf("control, flat: %+v %s", v, v)
 	}
 	ws = flat()
 	ws[5].OfferedPerSec, ws[5].CompletedPerSec = 500, 500

@@ -64,6 +64,8 @@ type w10Verdict struct {
 	// disturbed by something other than the pin (the pin only adds work), and a rule
 	// relative to it proves nothing: such a run is inconclusive, not met.
 	pinP99Median float64
+	// control: the run held no pin (W10C); the judged windows are its control phase.
+	control bool
 }
 
 // disturbed reports whether the baseline's p99 is above the median pin window's.
@@ -80,24 +82,34 @@ func (v w10Verdict) inconclusive() bool {
 
 func (v w10Verdict) String() string {
 	var parts []string
+	// A control's windows are judged by the same rule, but it has no pin to blame:
+	// the verdict says what the rule would have said, and names the phase for what it is.
+	phase := "pin"
+	if v.control {
+		phase = "control"
+		parts = append(parts, "CONTROL, no pin held: W10's rule applied to the same timeline would be")
+	}
 	switch {
 	case v.met():
 		parts = append(parts, "MET")
 	case v.inconclusive():
-		parts = append(parts, fmt.Sprintf("INCONCLUSIVE: the baseline's p99 (%.2f ms) is above the median pin window's (%.2f ms), so "+
-			"something other than the pin slowed the baseline and the rule, relative to it, proves nothing: run it again on a quieter machine",
-			v.baseP99, v.pinP99Median))
+		parts = append(parts, fmt.Sprintf("INCONCLUSIVE: the baseline's p99 (%.2f ms) is above the median %s window's (%.2f ms), so "+
+			"something other than the %s slowed the baseline and the rule, relative to it, proves nothing: run it again on a quieter machine",
+			v.baseP99, phase, v.pinP99Median, phase))
 	default:
 		parts = append(parts, "missed")
 	}
-	parts = append(parts, fmt.Sprintf("pin p99 max %.2f ms = %.2f× the baseline's %.2f ms (bound %g×; %d pin windows above it)",
-		v.pinP99Max, v.ratio, v.baseP99, w10P99Factor, v.over))
+	if v.control {
+		parts = []string{strings.Join(parts, " ")}
+	}
+	parts = append(parts, fmt.Sprintf("%s p99 max %.2f ms = %.2f× the baseline's %.2f ms (bound %g×; %d %s windows above it)",
+		phase, v.pinP99Max, v.ratio, v.baseP99, w10P99Factor, v.over, phase))
 	if v.over > 0 {
 		parts = append(parts, fmt.Sprintf("in %d of those the Enqueue calls alone (insert and durable commit) had a p99 above the bound, and in %d the checkpointer was writing",
 			v.overInEnqueue, v.overInCheckpoint))
 	}
-	parts = append(parts, fmt.Sprintf("the queue's own part (Enqueue returned → handler): %d pin windows above %g× its baseline p99 of %.2f ms",
-		v.queueOver, w10P99Factor, v.baseQueueP99))
+	parts = append(parts, fmt.Sprintf("the queue's own part (Enqueue returned → handler): %d %s windows above %g× its baseline p99 of %.2f ms",
+		v.queueOver, phase, w10P99Factor, v.baseQueueP99))
 	if len(v.slow) > 0 {
 		parts = append(parts, fmt.Sprintf("completed below %.0f%% of offered in %d windows (%s)", 100*w10RateShare, len(v.slow), firstFew(v.slow, 5)))
 	} else {
@@ -135,7 +147,7 @@ func judgeW10(plan w10Plan, ws []W10Window) w10Verdict {
 		case W10Baseline:
 			base = append(base, w.P99ms)
 			baseQueue = append(baseQueue, w.QueueP99ms)
-		case W10Pin:
+		case W10Pin, W10Control:
 			v.pinP99Max = max(v.pinP99Max, w.P99ms)
 			pin = append(pin, w.P99ms)
 		}
@@ -159,8 +171,9 @@ func judgeW10(plan w10Plan, ws []W10Window) w10Verdict {
 	if len(pin) > 0 {
 		v.pinP99Median = median(pin)
 	}
+	v.control = plan.control
 	for _, w := range ws {
-		if w.Phase != W10Pin {
+		if w.Phase != W10Pin && w.Phase != W10Control {
 			continue
 		}
 		if w.P99ms > w10P99Factor*v.baseP99 {

@@ -5,6 +5,7 @@
 //
 //	go run . -url postgres://…/throwaway w5
 //	go run . -url postgres://…/throwaway w6
+//	go run . -url postgres://…/throwaway -cooldown 1ms w10
 //
 // Each run empties the database's public schema and migrates River into it.
 //
@@ -15,7 +16,8 @@
 // second, open loop, from a second client with its own pool of 40 connections, timed
 // from just before Insert to the worker's first line. -cooldown sets FetchCooldown
 // (River's default is 100 ms, its minimum 1 ms) on every client: it spaces the
-// worker's fetches, and the inserting client's notifications of a queue too.
+// worker's fetches, and the inserting client's notifications of a queue too. W10, the
+// pinned vacuum horizon, is described in w10.go.
 //
 // It reads the host clock (time.Now, time.Since) on purpose: it is a stopwatch around a
 // third-party system, and wall time is what it measures. The library's rule that time
@@ -32,6 +34,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
@@ -58,9 +61,10 @@ func main() {
 	url := flag.String("url", os.Getenv("URL"), "a throwaway database (its public schema is emptied)")
 	workers := flag.Int("workers", 100, "W5: MaxWorkers of the default queue")
 	cooldown := flag.Duration("cooldown", 0, "FetchCooldown of every client (0: River's default, 100ms)")
+	scale := flag.Float64("scale", 1, "W10: the windows' length is 10s times this (1: a 12-minute run)")
 	flag.Parse()
 	if *url == "" || flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: river -url postgres://… [-workers 100] [-cooldown 1ms] w5|w6")
+		fmt.Fprintln(os.Stderr, "usage: river -url postgres://… [-workers 100] [-cooldown 1ms] [-scale 1] w5|w6|w10")
 		os.Exit(2)
 	}
 	ctx := context.Background()
@@ -70,8 +74,10 @@ func main() {
 		err = w5(ctx, *url, *workers, *cooldown)
 	case "w6":
 		err = w6(ctx, *url, *cooldown)
+	case "w10":
+		err = w10(ctx, *url, *cooldown, *scale)
 	default:
-		err = fmt.Errorf("unknown workload %q (w5 or w6)", flag.Arg(0))
+		err = fmt.Errorf("unknown workload %q (w5, w6 or w10)", flag.Arg(0))
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "river:", err)
@@ -159,66 +165,114 @@ func w5(ctx context.Context, url string, maxWorkers int, cooldown time.Duration)
 	return nil
 }
 
-func w6(ctx context.Context, url string, cooldown time.Duration) error {
-	const total, warm, rate = 2000, 40, 200
-	workPool, err := freshPool(ctx, url, 10)
-	if err != nil {
-		return err
+// runCount counts handler runs (its caller holds the lock that guards it) and closes
+// warmed after the warm-up's runs and all after every run expected.
+type runCount struct {
+	n, warm, total int
+	warmed, all    chan struct{}
+}
+
+func newRunCount(warm, total int) *runCount {
+	return &runCount{warm: warm, total: warm + total, warmed: make(chan struct{}), all: make(chan struct{})}
+}
+
+func (c *runCount) add() {
+	switch c.n++; c.n {
+	case c.warm:
+		close(c.warmed)
+	case c.total:
+		close(c.all)
 	}
-	defer workPool.Close()
-	started := make([]time.Time, total+warm)
-	var mu sync.Mutex
-	var done int
-	warmed, all := make(chan struct{}), make(chan struct{})
-	ws := river.NewWorkers()
-	river.AddWorker(ws, &noopWorker{ran: func(i int) {
-		now := time.Now()
-		mu.Lock()
-		defer mu.Unlock()
-		started[i] = now
-		switch done++; done {
-		case warm:
-			close(warmed)
-		case total + warm:
-			close(all)
+}
+
+// latencyRig holds the two clients of the latency workloads (W6, W10), as skiplock's
+// bench has them: a working client, started, with MaxWorkers 100 on a pool of 10 whose
+// handler calls ran with each job's index, and an inserting client of the application
+// on a pool of its own of 40, opened before the clock.
+type latencyRig struct {
+	workPool, appPool *pgxpool.Pool
+	worker, app       *river.Client[pgx.Tx]
+}
+
+func newLatencyRig(ctx context.Context, url string, cooldown time.Duration, ran func(i int)) (_ *latencyRig, err error) {
+	r := &latencyRig{}
+	defer func() {
+		if err != nil {
+			r.close(ctx)
 		}
-	}})
-	worker, err := river.NewClient(riverpgxv5.New(workPool), &river.Config{
+	}()
+	if r.workPool, err = freshPool(ctx, url, 10); err != nil {
+		return nil, err
+	}
+	ws := river.NewWorkers()
+	river.AddWorker(ws, &noopWorker{ran: ran})
+	r.worker, err = river.NewClient(riverpgxv5.New(r.workPool), &river.Config{
 		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 100}},
 		Workers: ws, Logger: quiet(), FetchCooldown: cooldown,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := worker.Start(ctx); err != nil {
-		return err
+	if err := r.worker.Start(ctx); err != nil {
+		r.worker = nil // nothing to stop
+		return nil, err
 	}
-	defer worker.Stop(context.WithoutCancel(ctx))
 	appCfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	appCfg.MaxConns, appCfg.MinConns = 40, 40
-	appPool, err := pgxpool.NewWithConfig(ctx, appCfg)
+	if r.appPool, err = pgxpool.NewWithConfig(ctx, appCfg); err != nil {
+		return nil, err
+	}
+	r.app, err = river.NewClient(riverpgxv5.New(r.appPool), &river.Config{Logger: quiet(), FetchCooldown: cooldown})
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// close stops the working client and closes both pools.
+func (r *latencyRig) close(ctx context.Context) {
+	if r.worker != nil {
+		r.worker.Stop(context.WithoutCancel(ctx))
+	}
+	if r.appPool != nil {
+		r.appPool.Close()
+	}
+	if r.workPool != nil {
+		r.workPool.Close()
+	}
+}
+
+func w6(ctx context.Context, url string, cooldown time.Duration) error {
+	const total, warm, rate = 2000, 40, 200
+	started := make([]time.Time, total+warm)
+	var mu sync.Mutex
+	runs := newRunCount(warm, total)
+	rig, err := newLatencyRig(ctx, url, cooldown, func(i int) {
+		now := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		started[i] = now
+		runs.add()
+	})
 	if err != nil {
 		return err
 	}
-	defer appPool.Close()
-	app, err := river.NewClient(riverpgxv5.New(appPool), &river.Config{Logger: quiet(), FetchCooldown: cooldown})
-	if err != nil {
-		return err
-	}
+	defer rig.close(ctx)
+	app := rig.app
 	for i := 0; i < warm; i++ {
 		if _, err := app.Insert(ctx, noopArgs{I: i}, nil); err != nil {
 			return err
 		}
 	}
 	select {
-	case <-warmed:
+	case <-runs.warmed:
 	case <-time.After(30 * time.Second):
 		mu.Lock()
 		defer mu.Unlock()
-		return fmt.Errorf("warm-up: %d of %d jobs ran", done, warm)
+		return fmt.Errorf("warm-up: %d of %d jobs ran", runs.n, warm)
 	}
 	begin := make([]time.Time, total+warm)
 	tick := time.NewTicker(time.Second / rate)
@@ -244,11 +298,11 @@ func w6(ctx context.Context, url string, cooldown time.Duration) error {
 		return *p
 	}
 	select {
-	case <-all:
+	case <-runs.all:
 	case <-time.After(30 * time.Second):
 		mu.Lock()
 		defer mu.Unlock()
-		return fmt.Errorf("only %d of %d jobs ran", done, total+warm)
+		return fmt.Errorf("only %d of %d jobs ran", runs.n, total+warm)
 	}
 	mu.Lock()
 	lat := make([]time.Duration, 0, total)
