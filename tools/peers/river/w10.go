@@ -23,7 +23,7 @@ import (
 const (
 	w10Rate                            = 800
 	w10Base, w10PinWindows, w10RecWins = 3, 60, 9
-	w10AppConns, w10Workers, w10Warm   = 40, 100, 40
+	w10Warm                            = 40 // jobs run before the clock starts, as in W6
 	w10Pace                            = 5 * time.Millisecond
 	w10Drain                           = 2 * time.Minute
 	w10RateShare, w10Factor            = 0.95, 2.0
