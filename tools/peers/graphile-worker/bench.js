@@ -277,10 +277,15 @@ async function w10(scale) {
 }
 
 (async () => {
-  if (!cs) throw new Error("set URL to a throwaway database's connection string");
+  const usage = (why) => {
+    console.error(`${why}\nusage: URL=postgres://… node bench.js w5 [concurrentJobs] [localQueue] [runners] | w6 | w10 [scale]`);
+    process.exit(2);
+  };
+  if (!cs) usage("set URL to a throwaway database's connection string");
   const [mode, ...args] = process.argv.slice(2);
+  if (mode === "w10" && args[0] !== undefined && !(+args[0] > 0)) usage(`w10: scale ${args[0]}: want a positive number`);
   if (mode === "w5") await w5(+args[0] || 100, +(args[1] ?? 1000), +args[2] || 2);
   else if (mode === "w6") await w6();
-  else if (mode === "w10") await w10(+args[0] > 0 ? +args[0] : 1);
-  else throw new Error("usage: node bench.js w5 [concurrentJobs] [localQueue] [runners] | w6 | w10 [scale]");
+  else if (mode === "w10") await w10(args[0] === undefined ? 1 : +args[0]);
+  else usage(`unknown workload ${JSON.stringify(mode ?? "")} (w5, w6 or w10)`);
 })().catch((e) => { console.error(e instanceof Error ? e.message : e); process.exit(1); });

@@ -63,8 +63,17 @@ func main() {
 	cooldown := flag.Duration("cooldown", 0, "FetchCooldown of every client (0: River's default, 100ms)")
 	scale := flag.Float64("scale", 1, "W10: the windows' length is 10s times this (1: a 12-minute run)")
 	flag.Parse()
-	if *url == "" || flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: river -url postgres://… [-workers 100] [-cooldown 1ms] [-scale 1] w5|w6|w10")
+	const usage = "usage: river -url postgres://… [-workers 100] [-cooldown 1ms] [-scale 1] w5|w6|w10"
+	switch {
+	case *url == "" || flag.NArg() != 1:
+		fmt.Fprintln(os.Stderr, usage)
+		os.Exit(2)
+	case !slices.Contains([]string{"w5", "w6", "w10"}, flag.Arg(0)):
+		fmt.Fprintf(os.Stderr, "river: unknown workload %q (w5, w6 or w10)\n%s\n", flag.Arg(0), usage)
+		os.Exit(2)
+	case *scale <= 0 || *workers < 1 || *cooldown < 0:
+		fmt.Fprintf(os.Stderr, "river: -scale must be positive, -workers at least 1, -cooldown not negative (got %g, %d, %v)\n%s\n",
+			*scale, *workers, *cooldown, usage)
 		os.Exit(2)
 	}
 	ctx := context.Background()
@@ -76,8 +85,6 @@ func main() {
 		err = w6(ctx, *url, *cooldown)
 	case "w10":
 		err = w10(ctx, *url, *cooldown, *scale)
-	default:
-		err = fmt.Errorf("unknown workload %q (w5, w6 or w10)", flag.Arg(0))
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "river:", err)
