@@ -62,7 +62,7 @@ SET status = (CASE o.action
     worker_id = CASE WHEN o.action = 'complete' THEN j.worker_id END,
     updated_at = t.now
 FROM ` + o + `, t
-WHERE j.id = o.id AND j.lease_token = o.token
+WHERE j.id = o.id AND j.lease_token = o.token AND ` + idIn("j", "$2") + `
 RETURNING o.n, j.status::text`
 }
 
@@ -93,7 +93,7 @@ WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
 o AS (SELECT * FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[], $7::jsonb[]) WITH ORDINALITY AS o(id, token, action, delay_us, error, output, n)),
 del AS (
   DELETE FROM {{s}}.jobs AS j USING o
-  WHERE o.action = 'complete' AND j.id = o.id AND j.lease_token = o.token
+  WHERE o.action = 'complete' AND j.id = o.id AND j.lease_token = o.token AND `+idIn("j", "$2")+`
     AND j.parent_id IS NULL AND j.batch_id IS NULL
   RETURNING o.n
 ),
@@ -160,7 +160,7 @@ func (s *Store) runFinish(ctx context.Context, db DBTX, now *time.Time, outs []O
 		}
 		outputs[k] = jsonOrNil(o.Output)
 	}
-	return guarded(ctx, db, func(rows pgx.Rows, err error) (map[Lease]string, error) {
+	return guarded(ctx, db, planGuardByID, func(rows pgx.Rows, err error) (map[Lease]string, error) {
 		if err != nil {
 			return nil, err
 		}

@@ -25,7 +25,7 @@ func bindingQueue(tb testing.TB, running int) (*Store, *pgxpool.Pool, []Lease) {
 	if _, err := s.LimitSet(ctx, pool, nil, LimitRow{Scope: "queue", Target: "default", MaxRunning: running}, "c"); err != nil {
 		tb.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `INSERT INTO `+s.Table("jobs")+` (kind, payload) SELECT 'k', '{}' FROM generate_series(1, $1)`, 20000+running); err != nil {
+	if _, err := pool.Exec(ctx, insertJobsSQL(s), 20000+running); err != nil {
 		tb.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `ANALYZE `+s.Table("jobs")); err != nil {

@@ -15,7 +15,7 @@ func BenchmarkHeartbeat(b *testing.B) {
 	s := newStore(b, pgtest.Schema(b))
 	pool := pgtest.Pool(b)
 	const n = 1000
-	if _, err := pool.Exec(ctx, `INSERT INTO `+s.Table("jobs")+` (kind, payload) SELECT 'k', '{}' FROM generate_series(1, $1)`, n); err != nil {
+	if _, err := pool.Exec(ctx, insertJobsSQL(s), n); err != nil {
 		b.Fatal(err)
 	}
 	jobs, err := s.Claim(ctx, pool, nil, ClaimParams{Queue: "default", WorkerID: "w", Limit: n, Lease: time.Hour})

@@ -17,12 +17,26 @@ import (
 // whatever order their caller listed them in (idOrder says why). The probe: the
 // middle job (B of A < B < C) is held by another transaction and the statement is
 // given C, A, B. Locking in id order, it holds A and waits for B, and has not touched
-// C; in the given order it would hold C. (The heartbeat and the reclaim never wait:
-// TestHeartbeatAndReclaimSkipLockedJobs.)
+// C; in the given order it would hold C. A's row is moved after C's in the table
+// first, so a plan that locks in the table's order (a hash join probed from the table)
+// fails too. Both states of TestPlanGuardKeepsIndexPlans are run, since their plans
+// differ. (The heartbeat and the reclaim never wait: TestHeartbeatAndReclaimSkipLockedJobs.)
 func TestMultiRowWritesLockInIDOrder(t *testing.T) {
 	t.Parallel()
+	for _, state := range []string{"new", "drained"} {
+		t.Run(state, func(t *testing.T) {
+			t.Parallel()
+			multiRowWritesLockInIDOrder(t, state == "drained")
+		})
+	}
+}
+
+func multiRowWritesLockInIDOrder(t *testing.T, drained bool) {
 	ctx := context.Background()
 	s, pool := storeWithJobs(t, 0)
+	if drained {
+		drainStatistics(t, pool, s.Table("jobs"), insertJobsSQL(s))
+	}
 	for _, tc := range []struct {
 		name string
 		run  func(db DBTX, ls []Lease) error
@@ -38,6 +52,16 @@ func TestMultiRowWritesLockInIDOrder(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			jobs, lease := claimThree(t, s, pool, tc.name)
+			// A new version of A's row (updated_at is indexed, so not on A's old line
+			// pointer): the table's order is now B, C, A.
+			if _, err := pool.Exec(ctx, `UPDATE `+s.Table("jobs")+` SET updated_at = updated_at + interval '1 second' WHERE id = $1`, jobs[0].ID); err != nil {
+				t.Fatal(err)
+			}
+			var aAfterC bool
+			if err := pool.QueryRow(ctx, `SELECT (SELECT ctid FROM `+s.Table("jobs")+` WHERE id = $1) > (SELECT ctid FROM `+s.Table("jobs")+` WHERE id = $2)`,
+				jobs[0].ID, jobs[2].ID).Scan(&aAfterC); err != nil || !aAfterC {
+				t.Fatalf("A's row is not after C's in the table (%v, %v)", aAfterC, err)
+			}
 			conn, err := pool.Acquire(ctx)
 			if err != nil {
 				t.Fatal(err)

@@ -132,7 +132,7 @@ SET published_at = CASE WHEN f.action = 'published' THEN t.now END,
     relay_until = NULL,
     relay_token = NULL
 FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[]) AS f(id, token, action, delay_us, error), t
-WHERE o.id = f.id AND o.relay_token = f.token
+WHERE o.id = f.id AND o.relay_token = f.token AND `+idIn("o", "$2")+`
 RETURNING o.id, CASE WHEN o.dead_at IS NOT NULL THEN 'dead' ELSE f.action END`),
 
 		get: b.add("outbox_get", `SELECT `+outboxColumns+` FROM {{s}}.outbox WHERE id = $1`),
@@ -314,7 +314,7 @@ func (s *Store) OutboxClaim(ctx context.Context, db DBTX, now *time.Time, p Outb
 	if p.Ordered {
 		st = s.outbox.claimOrdered
 	}
-	evs, err := guarded(ctx, db, collectOutboxEvents, st.sql, Now(now), p.Limit, micros(p.Lease))
+	evs, err := guarded(ctx, db, planGuardOn, collectOutboxEvents, st.sql, Now(now), p.Limit, micros(p.Lease))
 	if err != nil {
 		return nil, err
 	}
@@ -365,7 +365,7 @@ func (s *Store) OutboxFinish(ctx context.Context, db DBTX, now *time.Time, outs 
 			errs[i] = &e
 		}
 	}
-	return guarded(ctx, db, func(rows pgx.Rows, err error) (map[string]OutboxAction, error) {
+	return guarded(ctx, db, planGuardByID, func(rows pgx.Rows, err error) (map[string]OutboxAction, error) {
 		if err != nil {
 			return nil, err
 		}

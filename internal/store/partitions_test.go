@@ -19,13 +19,18 @@ func newStore(tb testing.TB, schema string) *Store {
 	return s
 }
 
+// insertJobsSQL inserts $1 pending jobs of kind k into s's jobs table.
+func insertJobsSQL(s *Store) string {
+	return `INSERT INTO ` + s.Table("jobs") + ` (kind, payload) SELECT 'k', '{}' FROM generate_series(1, $1)`
+}
+
 // storeWithJobs returns a store on a fresh schema holding n pending jobs of kind k,
 // and the pool it is on.
 func storeWithJobs(t *testing.T, n int) (*Store, *pgxpool.Pool) {
 	t.Helper()
 	s := newStore(t, pgtest.Schema(t))
 	pool := pgtest.Pool(t)
-	if _, err := pool.Exec(context.Background(), `INSERT INTO `+s.Table("jobs")+` (kind, payload) SELECT 'k', '{}' FROM generate_series(1, $1)`, n); err != nil {
+	if _, err := pool.Exec(context.Background(), insertJobsSQL(s), n); err != nil {
 		t.Fatal(err)
 	}
 	return s, pool

@@ -1,7 +1,9 @@
 package store
 
 // The plan guard: the hot statements that find jobs (or outbox events) by id are
-// planned with sequential scans, hash joins and merge joins off.
+// planned with sequential scans, hash joins and merge joins off, and without JIT
+// (the statements that write a batch by id: merge joins on, nested loops off; see
+// below).
 //
 // Why. pgx prepares each statement once per connection, and after five executions
 // PostgreSQL may keep a generic plan for the connection's lifetime, re-planning only
@@ -23,6 +25,39 @@ package store
 // with track_planning, W6). With the guard's settings the generic plan is the index
 // plan a custom one would be, so planning it again buys nothing.
 //
+// The guard alone did not bound a join. The statements that write a batch by id
+// (finish, heartbeat, reclaim, the relay's outcomes) join arrays of ids, tokens and
+// outcomes to the table. When the table's statistics say it holds a row or two —
+// vacuumed while nearly empty over pages it once filled: a queue worked down to
+// nothing, a bulk enqueue rolled back, a relay that caught up — the cheapest-looking
+// join reads that "row" first: the whole primary key in id order, each entry compared
+// with every outcome. The guard forbade a sequential scan, not a full index scan, so
+// it allowed exactly that, and the plan stayed cached while the table filled again: in
+// a W10 run after a rolled-back insert of 800,000 jobs, completions of a few jobs took
+// up to 18 s and the queue stalled for a minute, until autoanalyze replaced the plan
+// (docs/benchmarks.md, "A drained table's statistics"). So each of these statements
+// also restricts the table itself to its array (idIn): whichever side the planner puts
+// first, the table is read by an Index Cond on its primary key, one probe per id.
+//
+// Bounded is not yet linear. Left to nested loops, the planner paired the two bounded
+// sides by comparing every row with every outcome (a batch of 1,000 completions: 31 µs
+// a job against 11 before), or probed the primary key once per outcome with the whole
+// array as a second condition, which the index re-reads at every probe (a completion
+// with DeleteOnSuccess, six times slower). Hash joins were linear, but a hash join
+// yields rows in the order of the side it probes with, which may be the table's
+// physical order, and the completions must take their row locks in id order (idOrder;
+// TestMultiRowWritesLockInIDOrder moves a row so that the two orders differ). So these
+// statements run under planGuardByID: merge joins on and nested loops off. A merge
+// join reads each side once, sorted by id, and yields its rows in id order whichever
+// side leads; it needs no estimate to be right, so the drained table gets the same plan
+// (BenchmarkFinish: 9 µs a job on a drained table, against 2,069 and growing before).
+// Joins with no equality to merge on (the one-row CTE of the statement's time) still
+// take a nested loop, at the planner's "disabled" cost, which would push the
+// statement's estimate over jit_above_cost: JIT-compiling every run took 0.37 ms a
+// lease in a heartbeat of 1,000. JIT never pays for statements this short, so both
+// guards turn it off.
+// TestPlanGuardKeepsIndexPlans plans every guarded statement in both states of the table.
+//
 // How. set_config(…, true) lasts until the end of the transaction; the guard and the
 // statement go in one pipeline (one round trip). On the pool the pipeline is one
 // implicit transaction (a single Sync ends it), so the settings end with it. On a
@@ -37,21 +72,36 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// planGuardOn is the guard of the claims: no sequential scans, hash or merge joins.
+// planGuardByID is the guard of the statements bounded by idIn: merge joins instead
+// of nested loops (see above). Neither JIT-compiles. planGuardSave saves every
+// setting either changes, for planGuardOff.
 const (
-	planGuardOn = `SELECT set_config('skiplock.plan_guard',
+	planGuardSave = `SELECT set_config('skiplock.plan_guard',
   current_setting('enable_seqscan') || ',' || current_setting('enable_hashjoin') || ',' || current_setting('enable_mergejoin')
-    || ',' || current_setting('plan_cache_mode'), true),
-  set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
-  set_config('plan_cache_mode', 'force_generic_plan', true)`
-	planGuardOff = `SELECT set_config('enable_seqscan', split_part(current_setting('skiplock.plan_guard'), ',', 1), true),
+    || ',' || current_setting('plan_cache_mode') || ',' || current_setting('enable_nestloop') || ',' || current_setting('jit'), true),
+  set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
+  set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true)`
+	planGuardOn   = planGuardSave + `, set_config('enable_mergejoin', 'off', true)`
+	planGuardByID = planGuardSave + `, set_config('enable_mergejoin', 'on', true), set_config('enable_nestloop', 'off', true)`
+	planGuardOff  = `SELECT set_config('enable_seqscan', split_part(current_setting('skiplock.plan_guard'), ',', 1), true),
   set_config('enable_hashjoin', split_part(current_setting('skiplock.plan_guard'), ',', 2), true),
   set_config('enable_mergejoin', split_part(current_setting('skiplock.plan_guard'), ',', 3), true),
-  set_config('plan_cache_mode', split_part(current_setting('skiplock.plan_guard'), ',', 4), true)`
+  set_config('plan_cache_mode', split_part(current_setting('skiplock.plan_guard'), ',', 4), true),
+  set_config('enable_nestloop', split_part(current_setting('skiplock.plan_guard'), ',', 5), true),
+  set_config('jit', split_part(current_setting('skiplock.plan_guard'), ',', 6), true)`
 )
 
-// guarded runs sql under the plan guard and collects its rows. A db that cannot
+// idIn is the restriction that bounds a by-id statement's read of its table to the
+// ids of its array parameter param (see above): alias.id = ANY(param).
+func idIn(alias, param string) string {
+	return alias + `.id = ANY(` + param + `::uuid[])`
+}
+
+// guarded runs sql under the plan guard guard (planGuardOn or planGuardByID) and
+// collects its rows. A db that cannot
 // pipeline (none of pgx's pool, conn or tx) runs it unguarded.
-func guarded[T any](ctx context.Context, db DBTX, collect func(pgx.Rows, error) (T, error), sql string, args ...any) (T, error) {
+func guarded[T any](ctx context.Context, db DBTX, guard string, collect func(pgx.Rows, error) (T, error), sql string, args ...any) (T, error) {
 	b, ok := db.(Batcher)
 	if !ok {
 		return collect(db.Query(ctx, sql, args...))
@@ -59,7 +109,7 @@ func guarded[T any](ctx context.Context, db DBTX, collect func(pgx.Rows, error) 
 	_, pooled := db.(*pgxpool.Pool)
 	restore := !pooled // the caller's transaction may go on past the statement
 	batch := &pgx.Batch{}
-	batch.Queue(planGuardOn)
+	batch.Queue(guard)
 	batch.Queue(sql, args...)
 	if restore {
 		batch.Queue(planGuardOff)

@@ -43,7 +43,7 @@ WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
 r AS MATERIALIZED (
   SELECT j.id, x.delay_us FROM unnest($2::uuid[], $3::uuid[], $4::bigint[]) AS x(id, token, delay_us)
   JOIN {{s}}.jobs j ON j.id = x.id AND j.lease_token = x.token
-  WHERE j.lease_until < (SELECT now FROM t)
+  WHERE j.lease_until < (SELECT now FROM t) AND `+idIn("j", "$2")+`
   FOR UPDATE OF j SKIP LOCKED
 )
 UPDATE {{s}}.jobs AS j
@@ -57,7 +57,7 @@ SET status = (CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending
     worker_id = NULL,
     updated_at = t.now
 FROM r, t
-WHERE j.id = r.id
+WHERE j.id = r.id AND `+idIn("j", "$2")+`
 RETURNING j.id, j.status::text`),
 	}
 }
@@ -98,5 +98,5 @@ func (s *Store) Reclaim(ctx context.Context, db DBTX, now *time.Time, leases []L
 		us[i] = micros(d)
 	}
 	// Guarded like the other fenced writes (planguard.go).
-	return guarded(ctx, db, collectStatuses, s.reclaim.reclaim.sql, Now(now), uuidArg(ids), uuidArg(tokens), us)
+	return guarded(ctx, db, planGuardByID, collectStatuses, s.reclaim.reclaim.sql, Now(now), uuidArg(ids), uuidArg(tokens), us)
 }

@@ -218,8 +218,10 @@ func sortBatch[T any](batch []T, cmp func(a, b T) int) {
 
 // idOrder returns the positions of xs ordered by their job ids. The statements that
 // write several jobs by id from an array and wait for row locks — Finish and
-// FinishDeleting — send the array in this order, and run as a nested loop driven by
-// it, so they lock the rows in that order (TestMultiRowWritesLockInIDOrder). Two of
+// FinishDeleting — send the array in this order and are planned so that their rows
+// come out in id order (a nested loop driven by the array, a merge join on the id, or
+// the primary key read in order; planguard.go), so they lock the rows in that order
+// (TestMultiRowWritesLockInIDOrder). Two of
 // them over shared rows then queue one behind the other instead of each holding a
 // row the other waits for: a deadlock PostgreSQL breaks only after deadlock_timeout
 // (1 s by default) by failing one of the two. A W10 run logged one between a heartbeat
