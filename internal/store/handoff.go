@@ -155,9 +155,9 @@ nothing AS (SELECT NULL::uuid AS id WHERE false),
 ` + handoff(`SELECT id, pos, scope, target, bkey, rate FROM hx`, "nothing") + `
 UPDATE {{s}}.jobs AS j
 ` + claimSet + `,
-  slot_of = s.pred, slot_token = s.ptoken
-FROM t, succ s
-WHERE j.id = s.id AND j.status = 'pending' AND t.async IS NOT NULL
+  ` + successorSlots + `
+FROM t, ` + successorMap + `
+WHERE j.id = ANY(ARRAY(SELECT id FROM succ)) AND j.status = 'pending' AND t.async IS NOT NULL
   AND $5::int IS NOT NULL -- the free slots asked for: a claim of successors takes none
 RETURNING ` + claimReturns + `, j.slot_of, j.slot_token`
 }

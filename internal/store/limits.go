@@ -159,6 +159,19 @@ func limitEval(p, cand string) string {
 )`
 }
 
+// successorMap maps each successor the handoff chose (succ: id, pred, ptoken) to its
+// predecessor's id and lease token, as one jsonb object in a one-row relation sm, and
+// successorSlots is what a claim writes from it to each job it takes: NULL slots for a
+// job that succeeds nobody. A lookup in one row instead of a join with succ: the
+// claim's UPDATE then reads jobs only by its array of ids, an Index Cond on the
+// primary key, whatever the table's statistics say (a join let a drained table's
+// plan read the whole primary key; planguard.go, TestPlanGuardKeepsIndexPlans).
+const (
+	successorMap   = `(SELECT jsonb_object_agg(s.id::text, jsonb_build_array(s.pred, s.ptoken)) AS m FROM succ s) sm`
+	successorSlots = `slot_of = (sm.m -> j.id::text ->> 0)::uuid,
+    slot_token = (sm.m -> j.id::text ->> 1)::uuid`
+)
+
 // limitedClaimSQL is the claim of a queue some limit governs. Parameters as the plain
 // claim ($1 now, $2 queue, $3 worker, $4 lease µs, $5 how many) and $6, the size of the
 // head window: the first $6 due jobs in claim order are the candidates. When they
@@ -258,9 +271,8 @@ rated AS (
 claimed AS (
   UPDATE {{s}}.jobs AS j
   ` + claimSet + `,
-    slot_of = (sm.m -> j.id::text ->> 0)::uuid,
-    slot_token = (sm.m -> j.id::text ->> 1)::uuid
-  FROM t, (SELECT jsonb_object_agg(s.id::text, jsonb_build_array(s.pred, s.ptoken)) AS m FROM succ s) sm
+    ` + successorSlots + `
+  FROM t, ` + successorMap + `
   WHERE j.id = ANY(ARRAY(SELECT id FROM pick UNION ALL SELECT id FROM succ)) AND j.status = 'pending' AND t.async IS NOT NULL
   RETURNING ` + claimReturns + `, j.slot_of, j.slot_token
 ),
