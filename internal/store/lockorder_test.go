@@ -52,8 +52,8 @@ func multiRowWritesLockInIDOrder(t *testing.T, drained bool) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			jobs, lease := claimThree(t, s, pool, tc.name)
-			// A new version of A's row (updated_at is indexed, so not on A's old line
-			// pointer): the table's order is now B, C, A.
+			// A new version of A's row, not a HOT one (updated_at is indexed), so the
+			// primary key points at it: in the table's order A now comes after C.
 			if _, err := pool.Exec(ctx, `UPDATE `+s.Table("jobs")+` SET updated_at = updated_at + interval '1 second' WHERE id = $1`, jobs[0].ID); err != nil {
 				t.Fatal(err)
 			}
