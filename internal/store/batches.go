@@ -42,10 +42,12 @@ SELECT count(*) FROM ins`),
 
 		get: b.add("batch_get", `SELECT `+batchColumns+` FROM {{s}}.batches WHERE id = $1`),
 
-		// Newest first, paged by id.
+		// Newest first, paged by id. The cursor is an index condition even on the
+		// first page (no id is above the greatest uuid), so the scan starts where the
+		// page does.
 		list: b.add("batch_list", `
 SELECT `+batchColumns+` FROM {{s}}.batches
-WHERE ($1::uuid IS NULL OR id < $1) AND (NOT $3::bool OR completed_at IS NULL)
+WHERE id < coalesce($1::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff') AND (NOT $3::bool OR completed_at IS NULL)
 ORDER BY id DESC
 LIMIT $2`),
 

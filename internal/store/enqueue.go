@@ -119,17 +119,23 @@ func newEnqueueStatements(b *builder) enqueueStatements {
 
 		// The job holding each unique key, the key computed as the insert did ($4 the
 		// statement time; at a period boundary it may name the next period, whose key
-		// nobody holds yet — the caller then inserts again).
-		uniqueHolders: b.add("unique_holders", `
+		// nobody holds yet — the caller then inserts again). Each key probes the index
+		// with its own values (a lateral subquery, kept from being flattened into a join
+		// by OFFSET 0), so no statistics can make the plan read the table whole
+		// (planguard.go).
+		uniqueHolders: b.addGuarded(planGuardOn, "unique_holders", `
 WITH t AS (SELECT coalesce($4::timestamptz, now()) AS now)
 SELECT k.kind, k.key, k.period_us, u.job_id
 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS k(kind, key, period_us)
-JOIN {{s}}.job_unique u ON u.kind = k.kind AND u.unique_key = `+uniqueKeyExpr("k.key", "k.period_us")),
+CROSS JOIN LATERAL (SELECT u.job_id FROM {{s}}.job_unique u
+  WHERE u.kind = k.kind AND u.unique_key = `+uniqueKeyExpr("k.key", "k.period_us")+` OFFSET 0) u`),
 
-		dedupHolders: b.add("dedup_holders", `
-SELECT j.kind, j.deduplication_key, j.id
-FROM {{s}}.jobs j JOIN unnest($1::text[], $2::text[]) AS k(kind, key)
-  ON j.kind = k.kind AND j.deduplication_key = k.key`),
+		// The job holding each deduplication key, probed key by key as above.
+		dedupHolders: b.addGuarded(planGuardOn, "dedup_holders", `
+SELECT k.kind, k.key, j.id
+FROM unnest($1::text[], $2::text[]) AS k(kind, key)
+CROSS JOIN LATERAL (SELECT j.id FROM {{s}}.jobs j
+  WHERE j.kind = k.kind AND j.deduplication_key = k.key OFFSET 0) j`),
 	}
 }
 
@@ -364,38 +370,48 @@ func (s *Store) holders(ctx context.Context, db DBTX, now *time.Time, ps []Inser
 }
 
 func (s *Store) uniqueHolders(ctx context.Context, db DBTX, now *time.Time, kinds, keys []string, periods []int64) (map[[2]string]string, error) {
-	rows, err := db.Query(ctx, s.enqueue.uniqueHolders.sql, kinds, keys, periods, Now(now))
+	m, err := guarded(ctx, db, s.enqueue.uniqueHolders, func(rows pgx.Rows, err error) (map[[2]string]string, error) {
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		m := map[[2]string]string{}
+		for rows.Next() {
+			var k, v, id string
+			var period int64
+			if err := rows.Scan(&k, &v, &period, &id); err != nil {
+				return nil, err
+			}
+			m[[2]string{k, v}] = id
+		}
+		return m, rows.Err()
+	}, kinds, keys, periods, Now(now))
 	if err != nil {
 		return nil, fmt.Errorf("finding unique key holders: %w", err)
 	}
-	defer rows.Close()
-	m := map[[2]string]string{}
-	for rows.Next() {
-		var k, v, id string
-		var period int64
-		if err := rows.Scan(&k, &v, &period, &id); err != nil {
-			return nil, err
-		}
-		m[[2]string{k, v}] = id
-	}
-	return m, rows.Err()
+	return m, nil
 }
 
 func (s *Store) dedupHolders(ctx context.Context, db DBTX, kinds, keys []string) (map[[2]string]string, error) {
-	rows, err := db.Query(ctx, s.enqueue.dedupHolders.sql, kinds, keys)
+	m, err := guarded(ctx, db, s.enqueue.dedupHolders, func(rows pgx.Rows, err error) (map[[2]string]string, error) {
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		m := map[[2]string]string{}
+		for rows.Next() {
+			var k, v, id string
+			if err := rows.Scan(&k, &v, &id); err != nil {
+				return nil, err
+			}
+			m[[2]string{k, v}] = id
+		}
+		return m, rows.Err()
+	}, kinds, keys)
 	if err != nil {
 		return nil, fmt.Errorf("finding deduplication key holders: %w", err)
 	}
-	defer rows.Close()
-	m := map[[2]string]string{}
-	for rows.Next() {
-		var k, v, id string
-		if err := rows.Scan(&k, &v, &id); err != nil {
-			return nil, err
-		}
-		m[[2]string{k, v}] = id
-	}
-	return m, rows.Err()
+	return m, nil
 }
 
 // Copier is satisfied by pgx.Tx, *pgx.Conn and *pgxpool.Pool.

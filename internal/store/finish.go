@@ -79,7 +79,7 @@ func newFinishStatements(b *builder) finishStatements {
 		// Finish applies many outcomes at once, each fenced by its lease token.
 		// retry: pending after the delay, or failed once attempts are exhausted.
 		// snooze: pending after the delay and the claim's attempt given back.
-		finish: b.add("finish", `
+		finish: b.addGuarded(planGuardByID, "finish", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
 `+finishUpdate("unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[], $7::jsonb[]) WITH ORDINALITY AS o(id, token, action, delay_us, error, output, n)")),
 
@@ -88,7 +88,7 @@ WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
 		// outcomes the same UPDATE as finish. A child of a flow or a member of a batch
 		// is kept as succeeded instead (its parent reads its output; the batch counts
 		// it): its completion falls through to the UPDATE, still fenced by the token.
-		finishDelete: b.add("finish_delete", `
+		finishDelete: b.addGuarded(planGuardByID, "finish_delete", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
 o AS (SELECT * FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[], $7::jsonb[]) WITH ORDINALITY AS o(id, token, action, delay_us, error, output, n)),
 del AS (
@@ -100,7 +100,7 @@ del AS (
 upd AS (`+finishUpdate("(SELECT * FROM o WHERE action <> 'complete' OR o.n NOT IN (SELECT n FROM del))")+`)
 SELECT n, 'succeeded' FROM del UNION ALL SELECT * FROM upd`),
 
-		finished: b.add("finished", `
+		finished: b.addGuarded(planGuardOn, "finished", `
 SELECT id, status::text, attempts, coalesce(last_error, ''), lease_token IS NOT NULL, attempted_at
 FROM {{s}}.jobs WHERE id = ANY($1::uuid[])`),
 	}
@@ -160,7 +160,7 @@ func (s *Store) runFinish(ctx context.Context, db DBTX, now *time.Time, outs []O
 		}
 		outputs[k] = jsonOrNil(o.Output)
 	}
-	return guarded(ctx, db, planGuardByID, func(rows pgx.Rows, err error) (map[Lease]string, error) {
+	return guarded(ctx, db, st, func(rows pgx.Rows, err error) (map[Lease]string, error) {
 		if err != nil {
 			return nil, err
 		}
@@ -178,7 +178,7 @@ func (s *Store) runFinish(ctx context.Context, db DBTX, now *time.Time, outs []O
 			m[outs[order[n-1]].Lease] = st
 		}
 		return m, rows.Err()
-	}, st.sql, Now(now), uuidArg(ids), uuidArg(tokens), actions, delays, errs, outputs)
+	}, Now(now), uuidArg(ids), uuidArg(tokens), actions, delays, errs, outputs)
 }
 
 func collectStatuses(rows pgx.Rows, err error) (map[string]string, error) {
@@ -212,21 +212,22 @@ type FinishedRow struct {
 
 // Finished reads the state of the given jobs (absent ids were deleted).
 func (s *Store) Finished(ctx context.Context, db DBTX, ids []string) (map[string]FinishedRow, error) {
-	rows, err := db.Query(ctx, s.finish.finished.sql, uuidArg(ids))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := make(map[string]FinishedRow, len(ids))
-	for rows.Next() {
-		var id string
-		var r FinishedRow
-		if err := rows.Scan(&id, &r.Status, &r.Attempts, &r.LastError, &r.Running, &r.AttemptedAt); err != nil {
+	return guarded(ctx, db, s.finish.finished, func(rows pgx.Rows, err error) (map[string]FinishedRow, error) {
+		if err != nil {
 			return nil, err
 		}
-		out[id] = r
-	}
-	return out, rows.Err()
+		defer rows.Close()
+		out := make(map[string]FinishedRow, len(ids))
+		for rows.Next() {
+			var id string
+			var r FinishedRow
+			if err := rows.Scan(&id, &r.Status, &r.Attempts, &r.LastError, &r.Running, &r.AttemptedAt); err != nil {
+				return nil, err
+			}
+			out[id] = r
+		}
+		return out, rows.Err()
+	}, uuidArg(ids))
 }
 
 // SQLStateLeaseLost is the SQLSTATE of the error AbortLeaseLost raises.

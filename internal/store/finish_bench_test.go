@@ -11,7 +11,7 @@ import (
 // BenchmarkFinish completes 1,000 running jobs per operation in one statement (a full
 // batch of a busy completer), through the plan guard as the runtime sends it, on a
 // table whose statistics are current (fresh) and on one vacuumed while it held almost
-// nothing (drained; TestPlanGuardKeepsIndexPlans says why that state matters).
+// nothing (drained; TestEveryStatementPlansBounded says why that state matters).
 func BenchmarkFinish(b *testing.B) {
 	for _, drained := range []bool{false, true} {
 		name := "fresh"

@@ -62,35 +62,43 @@ func newFlowStatements(b *builder) flowStatements {
 SELECT count(*) FROM ins`),
 
 		// A parent's children, oldest first (jobs_parent_idx). Under the "ignore"
-		// policy the failed and cancelled ones are left out.
-		children: b.add("flow_children", `
-SELECT `+childColumns+`
-FROM {{s}}.jobs j
-WHERE j.parent_id = $1
-  AND (j.status NOT IN ('failed', 'cancelled')
-       OR coalesce((SELECT p.flow_policy FROM {{s}}.jobs p WHERE p.id = $1), '') <> 'ignore')
-ORDER BY j.id
-LIMIT $2`),
+		// policy the failed and cancelled ones are left out. The children are found
+		// first and sorted after: asked for them in id order, a plan made while the
+		// table's statistics said it was nearly empty walked the whole primary key.
+		children: b.addGuarded(planGuardOn, "flow_children", `
+WITH c AS MATERIALIZED (
+  SELECT `+childColumns+`
+  FROM {{s}}.jobs j
+  WHERE j.parent_id = $1
+    AND (j.status NOT IN ('failed', 'cancelled')
+         OR coalesce((SELECT p.flow_policy FROM {{s}}.jobs p WHERE p.id = $1), '') <> 'ignore'))
+SELECT * FROM c ORDER BY id LIMIT $2`),
 
 		// The whole tree a job belongs to: up to its top-most ancestor, then down
-		// (jobs_parent_idx), at most $2 nodes, by depth.
-		tree: b.add("flow_tree", `
+		// (jobs_parent_idx), at most $2 nodes, by depth. Each step probes jobs with
+		// the ids it has (lateral subqueries, kept from being flattened into joins by
+		// OFFSET 0), so no statistics can make a step read the table whole.
+		tree: b.addGuarded(planGuardOn, "flow_tree", `
 WITH RECURSIVE up AS (
   SELECT id, parent_id, 0 AS d FROM {{s}}.jobs WHERE id = $1
   UNION ALL
-  SELECT j.id, j.parent_id, up.d + 1 FROM {{s}}.jobs j JOIN up ON j.id = up.parent_id WHERE up.d < 64
+  SELECT j.id, j.parent_id, up.d + 1
+  FROM up CROSS JOIN LATERAL (SELECT j.id, j.parent_id FROM {{s}}.jobs j WHERE j.id = up.parent_id OFFSET 0) j
+  WHERE up.d < 64
 ), down AS (
   SELECT id, 0 AS depth FROM (SELECT id FROM up ORDER BY d DESC LIMIT 1) AS root
   UNION ALL
-  SELECT j.id, down.depth + 1 FROM {{s}}.jobs j JOIN down ON j.parent_id = down.id WHERE down.depth < 64
+  SELECT j.id, down.depth + 1
+  FROM down CROSS JOIN LATERAL (SELECT j.id FROM {{s}}.jobs j WHERE j.parent_id = down.id OFFSET 0) j
+  WHERE down.depth < 64
 )
-SELECT down.depth, `+childColumns+`
-FROM down JOIN {{s}}.jobs j ON j.id = down.id
+SELECT down.depth, j.*
+FROM down CROSS JOIN LATERAL (SELECT `+childColumns+` FROM {{s}}.jobs j WHERE j.id = down.id OFFSET 0) j
 ORDER BY down.depth, j.id
 LIMIT $2`),
 
 		// Waiting jobs per queue (jobs_waiting_idx) and open batches.
-		waiting: b.add("stats_waiting", `
+		waiting: b.addGuarded(planGuardOn, "stats_waiting", `
 SELECT queue, count(*) FROM {{s}}.jobs WHERE status > 'cancelled' AND status = 'waiting' GROUP BY queue
 UNION ALL
 SELECT NULL, count(*) FROM {{s}}.batches WHERE completed_at IS NULL`),
@@ -213,38 +221,45 @@ func scanFlowJob(row pgx.Row, depth bool) (*FlowJob, error) {
 
 // Children returns up to limit children of parent, oldest first.
 func (s *Store) Children(ctx context.Context, db DBTX, parent string, limit int) ([]*FlowJob, error) {
-	rows, err := db.Query(ctx, s.flows.children.sql, parent, limit)
-	return collect(rows, err, func(r pgx.Row) (*FlowJob, error) { return scanFlowJob(r, false) })
+	return guarded(ctx, db, s.flows.children, func(rows pgx.Rows, err error) ([]*FlowJob, error) {
+		return collect(rows, err, func(r pgx.Row) (*FlowJob, error) { return scanFlowJob(r, false) })
+	}, parent, limit)
 }
 
 // FlowTree returns up to limit nodes of the tree id belongs to, from its top-most
 // ancestor down, by depth then id. Empty when no job has the id.
 func (s *Store) FlowTree(ctx context.Context, db DBTX, id string, limit int) ([]*FlowJob, error) {
-	rows, err := db.Query(ctx, s.flows.tree.sql, id, limit)
-	return collect(rows, err, func(r pgx.Row) (*FlowJob, error) { return scanFlowJob(r, true) })
+	return guarded(ctx, db, s.flows.tree, func(rows pgx.Rows, err error) ([]*FlowJob, error) {
+		return collect(rows, err, func(r pgx.Row) (*FlowJob, error) { return scanFlowJob(r, true) })
+	}, id, limit)
 }
 
 // WaitingStats returns the waiting jobs per queue and the number of batches that have
 // not completed.
 func (s *Store) WaitingStats(ctx context.Context, db DBTX) (map[string]int64, int64, error) {
-	rows, err := db.Query(ctx, s.flows.waiting.sql)
+	var open int64
+	byQueue, err := guarded(ctx, db, s.flows.waiting, func(rows pgx.Rows, err error) (map[string]int64, error) {
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		byQueue := map[string]int64{}
+		for rows.Next() {
+			var q *string
+			var n int64
+			if err := rows.Scan(&q, &n); err != nil {
+				return nil, err
+			}
+			if q == nil {
+				open = n
+			} else {
+				byQueue[*q] = n
+			}
+		}
+		return byQueue, rows.Err()
+	})
 	if err != nil {
 		return nil, 0, err
 	}
-	defer rows.Close()
-	byQueue := map[string]int64{}
-	var open int64
-	for rows.Next() {
-		var q *string
-		var n int64
-		if err := rows.Scan(&q, &n); err != nil {
-			return nil, 0, err
-		}
-		if q == nil {
-			open = n
-		} else {
-			byQueue[*q] = n
-		}
-	}
-	return byQueue, open, rows.Err()
+	return byQueue, open, nil
 }

@@ -19,14 +19,16 @@ INSERT INTO {{s}}.inbox (consumer, event_id, processed_at)
 VALUES ($2, $3, coalesce($1::timestamptz, now()))
 ON CONFLICT (consumer, event_id) DO NOTHING`),
 
-		prune: b.add("inbox_prune", `
+		// The rows to delete are found and locked first, then deleted by their tuple
+		// ids (which the lock keeps current): no join for a plan to get wrong.
+		prune: b.addGuarded(planGuardOn, "inbox_prune", `
 DELETE FROM {{s}}.inbox
-WHERE (consumer, event_id) IN (
-  SELECT consumer, event_id FROM {{s}}.inbox
+WHERE ctid = ANY(ARRAY(
+  SELECT ctid FROM {{s}}.inbox
   WHERE processed_at < coalesce($1::timestamptz, now()) - $2::bigint * interval '1 microsecond'
   ORDER BY processed_at
   LIMIT $3
-  FOR UPDATE SKIP LOCKED)`),
+  FOR UPDATE SKIP LOCKED))`),
 	}
 }
 
@@ -43,6 +45,5 @@ func (s *Store) InboxClaim(ctx context.Context, db DBTX, now *time.Time, consume
 
 // InboxPrune deletes up to limit inbox rows recorded more than olderThan ago.
 func (s *Store) InboxPrune(ctx context.Context, db DBTX, now *time.Time, olderThan time.Duration, limit int) (int64, error) {
-	tag, err := db.Exec(ctx, s.inbox.prune.sql, Now(now), micros(olderThan), limit)
-	return tag.RowsAffected(), err
+	return guarded(ctx, db, s.inbox.prune, affected, Now(now), micros(olderThan), limit)
 }

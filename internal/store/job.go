@@ -173,7 +173,7 @@ LIMIT $5`),
 
 		// Everything one transaction wrote: one range of the lineage table's index, then
 		// the jobs by primary key.
-		byTx: b.add("jobs_by_tx", `
+		byTx: b.addGuarded(planGuardOn, "jobs_by_tx", `
 SELECT `+jobColumns+` FROM {{s}}.jobs
 WHERE id = ANY(ARRAY(SELECT job_id FROM {{s}}.tx_lineage WHERE txid = $1::bigint::text::xid8 AND job_id IS NOT NULL))
 ORDER BY id`),
@@ -240,7 +240,7 @@ func (s *Store) List(ctx context.Context, db DBTX, p ListParams) ([]*Job, error)
 
 // JobsByTx returns the jobs the transaction txid wrote, oldest first.
 func (s *Store) JobsByTx(ctx context.Context, db DBTX, txid int64) ([]*Job, error) {
-	return collectJobs(db.Query(ctx, s.jobs.byTx.sql, txid))
+	return guarded(ctx, db, s.jobs.byTx, collectJobs, txid)
 }
 
 // AdminRunNow makes a pending job due now.

@@ -99,7 +99,7 @@ func newLeaseStatements(b *builder) leaseStatements {
 		// b (the cursor's priority) and c (lower ones) are read in claim order and only as
 		// far as the LIMIT needs: a CTE is evaluated only as far as its reader fetches, so
 		// c is never run, nor its rows locked, when a and b fill the claim.
-		claim: b.add("claim", `
+		claim: b.addGuarded(planGuardOn, "claim", `
 WITH t AS (
   SELECT n.now,
          least(coalesce($7::timestamptz, '-infinity'), n.now - $8::bigint * interval '1 microsecond') AS floor,
@@ -160,7 +160,7 @@ FROM t LEFT JOIN LATERAL (
 		// statement. Each read of jobs is bounded by the leases' ids (idIn, planguard.go).
 		// The lock and the second read cost about 45% over a plain UPDATE
 		// (BenchmarkHeartbeat: 11–13 ms for 1,000 leases against 8), once a tick.
-		heartbeat: b.add("heartbeat", `
+		heartbeat: b.addGuarded(planGuardByID, "heartbeat", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now, `+asyncCommit+`),
 held AS MATERIALIZED (
   SELECT j.id, j.lease_token FROM unnest($2::uuid[], $3::uuid[]) AS h(id, token)
@@ -221,7 +221,7 @@ func (s *Store) Claim(ctx context.Context, db DBTX, now *time.Time, p ClaimParam
 	if p.After != nil {
 		prio, after = &p.After.Priority, &p.After.RunAt
 	}
-	jobs, err := guarded(ctx, db, planGuardOn, collectClaimed, s.lease.claim.sql, Now(now), p.Queue, p.WorkerID, micros(p.Lease), p.Limit,
+	jobs, err := guarded(ctx, db, s.lease.claim, collectClaimed, Now(now), p.Queue, p.WorkerID, micros(p.Lease), p.Limit,
 		prio, after, micros(p.Lag))
 	if err != nil {
 		return nil, err
@@ -274,7 +274,7 @@ type Lease struct {
 // than HeartbeatMargin(d) left.
 func (s *Store) Heartbeat(ctx context.Context, db DBTX, now *time.Time, leases []Lease, d time.Duration) (map[string]bool, error) {
 	ids, tokens := splitLeases(leases) // it never waits for a lock: any order will do
-	return guarded(ctx, db, planGuardByID, collectRenewals, s.lease.heartbeat.sql, Now(now), uuidArg(ids), uuidArg(tokens), micros(d), micros(HeartbeatMargin(d)))
+	return guarded(ctx, db, s.lease.heartbeat, collectRenewals, Now(now), uuidArg(ids), uuidArg(tokens), micros(d), micros(HeartbeatMargin(d)))
 }
 
 // collectRenewals reads Heartbeat's rows: (id, false) for every lease still held, and

@@ -165,7 +165,7 @@ func limitEval(p, cand string) string {
 // job that succeeds nobody. A lookup in one row instead of a join with succ: the
 // claim's UPDATE then reads jobs only by its array of ids, an Index Cond on the
 // primary key, whatever the table's statistics say (a join let a drained table's
-// plan read the whole primary key; planguard.go, TestPlanGuardKeepsIndexPlans).
+// plan read the whole primary key; planguard.go, TestEveryStatementPlansBounded).
 const (
 	successorMap   = `(SELECT jsonb_object_agg(s.id::text, jsonb_build_array(s.pred, s.ptoken)) AS m FROM succ s) sm`
 	successorSlots = `slot_of = (sm.m -> j.id::text ->> 0)::uuid,

@@ -19,7 +19,7 @@ import (
 // given C, A, B. Locking in id order, it holds A and waits for B, and has not touched
 // C; in the given order it would hold C. A's row is moved after C's in the table
 // first, so a plan that locks in the table's order (a hash join probed from the table)
-// fails too. Both states of TestPlanGuardKeepsIndexPlans are run, since their plans
+// fails too. The table states of TestEveryStatementPlansBounded are run, since their plans
 // differ. (The heartbeat and the reclaim never wait: TestHeartbeatAndReclaimSkipLockedJobs.)
 func TestMultiRowWritesLockInIDOrder(t *testing.T) {
 	t.Parallel()

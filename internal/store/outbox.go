@@ -104,8 +104,8 @@ ins AS (
 )
 SELECT input.id FROM input ORDER BY input.ord`),
 
-		claim:        b.add("outbox_claim", fmt.Sprintf(claimOutbox, "")+outboxPrefixed("o")),
-		claimOrdered: b.add("outbox_claim_ordered", fmt.Sprintf(claimOutbox, orderedPredicate)+outboxPrefixed("o")),
+		claim:        b.addGuarded(planGuardOn, "outbox_claim", fmt.Sprintf(claimOutbox, "")+outboxPrefixed("o")),
+		claimOrdered: b.addGuarded(planGuardOn, "outbox_claim_ordered", fmt.Sprintf(claimOutbox, orderedPredicate)+outboxPrefixed("o")),
 
 		// Finish applies a batch's outcomes in one statement, each fenced by its relay
 		// token: a relay whose lease was taken over changes nothing. The CHECK
@@ -117,7 +117,7 @@ SELECT input.id FROM input ORDER BY input.ord`),
 		//   dead:      parked at once (permanent error, or the lease expired on the last attempt).
 		//   release:   the relay gives the event back unpublished (shutdown mid-publish):
 		//              due now, and the claim's attempt is returned.
-		finish: b.add("outbox_finish", `
+		finish: b.addGuarded(planGuardByID, "outbox_finish", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
 UPDATE {{s}}.outbox AS o
 SET published_at = CASE WHEN f.action = 'published' THEN t.now END,
@@ -147,7 +147,7 @@ LIMIT $3`),
 
 		// The events one transaction wrote: one range of the lineage table's index, then
 		// the events by primary key.
-		byTx: b.add("outbox_by_tx", `
+		byTx: b.addGuarded(planGuardOn, "outbox_by_tx", `
 SELECT `+outboxColumns+` FROM {{s}}.outbox
 WHERE id = ANY(ARRAY(SELECT event_id FROM {{s}}.tx_lineage WHERE txid = $1::bigint::text::xid8 AND event_id IS NOT NULL))
 ORDER BY id`),
@@ -182,25 +182,28 @@ RETURNING o.id`),
 
 		// Retention deletes one batch; callers loop. SKIP LOCKED keeps two pruners (or a
 		// pruner and an operator) from waiting on each other.
-		prunePublished: b.add("outbox_prune_published", `
+		// The prunes find and lock their events first, then delete them by id: no join
+		// for a plan to get wrong (a plan made on a drained outbox walked its whole
+		// primary key for each batch).
+		prunePublished: b.addGuarded(planGuardOn, "outbox_prune_published", `
 DELETE FROM {{s}}.outbox
-WHERE id IN (
+WHERE id = ANY(ARRAY(
   SELECT id FROM {{s}}.outbox
   WHERE published_at IS NOT NULL
     AND published_at < coalesce($1::timestamptz, now()) - $2::bigint * interval '1 microsecond'
   ORDER BY published_at
   LIMIT $3
-  FOR UPDATE SKIP LOCKED)`),
+  FOR UPDATE SKIP LOCKED))`),
 
-		pruneDead: b.add("outbox_prune_dead", `
+		pruneDead: b.addGuarded(planGuardOn, "outbox_prune_dead", `
 DELETE FROM {{s}}.outbox
-WHERE id IN (
+WHERE id = ANY(ARRAY(
   SELECT id FROM {{s}}.outbox
   WHERE dead_at IS NOT NULL AND published_at IS NULL
     AND dead_at < coalesce($1::timestamptz, now()) - $2::bigint * interval '1 microsecond'
   ORDER BY dead_at
   LIMIT $3
-  FOR UPDATE SKIP LOCKED)`),
+  FOR UPDATE SKIP LOCKED))`),
 
 		// Counts for stats and benchmarks.
 		counts: b.add("outbox_counts", `
@@ -314,7 +317,7 @@ func (s *Store) OutboxClaim(ctx context.Context, db DBTX, now *time.Time, p Outb
 	if p.Ordered {
 		st = s.outbox.claimOrdered
 	}
-	evs, err := guarded(ctx, db, planGuardOn, collectOutboxEvents, st.sql, Now(now), p.Limit, micros(p.Lease))
+	evs, err := guarded(ctx, db, st, collectOutboxEvents, Now(now), p.Limit, micros(p.Lease))
 	if err != nil {
 		return nil, err
 	}
@@ -365,7 +368,7 @@ func (s *Store) OutboxFinish(ctx context.Context, db DBTX, now *time.Time, outs 
 			errs[i] = &e
 		}
 	}
-	return guarded(ctx, db, planGuardByID, func(rows pgx.Rows, err error) (map[string]OutboxAction, error) {
+	return guarded(ctx, db, s.outbox.finish, func(rows pgx.Rows, err error) (map[string]OutboxAction, error) {
 		if err != nil {
 			return nil, err
 		}
@@ -379,7 +382,7 @@ func (s *Store) OutboxFinish(ctx context.Context, db DBTX, now *time.Time, outs 
 			m[id] = OutboxAction(a)
 		}
 		return m, rows.Err()
-	}, s.outbox.finish.sql, Now(now), uuidArg(ids), uuidArg(tokens), actions, delays, errs)
+	}, Now(now), uuidArg(ids), uuidArg(tokens), actions, delays, errs)
 }
 
 // OutboxGet returns one event, or pgx.ErrNoRows.
@@ -421,14 +424,12 @@ func (s *Store) OutboxRequeue(ctx context.Context, db DBTX, now *time.Time, id s
 
 // OutboxPrunePublished deletes up to limit events published more than olderThan ago.
 func (s *Store) OutboxPrunePublished(ctx context.Context, db DBTX, now *time.Time, olderThan time.Duration, limit int) (int64, error) {
-	tag, err := db.Exec(ctx, s.outbox.prunePublished.sql, Now(now), micros(olderThan), limit)
-	return tag.RowsAffected(), err
+	return guarded(ctx, db, s.outbox.prunePublished, affected, Now(now), micros(olderThan), limit)
 }
 
 // OutboxPruneDead deletes up to limit events parked more than olderThan ago.
 func (s *Store) OutboxPruneDead(ctx context.Context, db DBTX, now *time.Time, olderThan time.Duration, limit int) (int64, error) {
-	tag, err := db.Exec(ctx, s.outbox.pruneDead.sql, Now(now), micros(olderThan), limit)
-	return tag.RowsAffected(), err
+	return guarded(ctx, db, s.outbox.pruneDead, affected, Now(now), micros(olderThan), limit)
 }
 
 // OutboxCounts are the outbox's events by state.
@@ -448,5 +449,5 @@ func (s *Store) OutboxCount(ctx context.Context, db DBTX) (OutboxCounts, error) 
 
 // OutboxByTx returns the events the transaction txid wrote, oldest first.
 func (s *Store) OutboxByTx(ctx context.Context, db DBTX, txid int64) ([]*OutboxEvent, error) {
-	return collectOutboxEvents(db.Query(ctx, s.outbox.byTx.sql, txid))
+	return guarded(ctx, db, s.outbox.byTx, collectOutboxEvents, txid)
 }

@@ -1,6 +1,6 @@
 package store
 
-// The plan guard: the hot statements that find jobs (or outbox events) by id are
+// The plan guard: the statements that find jobs (or outbox events) by id or key are
 // planned with sequential scans, hash joins and merge joins off, and without JIT
 // (the statements that write a batch by id: merge joins on, nested loops off; see
 // below).
@@ -56,7 +56,17 @@ package store
 // statement's estimate over jit_above_cost: JIT-compiling every run took 0.37 ms a
 // lease in a heartbeat of 1,000. JIT never pays for statements this short, so both
 // guards turn it off.
-// TestPlanGuardKeepsIndexPlans plans every guarded statement in both states of the table.
+//
+// The same holds for every other statement that reads a growing table by key, not
+// only the hot ones: a conflicting enqueue's lookup of the key holders, the
+// completer's re-read of a batch it lost, a parent reading its children, the flow
+// tree, the lineage lookups, the batched deletes of retention and the prunes. They
+// run under planGuardOn and are shaped so that no join order can read the table
+// first: a list of keys is probed key by key (a lateral subquery, kept from being
+// flattened into a join by OFFSET 0), and a batched delete finds and locks its rows
+// first and then deletes them by id (= ANY(ARRAY(…))). TestEveryStatementPlansBounded
+// plans every statement of the store, new, drained and partitioned; the few that read
+// a table whole by design are listed there with their reasons.
 //
 // How. set_config(…, true) lasts until the end of the transaction; the guard and the
 // statement go in one pipeline (one round trip). On the pool the pipeline is one
@@ -98,19 +108,28 @@ func idIn(alias, param string) string {
 	return alias + `.id = ANY(` + param + `::uuid[])`
 }
 
-// guarded runs sql under the plan guard guard (planGuardOn or planGuardByID) and
-// collects its rows. A db that cannot
-// pipeline (none of pgx's pool, conn or tx) runs it unguarded.
-func guarded[T any](ctx context.Context, db DBTX, guard string, collect func(pgx.Rows, error) (T, error), sql string, args ...any) (T, error) {
+// affected is guarded's collect for a statement that returns no rows: how many rows it
+// wrote.
+func affected(rows pgx.Rows, err error) (int64, error) {
+	if err != nil {
+		return 0, err
+	}
+	rows.Close()
+	return rows.CommandTag().RowsAffected(), rows.Err()
+}
+
+// guarded runs st under its plan guard (st.guard; none when "") and collects its
+// rows. A db that cannot pipeline (none of pgx's pool, conn or tx) runs it unguarded.
+func guarded[T any](ctx context.Context, db DBTX, st stmt, collect func(pgx.Rows, error) (T, error), args ...any) (T, error) {
 	b, ok := db.(Batcher)
-	if !ok {
-		return collect(db.Query(ctx, sql, args...))
+	if !ok || st.guard == "" {
+		return collect(db.Query(ctx, st.sql, args...))
 	}
 	_, pooled := db.(*pgxpool.Pool)
 	restore := !pooled // the caller's transaction may go on past the statement
 	batch := &pgx.Batch{}
-	batch.Queue(guard)
-	batch.Queue(sql, args...)
+	batch.Queue(st.guard)
+	batch.Queue(st.sql, args...)
 	if restore {
 		batch.Queue(planGuardOff)
 	}

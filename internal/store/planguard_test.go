@@ -3,7 +3,13 @@ package store
 import (
 	"context"
 	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,10 +19,14 @@ import (
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
 
-// TestPlanGuardKeepsIndexPlans: the generic plans of the hot statements that find
-// jobs (or outbox events) by id read only the rows they name, whatever the tables'
-// statistics said when the plan was made — a plan a connection may keep while the table
-// grows without bound. Two states of the tables are planned:
+// TestEveryStatementPlansBounded: the generic plan of every statement of the store,
+// under the plan guard it runs with (stmt.guard), reads the tables that grow with the
+// work (jobs, outbox, inbox and their bookkeeping) only by an index condition — never
+// whole — whatever the statistics said when it was planned, since a connection may keep
+// that plan while the table grows without bound. The few statements that read a table
+// whole by design are in readsWhole, each with its reason; an entry the planner no
+// longer needs fails the test too, so the list cannot go stale. Three states are
+// planned:
 //
 //   - new: small and never vacuumed. Unguarded, the claim's generic plan reads jobs with
 //     a sequential scan (the control, so the test shows what the guard is for).
@@ -27,25 +37,97 @@ import (
 //     every entry of the index, for as long as the connection kept the plan (18 s per
 //     completion, a minute of a stalled queue, in a W10 run after a rolled-back insert
 //     of 800,000 jobs; docs/benchmarks.md).
-func TestPlanGuardKeepsIndexPlans(t *testing.T) {
+//   - partitioned: the partitioned layout, new; and partitioned-drained, its current
+//     partition drained as above. The legacy partition (the rows from before the
+//     conversion, analysed then, only ever shrinking) is small here and so read whole
+//     by plans that are right for its size; it is not checked.
+func TestEveryStatementPlansBounded(t *testing.T) {
 	t.Parallel()
-	for _, state := range []string{"new", "drained"} {
-		t.Run(state, func(t *testing.T) {
-			t.Parallel()
-			planGuardKeepsIndexPlans(t, state == "drained")
-		})
+	var mu sync.Mutex
+	whole := map[string]bool{} // statements some state read a table whole in
+	t.Run("states", func(t *testing.T) {
+		for _, state := range []string{"new", "drained", "partitioned", "partitioned-drained"} {
+			t.Run(state, func(t *testing.T) {
+				t.Parallel()
+				for _, name := range statementsReadingWhole(t, state) {
+					mu.Lock()
+					whole[name] = true
+					mu.Unlock()
+				}
+			})
+		}
+	})
+	if t.Failed() {
+		return
+	}
+	for name := range readsWhole {
+		if !whole[name] {
+			t.Errorf("%s reads no table whole in any state any more: take it out of readsWhole", name)
+		}
 	}
 }
 
-func planGuardKeepsIndexPlans(t *testing.T, drained bool) {
+// TestGuardedStatementsRunGuarded: a statement made with a plan guard is run through
+// guarded, which applies it; one whose text the store's code sends itself would run
+// unguarded while TestEveryStatementPlansBounded plans it guarded.
+func TestGuardedStatementsRunGuarded(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, "guard_check")
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var code strings.Builder
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		code.Write(b)
+	}
+	guardedCount := 0
+	for path, st := range statementFields(s) {
+		if st.guard == "" {
+			continue
+		}
+		guardedCount++
+		if strings.Contains(code.String(), "s."+path+".sql") {
+			t.Errorf("%s (%s) has a plan guard but the store sends s.%s.sql itself: run it through guarded", path, st.name, path)
+		}
+	}
+	if guardedCount == 0 {
+		t.Fatal("found no guarded statement")
+	}
+}
+
+// readsWhole are the statements allowed to read a growing table whole, and why.
+var readsWhole = map[string]string{
+	"list": "the operator's listing of jobs (Client.JobList, the dashboard, `skiplock jobs list`): its " +
+		"filters (states, queue, kind, tag, text, metadata) have no index between them, so a selective " +
+		"filter reads far into the table whatever the plan; it runs at a person's request, never on the work's path",
+	"outbox_counts": "counts every event by state, for the stats (a count reads what it counts); " +
+		"published events are kept only for the retention window",
+}
+
+// statementsReadingWhole plans every statement in state and fails for each that reads
+// a growing table whole and is not in readsWhole. It returns those that do.
+func statementsReadingWhole(t *testing.T, state string) []string {
 	ctx := context.Background()
 	s, pool := storeWithJobs(t, 40)
+	layout, jobs := LayoutPlain, s.Table("jobs")
+	if strings.HasPrefix(state, "partitioned") {
+		partition(t, s)
+		layout, jobs = LayoutPartitioned, currentPartition(t, s, pool)
+	}
 	if _, err := pool.Exec(ctx, `INSERT INTO `+s.Table("outbox")+` (aggregate_type, aggregate_id, event_type, payload)
 SELECT 'a', g::text, 'e', '{}' FROM generate_series(1, 40) g`); err != nil {
 		t.Fatal(err)
 	}
-	if drained {
-		drainStatistics(t, pool, s.Table("jobs"), insertJobsSQL(s))
+	if strings.HasSuffix(state, "drained") {
+		drainStatistics(t, pool, jobs, insertJobsSQL(s))
 		drainStatistics(t, pool, s.Table("outbox"), `INSERT INTO `+s.Table("outbox")+` (aggregate_type, aggregate_id, event_type, payload)
 SELECT 'a', g::text, 'e', '{}' FROM generate_series(1, $1) g`)
 	}
@@ -54,61 +136,85 @@ SELECT 'a', g::text, 'e', '{}' FROM generate_series(1, $1) g`)
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	statements := []struct {
-		name  string
-		guard string // as the store sends it ("": unguarded)
-		sql   string
-		args  string // EXPLAIN EXECUTE takes literals
-	}{
-		{"claim", planGuardOn, s.lease.claim.sql, "(NULL, 'default', 'w', 1000000, 10, 0, now(), 1000000)"},
-		{"finish", planGuardByID, s.finish.finish.sql, "(NULL, '{}', '{}', '{}', '{}', '{}', '{}')"},
-		{"finish_delete", planGuardByID, s.finish.finishDelete.sql, "(NULL, '{}', '{}', '{}', '{}', '{}', '{}')"},
-		{"heartbeat", planGuardByID, s.lease.heartbeat.sql, "(NULL, '{}', '{}', 1000000, 100000)"},
-		{"reclaim", planGuardByID, s.reclaim.reclaim.sql, "(NULL, '{}', '{}', '{}')"},
-		{"outbox_claim", planGuardOn, s.outbox.claim.sql, "(NULL, 10, 1000000)"},
-		{"outbox_claim_ordered", planGuardOn, s.outbox.claimOrdered.sql, "(NULL, 10, 1000000)"},
-		{"limit_claim", "", s.limits.claim.sql, "(NULL, 'default', 'w', 1000000, 10, 26, '{}', '{}')"},
-		{"limit_successors", "", s.limits.succ.sql, "(NULL, 'default', 'w', 1000000, 10, 26, '{}', '{}')"},
-		{"outbox_finish", planGuardByID, s.outbox.finish.sql, "(NULL, '{}', '{}', '{}', '{}', '{}')"},
-	}
-	plan := func(guard string, i int, sql, args string) string {
-		tx, err := conn.Begin(ctx)
+	fields := statementFields(s)
+	paths := slices.Sorted(maps.Keys(fields))
+	var out []string
+	for i, path := range paths {
+		st := fields[path]
+		if st.layout != LayoutMissing && st.layout != layout {
+			continue
+		}
+		p, err := genericPlan(ctx, conn, fmt.Sprintf("b%d", i), st.guard, st.sql)
 		if err != nil {
-			t.Fatal(err)
+			t.Errorf("%s (%s): %v", path, st.name, err)
+			continue
 		}
-		defer tx.Rollback(ctx)
-		if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
-			t.Fatal(err)
-		}
-		if guard != "" {
-			if _, err := tx.Exec(ctx, guard); err != nil {
-				t.Fatal(err)
+		if scan := unboundedScan(p); scan != "" {
+			out = append(out, st.name)
+			if readsWhole[st.name] == "" {
+				t.Errorf("%s (%s), %s: generic plan reads a table whole (%s):\n%s", path, st.name, state, scan, p)
 			}
 		}
-		name := fmt.Sprintf("g%d_%v", i, guard != "")
-		if _, err := tx.Prepare(ctx, name, sql); err != nil {
-			t.Fatal(err)
-		}
-		rows, err := tx.Query(ctx, "EXPLAIN EXECUTE "+name+args)
-		if err != nil {
-			t.Fatal(err)
-		}
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return strings.Join(lines, "\n")
 	}
-	for i, st := range statements {
-		if p := plan(st.guard, i, st.sql, st.args); unboundedScan(p) != "" {
-			t.Errorf("%s: generic plan reads all of a table (%s):\n%s", st.name, unboundedScan(p), p)
+	if state == "new" {
+		if p, err := genericPlan(ctx, conn, "control", "", s.lease.claim.sql); err != nil || unboundedScan(p) == "" {
+			t.Errorf("claim, unguarded: expected the sequential scan the guard prevents (has the planner changed?), %v:\n%s", err, p)
 		}
 	}
-	if !drained {
-		if p := plan("", 0, statements[0].sql, statements[0].args); unboundedScan(p) == "" {
-			t.Errorf("claim, unguarded: expected the sequential scan the guard prevents (has the planner changed?):\n%s", p)
+	return out
+}
+
+// currentPartition returns the quoted name of the partition of jobs that new jobs go to.
+func currentPartition(t *testing.T, s *Store, pool *pgxpool.Pool) string {
+	t.Helper()
+	ps, err := s.ListPartitions(context.Background(), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := UUIDv7Floor(time.Now())
+	for _, p := range ps {
+		if !p.Default && p.From <= now && now < p.To {
+			return s.Table(p.Name)
 		}
 	}
+	t.Fatalf("no partition holds %s: %+v", now, ps)
+	return ""
+}
+
+// genericPlan returns the text EXPLAIN of sql's generic plan under guard ("" for
+// none), in a transaction it rolls back. A generic plan does not look at the
+// parameters, so they are all NULL.
+func genericPlan(ctx context.Context, conn *pgx.Conn, name, guard, sql string) (string, error) {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
+		return "", err
+	}
+	if guard != "" {
+		if _, err := tx.Exec(ctx, guard); err != nil {
+			return "", err
+		}
+	}
+	desc, err := tx.Conn().PgConn().Prepare(ctx, name, sql, nil)
+	if err != nil {
+		return "", fmt.Errorf("PREPARE: %w", err)
+	}
+	args := strings.TrimSuffix(strings.Repeat("NULL, ", len(desc.ParamOIDs)), ", ")
+	if args != "" {
+		args = "(" + args + ")"
+	}
+	rows, err := tx.Query(ctx, "EXPLAIN EXECUTE "+name+args)
+	if err != nil {
+		return "", err
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "", err
+	}
+	return strings.Join(lines, "\n"), nil
 }
 
 // drainStatistics leaves table (whose rows insert, with its count as $1, adds) in the
@@ -146,39 +252,58 @@ func drainStatistics(tb testing.TB, pool *pgxpool.Pool, table, insert string) {
 	}
 }
 
-// unboundedScan names the first node of a text EXPLAIN that reads jobs or outbox
-// whole: a sequential scan, or a scan of its primary key with no Index Cond (every
+// unboundedScan names the first node of a text EXPLAIN that reads a growing table
+// whole: a sequential scan of it, or a scan of its primary key with no Index Cond (every
 // entry, in id order). "" when none does. A hash join is not flagged on its own: it
-// reads a table whole only through one of those. A partial index read in order with no condition is the claims' own scan (the
-// head of the pending or unpublished rows, as far as the LIMIT needs): not flagged.
+// reads a table whole only through one of those. A partial index read in order with no
+// condition is a claim's own scan (the head of the pending or unpublished rows, as far
+// as the LIMIT needs): not flagged.
 func unboundedScan(plan string) string {
 	lines := strings.Split(plan, "\n")
 	for i, l := range lines {
 		node := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(l), "->"))
-		switch {
-		case strings.HasPrefix(node, "Seq Scan on jobs"), strings.HasPrefix(node, "Seq Scan on outbox"):
-			return node
-		case strings.HasPrefix(node, "Index Scan") || strings.HasPrefix(node, "Index Only Scan"):
-			if !strings.Contains(node, " using jobs_pkey ") && !strings.Contains(node, " using outbox_pkey ") {
-				continue
-			}
-			// The node's own properties are the indented lines up to its first child.
-			cond := false
-			for _, p := range lines[i+1:] {
-				q := strings.TrimSpace(p)
-				if strings.HasPrefix(q, "->") || q == "" {
-					break
-				}
-				if strings.HasPrefix(q, "Index Cond:") {
-					cond = true
-				}
-			}
-			if !cond {
+		if m := seqScanRE.FindStringSubmatch(node); m != nil {
+			if growing(m[1]) {
 				return node
 			}
+			continue
+		}
+		m := indexScanRE.FindStringSubmatch(node)
+		if m == nil || m[1] != m[2]+"_pkey" && !(strings.HasPrefix(m[2], "jobs_p") && strings.HasSuffix(m[1], "_pkey")) || !growing(m[2]) {
+			continue
+		}
+		// The node's own properties are the indented lines up to its first child.
+		cond := false
+		for _, p := range lines[i+1:] {
+			q := strings.TrimSpace(p)
+			if strings.HasPrefix(q, "->") || q == "" {
+				break
+			}
+			if strings.HasPrefix(q, "Index Cond:") {
+				cond = true
+			}
+		}
+		if !cond {
+			return node
 		}
 	}
 	return ""
+}
+
+var (
+	seqScanRE   = regexp.MustCompile(`^(?:Parallel )?Seq Scan on (\S+)`)
+	indexScanRE = regexp.MustCompile(`^(?:Parallel )?Index (?:Only )?Scan(?: Backward)? using (\S+) on (\S+)`)
+)
+
+// growing says whether table grows with the work: jobs (and its partitions but the
+// legacy one, see TestEveryStatementPlansBounded), outbox, inbox, and the rows kept
+// beside jobs (deduplication and uniqueness holders, transaction lineage, batches).
+func growing(table string) bool {
+	switch table {
+	case "jobs", "outbox", "inbox", "job_dedup", "job_unique", "tx_lineage", "batches":
+		return true
+	}
+	return strings.HasPrefix(table, "jobs_p")
 }
 
 // TestPlanGuardLeavesSettings: the guard's settings end with the statement. On the

@@ -38,7 +38,7 @@ LIMIT $2`),
 		// lease would otherwise stall every reclaim behind it. The locker is nearly
 		// always the job's own outcome; a lease still expired once it lets go is
 		// reclaimed by a later pass.
-		reclaim: b.add("reclaim", `
+		reclaim: b.addGuarded(planGuardByID, "reclaim", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now),
 r AS MATERIALIZED (
   SELECT j.id, x.delay_us FROM unnest($2::uuid[], $3::uuid[], $4::bigint[]) AS x(id, token, delay_us)
@@ -98,5 +98,5 @@ func (s *Store) Reclaim(ctx context.Context, db DBTX, now *time.Time, leases []L
 		us[i] = micros(d)
 	}
 	// Guarded like the other fenced writes (planguard.go).
-	return guarded(ctx, db, planGuardByID, collectStatuses, s.reclaim.reclaim.sql, Now(now), uuidArg(ids), uuidArg(tokens), us)
+	return guarded(ctx, db, s.reclaim.reclaim, collectStatuses, Now(now), uuidArg(ids), uuidArg(tokens), us)
 }

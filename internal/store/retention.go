@@ -23,8 +23,10 @@ func newRetentionStatements(b *builder) retentionStatements {
 		// another pruner; the outer status test re-checks the row it locked. A child
 		// of a flow whose parent has not finished is kept: the parent reads it. That
 		// test is a scalar subquery, a primary-key probe made only for children: as
-		// NOT EXISTS the planner hashed it over every unfinished job.
-		deleteFinished: b.add("retention_delete", `
+		// NOT EXISTS the planner hashed it over every unfinished job. The delete then
+		// finds the locked rows by their ids: joined to them instead, a plan made while
+		// the table's statistics said it was nearly empty walked its whole primary key.
+		deleteFinished: b.addGuarded(planGuardOn, "retention_delete", `
 WITH doomed AS (
   SELECT id FROM {{s}}.jobs
   WHERE status IN ('succeeded', 'failed', 'cancelled')
@@ -37,13 +39,12 @@ WITH doomed AS (
   FOR UPDATE SKIP LOCKED
 )
 DELETE FROM {{s}}.jobs AS j
-USING doomed
-WHERE j.id = doomed.id AND j.status = $2::{{s}}.job_status`),
+WHERE j.id = ANY(ARRAY(SELECT id FROM doomed)) AND j.status = $2::{{s}}.job_status`),
 
 		// One batch of lineage rows older than $2 microseconds (by the BRIN index on
 		// created_at): the jobs and events they point at are past every retention
 		// window by then.
-		pruneLineage: b.add("retention_prune_lineage", `
+		pruneLineage: b.addGuarded(planGuardOn, "retention_prune_lineage", `
 DELETE FROM {{s}}.tx_lineage
 WHERE ctid = ANY(ARRAY(
   SELECT ctid FROM {{s}}.tx_lineage
@@ -55,11 +56,7 @@ WHERE ctid = ANY(ARRAY(
 // PruneLineage deletes up to limit lineage rows older than olderThan and returns how
 // many it deleted.
 func (s *Store) PruneLineage(ctx context.Context, db DBTX, now *time.Time, olderThan time.Duration, limit int) (int64, error) {
-	tag, err := db.Exec(ctx, s.retention.pruneLineage.sql, Now(now), micros(olderThan), limit)
-	if err != nil {
-		return 0, err
-	}
-	return tag.RowsAffected(), nil
+	return guarded(ctx, db, s.retention.pruneLineage, affected, Now(now), micros(olderThan), limit)
 }
 
 // FinishedStatuses are the states retention deletes.
@@ -74,9 +71,5 @@ func (s *Store) DeleteFinished(ctx context.Context, db DBTX, now *time.Time, sta
 	default:
 		return 0, fmt.Errorf("store: retention of %q jobs: not a finished state", status)
 	}
-	tag, err := db.Exec(ctx, s.retention.deleteFinished.sql, Now(now), status, micros(olderThan), limit)
-	if err != nil {
-		return 0, err
-	}
-	return tag.RowsAffected(), nil
+	return guarded(ctx, db, s.retention.deleteFinished, affected, Now(now), status, micros(olderThan), limit)
 }

@@ -28,6 +28,7 @@ func statementFields(s *Store) map[string]stmt {
 					name:   f.FieldByName("name").String(),
 					sql:    f.FieldByName("sql").String(),
 					layout: Layout(f.FieldByName("layout").String()),
+					guard:  f.FieldByName("guard").String(),
 				}
 			case ft.Type.Kind() == reflect.Struct:
 				walk(path+ft.Name+".", f)

@@ -121,6 +121,9 @@ type stmt struct {
 	sql  string
 	// layout is the only layout the statement is valid in; LayoutMissing: both.
 	layout Layout
+	// guard is the plan guard it runs under (planguard.go), "" for none. guarded
+	// applies it, and TestEveryStatementPlansBounded plans the statement with it.
+	guard string
 }
 
 // builder makes the statements of one schema. Every stmt comes from add.
@@ -137,7 +140,16 @@ func (b *builder) add(name, text string) stmt {
 
 // addFor is add for a statement that is valid only in one layout.
 func (b *builder) addFor(layout Layout, name, text string) stmt {
-	st := stmt{name: name, sql: strings.ReplaceAll(text, "{{s}}", b.q), layout: layout}
+	return b.record(stmt{name: name, sql: strings.ReplaceAll(text, "{{s}}", b.q), layout: layout})
+}
+
+// addGuarded is add for a statement that runs under the plan guard guard
+// (planGuardOn or planGuardByID), through guarded.
+func (b *builder) addGuarded(guard, name, text string) stmt {
+	return b.record(stmt{name: name, sql: strings.ReplaceAll(text, "{{s}}", b.q), guard: guard})
+}
+
+func (b *builder) record(st stmt) stmt {
 	b.all = append(b.all, st)
 	return st
 }
