@@ -52,7 +52,7 @@ ORDER BY id DESC
 LIMIT $2`),
 
 		// A batch's members per status (jobs_batch_idx).
-		members: b.add("batch_members", `
+		members: b.addGuarded(planGuardOn, "batch_members", `
 SELECT status::text, count(*) FROM {{s}}.jobs WHERE batch_id = $1 GROUP BY 1`),
 	}
 }
@@ -118,19 +118,5 @@ func (s *Store) BatchList(ctx context.Context, db DBTX, before string, limit int
 
 // BatchMembers counts a batch's members per status.
 func (s *Store) BatchMembers(ctx context.Context, db DBTX, id string) (map[string]int64, error) {
-	rows, err := db.Query(ctx, s.batches.members.sql, id)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	m := map[string]int64{}
-	for rows.Next() {
-		var st string
-		var n int64
-		if err := rows.Scan(&st, &n); err != nil {
-			return nil, err
-		}
-		m[st] = n
-	}
-	return m, rows.Err()
+	return guarded(ctx, db, s.batches.members, collectMap[int64], id)
 }

@@ -181,22 +181,6 @@ func (s *Store) runFinish(ctx context.Context, db DBTX, now *time.Time, outs []O
 	}, Now(now), uuidArg(ids), uuidArg(tokens), actions, delays, errs, outputs)
 }
 
-func collectStatuses(rows pgx.Rows, err error) (map[string]string, error) {
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	m := map[string]string{}
-	for rows.Next() {
-		var id, st string
-		if err := rows.Scan(&id, &st); err != nil {
-			return nil, err
-		}
-		m[id] = st
-	}
-	return m, rows.Err()
-}
-
 // FinishedRow is what Finished reads of a job.
 type FinishedRow struct {
 	Status    string

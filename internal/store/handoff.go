@@ -9,8 +9,6 @@ package store
 import (
 	"context"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // holdsSlot is the condition that job r (an alias of jobs) holds a slot of every
@@ -152,12 +150,13 @@ WITH
 ` + limitHead("$6") + `,
 hx AS MATERIALIZED (` + bucketsOf("head") + `),
 nothing AS (SELECT NULL::uuid AS id WHERE false),
-` + handoff(`SELECT id, pos, scope, target, bkey, rate FROM hx`, "nothing") + `
+` + handoff(`SELECT id, pos, scope, target, bkey, rate FROM hx`, "nothing") + `,
+` + successorMap + `
 UPDATE {{s}}.jobs AS j
 ` + claimSet + `,
   ` + successorSlots + `
-FROM t, ` + successorMap + `
-WHERE j.id = ANY(ARRAY(SELECT id FROM succ)) AND j.status = 'pending' AND t.async IS NOT NULL
+FROM t, sm
+WHERE j.id = ANY(ARRAY(SELECT id FROM succ)) AND ` + stillPending + ` AND t.async IS NOT NULL
   AND $5::int IS NOT NULL -- the free slots asked for: a claim of successors takes none
 RETURNING ` + claimReturns + `, j.slot_of, j.slot_token`
 }
@@ -165,16 +164,19 @@ RETURNING ` + claimReturns + `, j.slot_of, j.slot_token`
 // ClaimSuccessors takes successors for p.Preds only (successorClaimSQL), under the
 // limited claims' lock.
 func (s *Store) ClaimSuccessors(ctx context.Context, db Batcher, now *time.Time, p ClaimParams) ([]*Job, error) {
-	b := &pgx.Batch{}
-	b.Queue(s.limits.lock.sql)
-	s.queueLimitedClaim(b, s.limits.succ, now, p, len(p.Preds)+16) // a successor each, and a margin
-	br := db.SendBatch(ctx, b)
+	pl := newPipeline(db, s.limits.succ.guard)
+	pl.add(s.limits.lock)
+	s.queueLimitedClaim(pl, s.limits.succ, now, p, len(p.Preds)+16) // a successor each, and a margin
+	br, err := pl.send(ctx)
+	if err != nil {
+		return nil, err
+	}
 	defer br.Close()
 	jobs, err := limitedClaimed(br)
 	if err != nil {
 		return nil, err
 	}
-	if err := br.Close(); err != nil { // as in ClaimLimited
+	if err := pl.end(br); err != nil { // as in ClaimLimited
 		return nil, err
 	}
 	return jobs, nil

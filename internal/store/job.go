@@ -156,7 +156,7 @@ type jobStatements struct {
 
 func newJobStatements(b *builder) jobStatements {
 	return jobStatements{
-		get: b.add("get", `SELECT `+jobColumns+` FROM {{s}}.jobs WHERE id = $1`),
+		get: b.addGuarded(planGuardOn, "get", `SELECT `+jobColumns+` FROM {{s}}.jobs WHERE id = $1`),
 
 		// Keyset paging by id: ids are time-ordered, so pages come oldest first.
 		list: b.add("list", `
@@ -179,14 +179,14 @@ WHERE id = ANY(ARRAY(SELECT job_id FROM {{s}}.tx_lineage WHERE txid = $1::bigint
 ORDER BY id`),
 
 		// Run a pending job now (an operator's "run now").
-		runNow: b.add("admin_run_now", `
+		runNow: b.addGuarded(planGuardOn, "admin_run_now", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
 UPDATE {{s}}.jobs AS j SET run_at = t.now, updated_at = t.now
 FROM t WHERE j.id = $2 AND j.status = 'pending'
 RETURNING `+prefixed("j")),
 
 		// A human retries a failed or cancelled job: due now, with at least one attempt left.
-		adminRetry: b.add("admin_retry", `
+		adminRetry: b.addGuarded(planGuardOn, "admin_retry", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
 UPDATE {{s}}.jobs AS j
 SET status = 'pending', run_at = t.now, max_attempts = greatest(j.max_attempts, j.attempts + 1), updated_at = t.now
@@ -198,7 +198,7 @@ RETURNING `+prefixed("j")),
 		// lease: its worker's next heartbeat fails, its context is cancelled, and its
 		// outcome is fenced out. A waiting parent's cancellation cancels its children
 		// that have not started (the trigger jobs_flow_cascade).
-		adminCancel: b.add("admin_cancel", `
+		adminCancel: b.addGuarded(planGuardOn, "admin_cancel", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
 UPDATE {{s}}.jobs AS j
 SET status = 'cancelled', lease_until = NULL, lease_token = NULL, worker_id = NULL,
@@ -207,13 +207,13 @@ FROM t
 WHERE j.id = $2 AND j.status IN ('pending', 'running', 'waiting')
 RETURNING `+prefixed("j")),
 
-		adminDelete: b.add("admin_delete", `DELETE FROM {{s}}.jobs WHERE id = $1 AND status <> 'running' RETURNING `+jobColumns),
+		adminDelete: b.addGuarded(planGuardOn, "admin_delete", `DELETE FROM {{s}}.jobs WHERE id = $1 AND status <> 'running' RETURNING `+jobColumns),
 	}
 }
 
 // Get returns one job, or pgx.ErrNoRows.
 func (s *Store) Get(ctx context.Context, db DBTX, id string) (*Job, error) {
-	return scanJob(db.QueryRow(ctx, s.jobs.get.sql, id))
+	return guardedRow(ctx, db, s.jobs.get, scanJob, id)
 }
 
 // ListParams filter and page a job listing. Zero values mean "any".
@@ -245,20 +245,20 @@ func (s *Store) JobsByTx(ctx context.Context, db DBTX, txid int64) ([]*Job, erro
 
 // AdminRunNow makes a pending job due now.
 func (s *Store) AdminRunNow(ctx context.Context, db DBTX, now *time.Time, id string) (*Job, error) {
-	return scanJob(db.QueryRow(ctx, s.jobs.runNow.sql, Now(now), id))
+	return guardedRow(ctx, db, s.jobs.runNow, scanJob, Now(now), id)
 }
 
 // AdminRetry makes a failed or cancelled job pending and due now.
 func (s *Store) AdminRetry(ctx context.Context, db DBTX, now *time.Time, id string) (*Job, error) {
-	return scanJob(db.QueryRow(ctx, s.jobs.adminRetry.sql, Now(now), id))
+	return guardedRow(ctx, db, s.jobs.adminRetry, scanJob, Now(now), id)
 }
 
 // AdminCancel cancels a pending, waiting or running job.
 func (s *Store) AdminCancel(ctx context.Context, db DBTX, now *time.Time, id, reason string) (*Job, error) {
-	return scanJob(db.QueryRow(ctx, s.jobs.adminCancel.sql, Now(now), id, nullable(reason)))
+	return guardedRow(ctx, db, s.jobs.adminCancel, scanJob, Now(now), id, nullable(reason))
 }
 
 // AdminDelete deletes a job that is not running.
 func (s *Store) AdminDelete(ctx context.Context, db DBTX, id string) (*Job, error) {
-	return scanJob(db.QueryRow(ctx, s.jobs.adminDelete.sql, id))
+	return guardedRow(ctx, db, s.jobs.adminDelete, scanJob, id)
 }

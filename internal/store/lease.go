@@ -127,7 +127,7 @@ RETURNING `+claimReturns),
 		// for the producer's check that nothing claimable lies behind its cursor. It
 		// reads without locking (a job another claim is taking still shows), and it
 		// leaves out the pause and limit checks: the claim applies those.
-		claimHead: b.add("claim_head", `
+		claimHead: b.addGuarded(planGuardOn, "claim_head", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
 SELECT h.priority, h.run_at, t.now
 FROM t LEFT JOIN LATERAL (
@@ -236,8 +236,12 @@ func (s *Store) Claim(ctx context.Context, db DBTX, now *time.Time, p ClaimParam
 func (s *Store) ClaimHead(ctx context.Context, db DBTX, now *time.Time, queue string) (*ClaimCursor, time.Time, error) {
 	var prio *int
 	var runAt *time.Time
-	var at time.Time
-	if err := db.QueryRow(ctx, s.lease.claimHead.sql, Now(now), queue).Scan(&prio, &runAt, &at); err != nil {
+	at, err := guardedRow(ctx, db, s.lease.claimHead, func(r pgx.Row) (time.Time, error) {
+		var at time.Time
+		err := r.Scan(&prio, &runAt, &at)
+		return at, err
+	}, Now(now), queue)
+	if err != nil {
 		return nil, time.Time{}, err
 	}
 	if prio == nil || runAt == nil {

@@ -105,19 +105,17 @@ type LimitUsage struct {
 
 // LimitUsages reports every bucket's usage (see the limit_usage statement).
 func (s *Store) LimitUsages(ctx context.Context, db DBTX, now *time.Time) ([]LimitUsage, error) {
-	rows, err := db.Query(ctx, s.limits.usage.sql, Now(now))
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (LimitUsage, error) {
-		var u LimitUsage
-		var f limitFigures
-		if err := row.Scan(&u.Scope, &u.Target, &u.Key, &u.Bucket, &f.maxRunning, &f.rate, &f.per, &u.Running, &u.Started); err != nil {
-			return u, err
-		}
-		f.set(&u.LimitRow)
-		return u, nil
-	})
+	return guarded(ctx, db, s.limits.usage, func(rows pgx.Rows, err error) ([]LimitUsage, error) {
+		return collectValues(rows, err, func(row pgx.Row) (LimitUsage, error) {
+			var u LimitUsage
+			var f limitFigures
+			if err := row.Scan(&u.Scope, &u.Target, &u.Key, &u.Bucket, &f.maxRunning, &f.rate, &f.per, &u.Running, &u.Started); err != nil {
+				return u, err
+			}
+			f.set(&u.LimitRow)
+			return u, nil
+		})
+	}, Now(now))
 }
 
 // LimitSweep deletes the rate windows that no longer hold a start.

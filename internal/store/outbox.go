@@ -135,10 +135,10 @@ FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[]) AS f(i
 WHERE o.id = f.id AND o.relay_token = f.token AND `+idIn("o", "$2")+`
 RETURNING o.id, CASE WHEN o.dead_at IS NOT NULL THEN 'dead' ELSE f.action END`),
 
-		get: b.add("outbox_get", `SELECT `+outboxColumns+` FROM {{s}}.outbox WHERE id = $1`),
+		get: b.addGuarded(planGuardOn, "outbox_get", `SELECT `+outboxColumns+` FROM {{s}}.outbox WHERE id = $1`),
 
 		// Dead events, oldest parking first, keyset-paged by (dead_at, id).
-		listDead: b.add("outbox_list_dead", `
+		listDead: b.addGuarded(planGuardOn, "outbox_list_dead", `
 SELECT `+outboxColumns+` FROM {{s}}.outbox
 WHERE dead_at IS NOT NULL AND published_at IS NULL
   AND ($1::timestamptz IS NULL OR (dead_at, id) > ($1::timestamptz, $2::uuid))
@@ -163,7 +163,7 @@ LIMIT $3`),
 
 		// Published events, oldest publication first, keyset-paged by
 		// (published_at, id): a range of outbox_published_idx.
-		listPublished: b.add("outbox_list_published", `
+		listPublished: b.addGuarded(planGuardOn, "outbox_list_published", `
 SELECT `+outboxColumns+` FROM {{s}}.outbox
 WHERE published_at IS NOT NULL
   AND ($1::timestamptz IS NULL OR (published_at, id) > ($1::timestamptz, $2::uuid))
@@ -172,7 +172,7 @@ LIMIT $3`),
 
 		// Requeue gives dead events a fresh attempt budget and makes them due now.
 		// $2 NULL requeues every dead event.
-		requeue: b.add("outbox_requeue", `
+		requeue: b.addGuarded(planGuardOn, "outbox_requeue", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
 UPDATE {{s}}.outbox AS o
 SET dead_at = NULL, attempts = 0, available_at = t.now, relay_until = NULL, relay_token = NULL
@@ -387,21 +387,21 @@ func (s *Store) OutboxFinish(ctx context.Context, db DBTX, now *time.Time, outs 
 
 // OutboxGet returns one event, or pgx.ErrNoRows.
 func (s *Store) OutboxGet(ctx context.Context, db DBTX, id string) (*OutboxEvent, error) {
-	return scanOutboxEvent(db.QueryRow(ctx, s.outbox.get.sql, id))
+	return guardedRow(ctx, db, s.outbox.get, scanOutboxEvent, id)
 }
 
 // OutboxList returns up to limit events in state ("pending", "dead" or "published") after the cursor (afterAt, afterID) — created_at, dead_at or
 // published_at respectively, and the id; nil afterAt for the first page — oldest
 // first.
 func (s *Store) OutboxList(ctx context.Context, db DBTX, state string, afterAt *time.Time, afterID string, limit int) ([]*OutboxEvent, error) {
-	var q string
+	var st stmt
 	switch state {
 	case "pending":
-		q = s.outbox.listPending.sql
+		st = s.outbox.listPending
 	case "dead":
-		q = s.outbox.listDead.sql
+		st = s.outbox.listDead
 	case "published":
-		q = s.outbox.listPublished.sql
+		st = s.outbox.listPublished
 	default:
 		return nil, fmt.Errorf("store: unknown outbox state %q", state)
 	}
@@ -409,17 +409,18 @@ func (s *Store) OutboxList(ctx context.Context, db DBTX, state string, afterAt *
 	if afterAt != nil {
 		after = &afterID
 	}
-	return collectOutboxEvents(db.Query(ctx, q, Now(afterAt), after, limit))
+	return guarded(ctx, db, st, collectOutboxEvents, Now(afterAt), after, limit)
 }
 
 // OutboxRequeue makes dead events due now with a fresh attempt budget: the one with
 // id, or every dead event when id is empty. It returns the ids it requeued.
 func (s *Store) OutboxRequeue(ctx context.Context, db DBTX, now *time.Time, id string) ([]string, error) {
-	rows, err := db.Query(ctx, s.outbox.requeue.sql, Now(now), nullable(id))
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	return guarded(ctx, db, s.outbox.requeue, func(rows pgx.Rows, err error) ([]string, error) {
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, pgx.RowTo[string])
+	}, Now(now), nullable(id))
 }
 
 // OutboxPrunePublished deletes up to limit events published more than olderThan ago.

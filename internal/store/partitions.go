@@ -56,7 +56,7 @@ ORDER BY c.relname`),
 		// finished jobs younger than their state's cutoff ($3..$5; NULL keeps that state
 		// forever). Read through the parent, so the id range prunes to the partition and
 		// each test is a partial-index probe.
-		blockers: b.add("partition_blockers", `
+		blockers: b.addGuarded(planGuardOn, "partition_blockers", `
 SELECT (SELECT count(*) FROM {{s}}.jobs WHERE status = 'pending' AND id >= $1 AND id < $2),
        (SELECT count(*) FROM {{s}}.jobs WHERE status = 'running' AND id >= $1 AND id < $2),
        EXISTS (SELECT 1 FROM {{s}}.jobs WHERE status IN ('succeeded', 'failed', 'cancelled') AND status = 'succeeded'
@@ -269,10 +269,11 @@ func (b Blockers) Blocked() bool {
 // RangeBlockers reports the live jobs with ids in [from, to) and whether any finished
 // job there is younger than its state's cutoff (a nil cutoff keeps that state forever).
 func (s *Store) RangeBlockers(ctx context.Context, db DBTX, from, to string, succeeded, failed, cancelled *time.Time) (Blockers, error) {
-	var b Blockers
-	err := db.QueryRow(ctx, s.partition.blockers.sql, from, to, Now(succeeded), Now(failed), Now(cancelled)).
-		Scan(&b.Pending, &b.Running, &b.YoungSucceeded, &b.YoungFailed, &b.YoungCancel)
-	return b, err
+	return guardedRow(ctx, db, s.partition.blockers, func(r pgx.Row) (Blockers, error) {
+		var b Blockers
+		err := r.Scan(&b.Pending, &b.Running, &b.YoungSucceeded, &b.YoungFailed, &b.YoungCancel)
+		return b, err
+	}, from, to, Now(succeeded), Now(failed), Now(cancelled))
 }
 
 // LockJobs takes an ACCESS EXCLUSIVE lock on jobs for the rest of tx, waiting at most

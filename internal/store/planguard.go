@@ -54,19 +54,24 @@ package store
 // Joins with no equality to merge on (the one-row CTE of the statement's time) still
 // take a nested loop, at the planner's "disabled" cost, which would push the
 // statement's estimate over jit_above_cost: JIT-compiling every run took 0.37 ms a
-// lease in a heartbeat of 1,000. JIT never pays for statements this short, so both
-// guards turn it off.
+// lease in a heartbeat of 1,000. JIT never pays for statements this short, so every
+// guard turns it off.
 //
-// The same holds for every other statement that reads a growing table by key, not
-// only the hot ones: a conflicting enqueue's lookup of the key holders, the
-// completer's re-read of a batch it lost, a parent reading its children, the flow
-// tree, the lineage lookups, the batched deletes of retention and the prunes. They
-// run under planGuardOn and are shaped so that no join order can read the table
-// first: a list of keys is probed key by key (a lateral subquery, kept from being
-// flattened into a join by OFFSET 0), and a batched delete finds and locks its rows
-// first and then deletes them by id (= ANY(ARRAY(…))). TestEveryStatementPlansBounded
-// plans every statement of the store, new, drained and partitioned; the few that read
-// a table whole by design are listed there with their reasons.
+// The same holds for every other statement that reads a growing table by id or key,
+// not only the hot ones: a job's or an event's own row (JobGet, the admin actions), the
+// reclaimer's scan, the limited claims and their status, a conflicting enqueue's
+// lookup of the key holders, the completer's re-read of a batch it lost, a parent
+// reading its children, the flow tree, the stats, the lineage lookups, the batched
+// deletes of retention and the prunes. Left to the planner, a table analysed while it
+// held a page of rows had every one of them planned as a sequential scan. They run
+// under planGuardOn, or planGuardScans for the limited claims (whose lock, claim and
+// status go as one pipeline under it), and are shaped so that no join order can read
+// the table first: a list of keys is probed key by key (a lateral subquery, kept from
+// being flattened into a join by OFFSET 0), and a batched delete finds and locks its
+// rows first and then deletes them by id (= ANY(ARRAY(…))).
+// TestEveryStatementPlansBounded plans every statement of the store in five table
+// states; the few that read a table whole by design are listed there with their
+// reasons.
 //
 // How. set_config(…, true) lasts until the end of the transaction; the guard and the
 // statement go in one pipeline (one round trip). On the pool the pipeline is one
@@ -82,19 +87,25 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// planGuardOn is the guard of the claims: no sequential scans, hash or merge joins.
-// planGuardByID is the guard of the statements bounded by idIn: merge joins instead
-// of nested loops (see above). Neither JIT-compiles. planGuardSave saves every
-// setting either changes, for planGuardOff.
+// planGuardOn is the guard of the claims and of most lookups: no sequential scans,
+// hash or merge joins. planGuardByID is the guard of the statements bounded by idIn:
+// merge joins instead of nested loops (see above). planGuardScans only forbids
+// sequential scans: the limited claims join their head window, the buckets of its jobs
+// and the running jobs several times over, and limited to nested loops those joins
+// compared every row with every other (a claim of successors for 400 running jobs: 11
+// → 151 ms). None JIT-compiles. planGuardSave saves every setting any of them
+// changes, for planGuardOff, and sets what they share.
 const (
 	planGuardSave = `SELECT set_config('skiplock.plan_guard',
   current_setting('enable_seqscan') || ',' || current_setting('enable_hashjoin') || ',' || current_setting('enable_mergejoin')
     || ',' || current_setting('plan_cache_mode') || ',' || current_setting('enable_nestloop') || ',' || current_setting('jit'), true),
-  set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
+  set_config('enable_seqscan', 'off', true),
   set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true)`
-	planGuardOn   = planGuardSave + `, set_config('enable_mergejoin', 'off', true)`
-	planGuardByID = planGuardSave + `, set_config('enable_mergejoin', 'on', true), set_config('enable_nestloop', 'off', true)`
-	planGuardOff  = `SELECT set_config('enable_seqscan', split_part(current_setting('skiplock.plan_guard'), ',', 1), true),
+	planGuardOn   = planGuardSave + `, set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)`
+	planGuardByID = planGuardSave + `, set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'on', true),
+  set_config('enable_nestloop', 'off', true)`
+	planGuardScans = planGuardSave
+	planGuardOff   = `SELECT set_config('enable_seqscan', split_part(current_setting('skiplock.plan_guard'), ',', 1), true),
   set_config('enable_hashjoin', split_part(current_setting('skiplock.plan_guard'), ',', 2), true),
   set_config('enable_mergejoin', split_part(current_setting('skiplock.plan_guard'), ',', 3), true),
   set_config('plan_cache_mode', split_part(current_setting('skiplock.plan_guard'), ',', 4), true),
@@ -118,6 +129,30 @@ func affected(rows pgx.Rows, err error) (int64, error) {
 	return rows.CommandTag().RowsAffected(), rows.Err()
 }
 
+// guardedRow is guarded for a statement that returns one row, which scan reads:
+// pgx.ErrNoRows when there is none, as QueryRow gives.
+func guardedRow[T any](ctx context.Context, db DBTX, st stmt, scan func(pgx.Row) (T, error), args ...any) (T, error) {
+	return guarded(ctx, db, st, func(rows pgx.Rows, err error) (T, error) {
+		var zero T
+		if err != nil {
+			return zero, err
+		}
+		defer rows.Close()
+		if !rows.Next() {
+			if err := rows.Err(); err != nil {
+				return zero, err
+			}
+			return zero, pgx.ErrNoRows
+		}
+		v, err := scan(rows)
+		if err != nil {
+			return zero, err
+		}
+		rows.Close()
+		return v, rows.Err()
+	}, args...)
+}
+
 // guarded runs st under its plan guard (st.guard; none when "") and collects its
 // rows. A db that cannot pipeline (none of pgx's pool, conn or tx) runs it unguarded.
 func guarded[T any](ctx context.Context, db DBTX, st stmt, collect func(pgx.Rows, error) (T, error), args ...any) (T, error) {
@@ -125,33 +160,67 @@ func guarded[T any](ctx context.Context, db DBTX, st stmt, collect func(pgx.Rows
 	if !ok || st.guard == "" {
 		return collect(db.Query(ctx, st.sql, args...))
 	}
-	_, pooled := db.(*pgxpool.Pool)
-	restore := !pooled // the caller's transaction may go on past the statement
-	batch := &pgx.Batch{}
-	batch.Queue(st.guard)
-	batch.Queue(st.sql, args...)
-	if restore {
-		batch.Queue(planGuardOff)
-	}
-	br := b.SendBatch(ctx, batch)
-	defer br.Close()
+	p := newPipeline(b, st.guard)
+	p.add(st, args...)
+	br, err := p.send(ctx)
 	var zero T
-	if _, err := br.Exec(); err != nil {
-		return zero, fmt.Errorf("plan guard: %w", err)
+	if err != nil {
+		return zero, err
 	}
+	defer br.Close()
 	out, err := collect(br.Query())
 	if err != nil {
 		return zero, err
 	}
-	if restore {
-		if _, err := br.Exec(); err != nil {
-			return zero, fmt.Errorf("plan guard restore: %w", err)
-		}
-	}
-	// The pipeline's implicit transaction commits at its end: rows read before a
-	// failed commit were never written, so nothing is returned with the error.
-	if err := br.Close(); err != nil {
+	if err := p.end(br); err != nil {
 		return zero, err
 	}
 	return out, nil
+}
+
+// pipeline is statements sent in one round trip under one plan guard: the guard
+// first and, when db is not a pool, the restore last (the caller's transaction may go
+// on past the pipeline). On a pool the pipeline is one implicit transaction, which
+// ends the guard's settings.
+type pipeline struct {
+	batch   pgx.Batch
+	db      Batcher
+	restore bool
+}
+
+func newPipeline(db Batcher, guard string) *pipeline {
+	_, pooled := db.(*pgxpool.Pool)
+	p := &pipeline{db: db, restore: !pooled}
+	p.batch.Queue(guard)
+	return p
+}
+
+// add queues st (its guard is the pipeline's, or it has none).
+func (p *pipeline) add(st stmt, args ...any) { p.batch.Queue(st.sql, args...) }
+
+// send sends the pipeline and reads the guard's result. The caller reads each
+// statement's result in turn, then calls end.
+func (p *pipeline) send(ctx context.Context) (pgx.BatchResults, error) {
+	if p.restore {
+		p.batch.Queue(planGuardOff)
+	}
+	br := p.db.SendBatch(ctx, &p.batch)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return nil, fmt.Errorf("plan guard: %w", err)
+	}
+	return br, nil
+}
+
+// end reads the restore's result and closes br. The pipeline's implicit transaction
+// commits at its end: rows read before a failed commit were never written, so the
+// caller returns nothing with the error.
+func (p *pipeline) end(br pgx.BatchResults) error {
+	if p.restore {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return fmt.Errorf("plan guard restore: %w", err)
+		}
+	}
+	return br.Close()
 }

@@ -6,6 +6,8 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 type reclaimStatements struct {
@@ -18,7 +20,7 @@ func newReclaimStatements(b *builder) reclaimStatements {
 		// (maint.Reclaimer's floor): the scan starts there instead of at the index's
 		// head, which under a snapshot held open elsewhere holds an entry for every job
 		// that ran since vacuum last could remove one.
-		expired: b.add("expired", `
+		expired: b.addGuarded(planGuardOn, "expired", `
 SELECT id, lease_token, kind, attempts, max_attempts
 FROM {{s}}.jobs
 WHERE status = 'running' AND lease_until < coalesce($1::timestamptz, now())
@@ -73,20 +75,13 @@ type Expired struct {
 // ListExpired returns up to limit jobs whose lease expired, oldest expiry first. A
 // non-nil floor leaves out leases that ended before it.
 func (s *Store) ListExpired(ctx context.Context, db DBTX, now, floor *time.Time, limit int) ([]Expired, error) {
-	rows, err := db.Query(ctx, s.reclaim.expired.sql, Now(now), limit, Now(floor))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Expired
-	for rows.Next() {
-		var e Expired
-		if err := rows.Scan(&e.ID, &e.Token, &e.Kind, &e.Attempts, &e.MaxAttempts); err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	return out, rows.Err()
+	return guarded(ctx, db, s.reclaim.expired, func(rows pgx.Rows, err error) ([]Expired, error) {
+		return collectValues(rows, err, func(r pgx.Row) (Expired, error) {
+			var e Expired
+			err := r.Scan(&e.ID, &e.Token, &e.Kind, &e.Attempts, &e.MaxAttempts)
+			return e, err
+		})
+	}, Now(now), limit, Now(floor))
 }
 
 // Reclaim returns the given expired leases to the queue with their delays (or fails
@@ -98,5 +93,5 @@ func (s *Store) Reclaim(ctx context.Context, db DBTX, now *time.Time, leases []L
 		us[i] = micros(d)
 	}
 	// Guarded like the other fenced writes (planguard.go).
-	return guarded(ctx, db, s.reclaim.reclaim, collectStatuses, Now(now), uuidArg(ids), uuidArg(tokens), us)
+	return guarded(ctx, db, s.reclaim.reclaim, collectMap[string], Now(now), uuidArg(ids), uuidArg(tokens), us)
 }

@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // perFinishedState repeats a query (with %s for the state) once per finished state,
@@ -37,7 +39,7 @@ type statsStatements struct {
 
 func newStatsStatements(b *builder) statsStatements {
 	return statsStatements{
-		live: b.add("stats_live", `
+		live: b.addGuarded(planGuardOn, "stats_live", `
 WITH t AS MATERIALIZED (SELECT coalesce($1::timestamptz, now()) AS now),
 p AS (
   SELECT queue, count(*) AS pending,
@@ -65,7 +67,7 @@ ORDER BY 1`),
 		// Sequences held up by a failed job (not SkipFailed) with later jobs waiting,
 		// per queue of the failed job: ranges of jobs_sequence_idx, which holds only
 		// jobs of sequences.
-		blockedSequences: b.add("stats_blocked_sequences", `
+		blockedSequences: b.addGuarded(planGuardOn, "stats_blocked_sequences", `
 SELECT f.queue, count(DISTINCT f.sequence_key)
 FROM {{s}}.jobs f
 WHERE f.sequence_key IS NOT NULL AND f.status = 'failed' AND NOT f.sequence_skip_failed
@@ -76,7 +78,7 @@ GROUP BY 1`),
 		// Jobs finished within the last $2 microseconds, per queue, bucket of $3
 		// microseconds (aligned to the Unix epoch) and state: ranges of
 		// jobs_retention_idx, like stats_recent.
-		throughput: b.add("stats_throughput", `
+		throughput: b.addGuarded(planGuardOn, "stats_throughput", `
 SELECT queue, to_timestamp(floor(extract(epoch FROM updated_at) * 1000000 / $3::bigint) * $3::bigint / 1000000.0),
        status::text, count(*)
 FROM (`+perFinishedState(`
@@ -106,14 +108,14 @@ GROUP BY 1, 2`),
 		// Jobs that finished within the last $2 microseconds, per queue and state: one
 		// range of jobs_retention_idx (status, updated_at) per state, so its cost grows
 		// with the window's throughput, never with the table.
-		recent: b.add("stats_recent", `
+		recent: b.addGuarded(planGuardOn, "stats_recent", `
 SELECT queue, status::text, count(*) FROM (`+perFinishedState(`
   SELECT queue, status FROM {{s}}.jobs
   WHERE status = '%s' AND updated_at >= coalesce($1::timestamptz, now()) - $2::bigint * interval '1 microsecond'`)+`) AS f
 GROUP BY 1, 2`),
 
 		horizon: b.add("stats_horizon", horizonSQL),
-		outbox: b.add("stats_outbox", `
+		outbox: b.addGuarded(planGuardOn, "stats_outbox", `
 WITH t AS MATERIALIZED (SELECT coalesce($1::timestamptz, now()) AS now)
 SELECT (SELECT count(*) FROM {{s}}.outbox WHERE published_at IS NULL AND dead_at IS NULL),
        coalesce(extract(epoch FROM (SELECT now FROM t) -
@@ -136,22 +138,15 @@ type QueueStats struct {
 // LiveStats returns per-queue pending, due, running and expired-lease counts and the
 // oldest due job's age; queues with no live job are absent.
 func (s *Store) LiveStats(ctx context.Context, db DBTX, now *time.Time) ([]QueueStats, error) {
-	rows, err := db.Query(ctx, s.stats.live.sql, Now(now))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []QueueStats
-	for rows.Next() {
-		var q QueueStats
-		var age float64
-		if err := rows.Scan(&q.Queue, &q.Pending, &q.Due, &age, &q.Running, &q.ExpiredLeases, &q.Retrying); err != nil {
-			return nil, err
-		}
-		q.OldestDueAge = secondsDuration(age)
-		out = append(out, q)
-	}
-	return out, rows.Err()
+	return guarded(ctx, db, s.stats.live, func(rows pgx.Rows, err error) ([]QueueStats, error) {
+		return collectValues(rows, err, func(r pgx.Row) (QueueStats, error) {
+			var q QueueStats
+			var age float64
+			err := r.Scan(&q.Queue, &q.Pending, &q.Due, &age, &q.Running, &q.ExpiredLeases, &q.Retrying)
+			q.OldestDueAge = secondsDuration(age)
+			return q, err
+		})
+	}, Now(now))
 }
 
 func secondsDuration(s float64) time.Duration {
@@ -178,11 +173,11 @@ type FinishedCount struct {
 // reads that share of the table's pages (chosen at random) and scales the counts up;
 // with 100 it counts exactly.
 func (s *Store) FinishedCounts(ctx context.Context, db DBTX, percent float64) ([]FinishedCount, error) {
-	q, args := s.stats.finishedExact.sql, []any{}
+	st, args := s.stats.finishedExact, []any{}
 	if percent < 100 {
-		q, args = s.stats.finishedSample.sql, []any{percent}
+		st, args = s.stats.finishedSample, []any{percent}
 	}
-	out, err := s.finishedCounts(ctx, db, q, args...)
+	out, err := s.finishedCounts(ctx, db, st, args...)
 	if err != nil || percent >= 100 {
 		return out, err
 	}
@@ -193,21 +188,14 @@ func (s *Store) FinishedCounts(ctx context.Context, db DBTX, percent float64) ([
 }
 
 // finishedCounts runs a statement returning (queue, status, count) rows.
-func (s *Store) finishedCounts(ctx context.Context, db DBTX, q string, args ...any) ([]FinishedCount, error) {
-	rows, err := db.Query(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []FinishedCount
-	for rows.Next() {
-		var f FinishedCount
-		if err := rows.Scan(&f.Queue, &f.Status, &f.Count); err != nil {
-			return nil, err
-		}
-		out = append(out, f)
-	}
-	return out, rows.Err()
+func (s *Store) finishedCounts(ctx context.Context, db DBTX, st stmt, args ...any) ([]FinishedCount, error) {
+	return guarded(ctx, db, st, func(rows pgx.Rows, err error) ([]FinishedCount, error) {
+		return collectValues(rows, err, func(r pgx.Row) (FinishedCount, error) {
+			var f FinishedCount
+			err := r.Scan(&f.Queue, &f.Status, &f.Count)
+			return f, err
+		})
+	}, args...)
 }
 
 // RecentFinished counts, per finished state, the jobs that finished within window.
@@ -217,7 +205,7 @@ type RecentFinished struct{ Succeeded, Failed, Cancelled int64 }
 // within window, and the totals over all queues.
 func (s *Store) RecentlyFinished(ctx context.Context, db DBTX, now *time.Time, window time.Duration) (map[string]RecentFinished, RecentFinished, error) {
 	var total RecentFinished
-	counts, err := s.finishedCounts(ctx, db, s.stats.recent.sql, Now(now), micros(window))
+	counts, err := s.finishedCounts(ctx, db, s.stats.recent, Now(now), micros(window))
 	if err != nil {
 		return nil, total, err
 	}
@@ -250,30 +238,18 @@ type OutboxStats struct {
 // OutboxHealth returns the outbox's unpublished and dead counts and the oldest
 // unpublished event's age.
 func (s *Store) OutboxHealth(ctx context.Context, db DBTX, now *time.Time) (OutboxStats, error) {
-	var o OutboxStats
-	var age float64
-	err := db.QueryRow(ctx, s.stats.outbox.sql, Now(now)).Scan(&o.Unpublished, &age, &o.Dead)
-	o.OldestUnpublished = secondsDuration(age)
-	return o, err
+	return guardedRow(ctx, db, s.stats.outbox, func(r pgx.Row) (OutboxStats, error) {
+		var o OutboxStats
+		var age float64
+		err := r.Scan(&o.Unpublished, &age, &o.Dead)
+		o.OldestUnpublished = secondsDuration(age)
+		return o, err
+	}, Now(now))
 }
 
 // BlockedSequences counts, per queue, the sequences a failed job holds up.
 func (s *Store) BlockedSequences(ctx context.Context, db DBTX) (map[string]int64, error) {
-	rows, err := db.Query(ctx, s.stats.blockedSequences.sql)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]int64{}
-	for rows.Next() {
-		var q string
-		var n int64
-		if err := rows.Scan(&q, &n); err != nil {
-			return nil, err
-		}
-		out[q] = n
-	}
-	return out, rows.Err()
+	return guarded(ctx, db, s.stats.blockedSequences, collectMap[int64])
 }
 
 // ThroughputCount is how many jobs of a queue reached a finished state in a bucket.
@@ -286,18 +262,11 @@ type ThroughputCount struct {
 
 // Throughput counts the jobs that finished within window, per queue, bucket and state.
 func (s *Store) Throughput(ctx context.Context, db DBTX, now *time.Time, window, bucket time.Duration) ([]ThroughputCount, error) {
-	rows, err := db.Query(ctx, s.stats.throughput.sql, Now(now), micros(window), micros(bucket))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []ThroughputCount
-	for rows.Next() {
-		var c ThroughputCount
-		if err := rows.Scan(&c.Queue, &c.Start, &c.Status, &c.Count); err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
+	return guarded(ctx, db, s.stats.throughput, func(rows pgx.Rows, err error) ([]ThroughputCount, error) {
+		return collectValues(rows, err, func(r pgx.Row) (ThroughputCount, error) {
+			var c ThroughputCount
+			err := r.Scan(&c.Queue, &c.Start, &c.Status, &c.Count)
+			return c, err
+		})
+	}, Now(now), micros(window), micros(bucket))
 }

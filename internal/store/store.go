@@ -198,13 +198,32 @@ func nullable(s string) *string {
 	return &s
 }
 
-// collect scans every row of a query with scan.
-func collect[T any](rows pgx.Rows, err error, scan func(pgx.Row) (*T, error)) ([]*T, error) {
+// collectMap reads (key, value) rows into a map: a job's status by id, a count by
+// status or queue.
+func collectMap[V any](rows pgx.Rows, err error) (map[string]V, error) {
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []*T
+	m := map[string]V{}
+	for rows.Next() {
+		var k string
+		var v V
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, err
+		}
+		m[k] = v
+	}
+	return m, rows.Err()
+}
+
+// collectValues reads every row with scan.
+func collectValues[T any](rows pgx.Rows, err error, scan func(pgx.Row) (T, error)) ([]T, error) {
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
 	for rows.Next() {
 		v, err := scan(rows)
 		if err != nil {
@@ -213,6 +232,11 @@ func collect[T any](rows pgx.Rows, err error, scan func(pgx.Row) (*T, error)) ([
 		out = append(out, v)
 	}
 	return out, rows.Err()
+}
+
+// collect scans every row of a query with scan.
+func collect[T any](rows pgx.Rows, err error, scan func(pgx.Row) (*T, error)) ([]*T, error) {
+	return collectValues(rows, err, scan)
 }
 
 // sortBatch puts a claimed batch into claim order: UPDATE … RETURNING does not keep
