@@ -105,6 +105,13 @@ type W10Window struct {
 	// (pg_stat_bgwriter.buffers_checkpoint; pg_stat_checkpointer.buffers_written from
 	// PostgreSQL 17): data writes that compete with the commits' WAL syncs.
 	CheckpointBuffers int64 `json:"checkpoint_buffers"`
+	// WALBytesPerJob is the WAL the whole server wrote in the window (pg_stat_wal,
+	// PostgreSQL 14+; 0 before) per job offered, WALFPI its full-page images, and
+	// WALSyncs the syncs of the WAL that backends and the WAL writer issued: what
+	// the commits waited on, and how much of it each job brought.
+	WALBytesPerJob float64 `json:"wal_bytes_per_job"`
+	WALFPI         int64   `json:"wal_fpi"`
+	WALSyncs       int64   `json:"wal_syncs"`
 }
 
 // w10Windows prints as a table in the text output and as an array in JSON.
@@ -112,11 +119,12 @@ type w10Windows []W10Window
 
 func (ws w10Windows) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n       %-8s %7s %9s %11s %8s %8s %10s %10s %11s %13s %7s %9s %9s", "phase", "start s", "offered/s", "completed/s", "p50 ms", "p99 ms",
-		"enq p99", "queue p99", "dead tuples", "idx reads/s", "claims", "claim ms", "ckpt buf")
+	fmt.Fprintf(&b, "\n       %-8s %7s %9s %11s %8s %8s %10s %10s %11s %13s %7s %9s %9s %9s %8s %9s", "phase", "start s", "offered/s", "completed/s", "p50 ms", "p99 ms",
+		"enq p99", "queue p99", "dead tuples", "idx reads/s", "claims", "claim ms", "ckpt buf", "WAL B/job", "WAL FPI", "WAL syncs")
 	for _, w := range ws {
-		fmt.Fprintf(&b, "\n       %-8s %7.0f %9.0f %11.0f %8.2f %8.2f %10.2f %10.2f %11d %13.0f %7d %9.2f %9d", w.Phase, w.StartS, w.OfferedPerSec, w.CompletedPerSec,
-			w.P50ms, w.P99ms, w.EnqueueP99ms, w.QueueP99ms, w.DeadTuples, w.IndexReadsPerSec, w.Claims, w.ClaimMeanMs, w.CheckpointBuffers)
+		fmt.Fprintf(&b, "\n       %-8s %7.0f %9.0f %11.0f %8.2f %8.2f %10.2f %10.2f %11d %13.0f %7d %9.2f %9d %9.0f %8d %9d", w.Phase, w.StartS, w.OfferedPerSec, w.CompletedPerSec,
+			w.P50ms, w.P99ms, w.EnqueueP99ms, w.QueueP99ms, w.DeadTuples, w.IndexReadsPerSec, w.Claims, w.ClaimMeanMs, w.CheckpointBuffers,
+			w.WALBytesPerJob, w.WALFPI, w.WALSyncs)
 	}
 	return b.String()
 }
@@ -275,6 +283,7 @@ type w10Mark struct {
 	claimTime         time.Duration
 	dead, indexReads  int64
 	ckptBuffers       int64
+	wal               w10WAL
 	deadErr           error
 }
 
@@ -286,6 +295,18 @@ func w10CheckpointSQL(v int) string {
 		return `SELECT buffers_written FROM pg_stat_checkpointer`
 	}
 	return `SELECT buffers_checkpoint FROM pg_stat_bgwriter`
+}
+
+// w10WAL is what pg_stat_wal has counted so far.
+type w10WAL struct{ bytes, fpi, syncs int64 }
+
+// w10WALSQL reads pg_stat_wal on a server of version v, or nothing before PostgreSQL
+// 14, which has no such view (the window's WAL columns then stay 0).
+func w10WALSQL(v int) string {
+	if v < 140000 {
+		return ""
+	}
+	return `SELECT wal_bytes::bigint, wal_fpi, wal_sync FROM pg_stat_wal`
 }
 
 func runW10(ctx context.Context, e *Env) (*Result, error) { return runW10Plan(ctx, e, false) }
@@ -360,7 +381,7 @@ func runW10Plan(ctx context.Context, e *Env, control bool) (*Result, error) {
 	if err := e.Pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
 		return nil, fmt.Errorf("W10: reading the server version: %w", err)
 	}
-	ckptSQL := w10CheckpointSQL(version)
+	ckptSQL, walSQL := w10CheckpointSQL(version), w10WALSQL(version)
 	read := func() w10Mark {
 		c := worker.Counters()
 		m := w10Mark{succeeded: c.Succeeded, claims: c.ClaimStatements, claimTime: c.ClaimTime}
@@ -370,6 +391,9 @@ func runW10Plan(ctx context.Context, e *Env, control bool) (*Result, error) {
 			schema).Scan(&m.dead, &m.indexReads)
 		if m.deadErr == nil {
 			m.deadErr = e.Pool.QueryRow(ctx, ckptSQL).Scan(&m.ckptBuffers)
+		}
+		if m.deadErr == nil && walSQL != "" {
+			m.deadErr = e.Pool.QueryRow(ctx, walSQL).Scan(&m.wal.bytes, &m.wal.fpi, &m.wal.syncs)
 		}
 		return m
 	}

@@ -52,9 +52,11 @@ func testW10QuickScale(t *testing.T, control bool) {
 		behind[at] = true
 	}
 	phases, filled := map[string]int{}, map[string]int{}
-	var pinDead int64
+	var pinDead, walSyncs int64
+	var walBytes float64
 	for k, w := range ws {
 		phases[w.Phase]++
+		walBytes, walSyncs = max(walBytes, w.WALBytesPerJob), walSyncs+w.WALSyncs
 		switch {
 		case w.Offered > 0 && w.P99ms > 0:
 			filled[w.Phase]++
@@ -77,6 +79,17 @@ func testW10QuickScale(t *testing.T, control bool) {
 	}
 	if pinDead == 0 && !control {
 		t.Error("no dead tuples seen during the pin")
+	}
+	// Every job writes WAL and, with fsync on, every durable commit syncs it: a server
+	// of 14 or later (the tests' own is 15, fsync off) counts both in pg_stat_wal.
+	var version int
+	var fsync bool
+	if err := env.Pool.QueryRow(context.Background(), `SELECT current_setting('server_version_num')::int,
+  current_setting('fsync')::bool`).Scan(&version, &fsync); err != nil {
+		t.Fatal(err)
+	}
+	if version >= 140000 && (walBytes <= 0 || fsync && walSyncs <= 0) {
+		t.Errorf("no WAL counted: %.0f bytes a job at most, %d syncs", walBytes, walSyncs)
 	}
 	var table strings.Builder
 	Table(&table, []*Result{r})

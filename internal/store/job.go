@@ -158,10 +158,12 @@ func newJobStatements(b *builder) jobStatements {
 	return jobStatements{
 		get: b.addGuarded(planGuardOn, "get", `SELECT `+jobColumns+` FROM {{s}}.jobs WHERE id = $1`),
 
-		// Keyset paging by id: ids are time-ordered, so pages come oldest first.
-		list: b.add("list", `
+		// Keyset paging by id: ids are time-ordered, so pages come oldest first. Planned
+		// for the filters given (planCustom); the states as the column's own type, so
+		// that a state implies its partial indexes' predicates.
+		list: b.addGuarded(planCustom, "list", `
 SELECT `+jobColumns+` FROM {{s}}.jobs
-WHERE ($1::text[] IS NULL OR status::text = ANY($1))
+WHERE ($1::{{s}}.job_status[] IS NULL OR status = ANY($1))
   AND ($2::text IS NULL OR queue = $2)
   AND ($3::text IS NULL OR kind = $3)
   AND ($4::uuid IS NULL OR id > $4)
@@ -234,8 +236,8 @@ func (s *Store) List(ctx context.Context, db DBTX, p ListParams) ([]*Job, error)
 	if len(p.Statuses) > 0 {
 		statuses = p.Statuses
 	}
-	return collectJobs(db.Query(ctx, s.jobs.list.sql, statuses, nullable(p.Queue), nullable(p.Kind), nullable(p.AfterID), p.Limit,
-		nullable(p.Tag), nullable(p.Search), jsonOrNil(p.Metadata)))
+	return guarded(ctx, db, s.jobs.list, collectJobs, statuses, nullable(p.Queue), nullable(p.Kind), nullable(p.AfterID), p.Limit,
+		nullable(p.Tag), nullable(p.Search), jsonOrNil(p.Metadata))
 }
 
 // JobsByTx returns the jobs the transaction txid wrote, oldest first.

@@ -93,19 +93,31 @@ import (
 // sequential scans: the limited claims join their head window, the buckets of its jobs
 // and the running jobs several times over, and limited to nested loops those joins
 // compared every row with every other (a claim of successors for 400 running jobs: 11
-// → 151 ms). None JIT-compiles. planGuardSave saves every setting any of them
-// changes, for planGuardOff, and sets what they share.
+// → 151 ms). None JIT-compiles. planGuardKeep saves every setting any guard
+// changes, for planGuardOff, and turns JIT off; planGuardSave adds what the three
+// share.
 const (
-	planGuardSave = `SELECT set_config('skiplock.plan_guard',
+	planGuardKeep = `SELECT set_config('skiplock.plan_guard',
   current_setting('enable_seqscan') || ',' || current_setting('enable_hashjoin') || ',' || current_setting('enable_mergejoin')
     || ',' || current_setting('plan_cache_mode') || ',' || current_setting('enable_nestloop') || ',' || current_setting('jit'), true),
-  set_config('enable_seqscan', 'off', true),
-  set_config('plan_cache_mode', 'force_generic_plan', true), set_config('jit', 'off', true)`
+  set_config('jit', 'off', true)`
+	planGuardSave = planGuardKeep + `, set_config('enable_seqscan', 'off', true),
+  set_config('plan_cache_mode', 'force_generic_plan', true)`
 	planGuardOn   = planGuardSave + `, set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)`
 	planGuardByID = planGuardSave + `, set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'on', true),
   set_config('enable_nestloop', 'off', true)`
 	planGuardScans = planGuardSave
-	planGuardOff   = `SELECT set_config('enable_seqscan', split_part(current_setting('skiplock.plan_guard'), ',', 1), true),
+	// planCustom is the opposite, for the operator's job listing: a plan made for the
+	// filters given. The listing's one statement takes every filter as "$n IS NULL OR
+	// …"; a generic plan cannot know which are set, so it walks the primary key and
+	// filters every row (the failed jobs among ten million succeeded ones: the whole
+	// table, for each page). Planned with the values, the absent filters fold away and
+	// a state or tag finds its rows by its index (the finished states' retention index,
+	// the running jobs' lease index, the tags' GIN index) when the statistics say they
+	// are few. It runs at a person's request, so planning it every time costs nothing
+	// that matters.
+	planCustom   = planGuardKeep + `, set_config('plan_cache_mode', 'force_custom_plan', true)`
+	planGuardOff = `SELECT set_config('enable_seqscan', split_part(current_setting('skiplock.plan_guard'), ',', 1), true),
   set_config('enable_hashjoin', split_part(current_setting('skiplock.plan_guard'), ',', 2), true),
   set_config('enable_mergejoin', split_part(current_setting('skiplock.plan_guard'), ',', 3), true),
   set_config('plan_cache_mode', split_part(current_setting('skiplock.plan_guard'), ',', 4), true),
