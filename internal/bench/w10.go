@@ -300,13 +300,14 @@ func w10CheckpointSQL(v int) string {
 // w10WAL is what pg_stat_wal has counted so far.
 type w10WAL struct{ bytes, fpi, syncs int64 }
 
-// w10WALSQL reads pg_stat_wal on a server of version v, or nothing before PostgreSQL
-// 14, which has no such view (the window's WAL columns then stay 0).
-func w10WALSQL(v int) string {
+// w10WALColumns are the select-list items that read pg_stat_wal's bytes, full-page
+// images and syncs on a server of version v, or zeros before PostgreSQL 14, which has
+// no such view (the window's WAL columns then stay 0).
+func w10WALColumns(v int) string {
 	if v < 140000 {
-		return ""
+		return `0::bigint, 0::bigint, 0::bigint`
 	}
-	return `SELECT wal_bytes::bigint, wal_fpi, wal_sync FROM pg_stat_wal`
+	return `(SELECT wal_bytes::bigint FROM pg_stat_wal), (SELECT wal_fpi FROM pg_stat_wal), (SELECT wal_sync FROM pg_stat_wal)`
 }
 
 func runW10(ctx context.Context, e *Env) (*Result, error) { return runW10Plan(ctx, e, false) }
@@ -373,31 +374,28 @@ func runW10Plan(ctx context.Context, e *Env, control bool) (*Result, error) {
 	// runCtx ends the generator early when the observer fails.
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
-	start := time.Now()
-	// The observer reads the counters and the dead tuples at every window's end, and
-	// takes and releases the pin at the phase boundaries.
+	// The observer reads the counters and the server's statistics at every window's
+	// end (one round trip), and takes and releases the pin at the phase boundaries.
 	marks := make([]w10Mark, plan.windows+1)
 	var version int
 	if err := e.Pool.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&version); err != nil {
 		return nil, fmt.Errorf("W10: reading the server version: %w", err)
 	}
-	ckptSQL, walSQL := w10CheckpointSQL(version), w10WALSQL(version)
+	statsSQL := `SELECT
+  (SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'jobs'),
+  (SELECT coalesce(sum(idx_tup_read), 0) FROM pg_stat_user_indexes WHERE schemaname = $1 AND indexrelname = 'jobs_ready_idx'),
+  (` + w10CheckpointSQL(version) + `), ` + w10WALColumns(version)
 	read := func() w10Mark {
 		c := worker.Counters()
 		m := w10Mark{succeeded: c.Succeeded, claims: c.ClaimStatements, claimTime: c.ClaimTime}
-		m.deadErr = e.Pool.QueryRow(ctx, `SELECT
-  (SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'jobs'),
-  (SELECT coalesce(sum(idx_tup_read), 0) FROM pg_stat_user_indexes WHERE schemaname = $1 AND indexrelname = 'jobs_ready_idx')`,
-			schema).Scan(&m.dead, &m.indexReads)
-		if m.deadErr == nil {
-			m.deadErr = e.Pool.QueryRow(ctx, ckptSQL).Scan(&m.ckptBuffers)
-		}
-		if m.deadErr == nil && walSQL != "" {
-			m.deadErr = e.Pool.QueryRow(ctx, walSQL).Scan(&m.wal.bytes, &m.wal.fpi, &m.wal.syncs)
-		}
+		m.deadErr = e.Pool.QueryRow(ctx, statsSQL, schema).Scan(&m.dead, &m.indexReads, &m.ckptBuffers, &m.wal.bytes, &m.wal.fpi, &m.wal.syncs)
 		return m
 	}
+	// The clock starts once the first marks are read: the generator starts with it,
+	// and a first read slower than a window (a loaded machine, W10's tests' 200 ms
+	// windows) would otherwise leave the first window without a job.
 	marks[0] = read()
+	start := time.Now()
 	var pin *w10Pin
 	defer func() { pin.release(ctx) }()
 	var pinXid int64

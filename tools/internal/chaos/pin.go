@@ -25,7 +25,7 @@ package chaos
 // so a recovery as slow as the pin says the machine slowed down, not the pin. A CI run
 // did just that: its p50 rose from 12 to 44 ms through the pin and stayed at 33 ms in
 // the recovery, the claims' index reads as in passing runs, and the pin's median p99
-// came out 2.24× a baseline of 117 ms (13 earlier CI runs: 0.90–1.83×). The pin
+// came out 2.24× a baseline of 117 ms (12 earlier CI runs: 0.90–1.83×). The pin
 // figures are medians of their windows' p99, so that one window cannot decide: a window's p99 rests on its 80 slowest jobs of 8,000, and a
 // single burst of the machine moves it — on a 2-core machine an autovacuum run of
 // the jobs table (it comes about half a minute into the pin, visible as the drop in
