@@ -12,7 +12,10 @@ package skiplock
 //     next claim starts at the head;
 //   - its own outcomes that can make an old job ready (a sequence's next job, a flow's
 //     parent, a batch callback): the next claim of every producer starts at the head;
-//   - a limited queue, a Manual claim or a process start: those claim from the head.
+//   - a Manual claim or a process start: those claim from the head.
+//
+// A limited queue's claims use the cursor too, but resume at the first job they left
+// waiting rather than after the last one they took (store.LimitedClaim.Next).
 
 import (
 	"context"
@@ -108,7 +111,7 @@ func (r *runtime) checkHead(p *producer) {
 // the floor its next claim would use.
 func (r *runtime) headBehind(p *producer) (bool, error) {
 	at, _ := p.cursor.get()
-	if at == nil || r.limited(p.queue) {
+	if at == nil {
 		return false, nil
 	}
 	c := r.c

@@ -86,18 +86,32 @@ func (r *runtime) claimLimited(ctx context.Context, p *producer, n int, successo
 	if p.handoff.Load() {
 		preds = r.predecessors(p)
 	}
-	params := store.ClaimParams{Queue: p.queue, WorkerID: c.cfg.ID, Limit: n, Lease: c.cfg.LeaseDuration, Preds: preds}
+	// Limited claims resume from the producer's cursor too (cursor.go), so a held
+	// snapshot does not make each of them walk every job claimed since it was taken.
+	after, gen := p.cursor.get()
+	params := store.ClaimParams{Queue: p.queue, WorkerID: c.cfg.ID, Limit: n, Lease: c.cfg.LeaseDuration, Preds: preds,
+		After: after, Lag: c.cfg.PollInterval}
 	if successors && p.handoff.Load() {
 		still := claimResult{short: true, throttled: true, successors: true}
 		if len(preds) == 0 {
 			return nil, still, nil
 		}
+		// Successors come from the jobs the cursor has not passed; taking them moves
+		// nothing it must stay behind, so the cursor stays.
 		jobs, err := c.store.ClaimSuccessors(ctx, c.pool, store.NowParam(c.cfg.Clock), params)
 		return jobs, still, err
 	}
 	res, err := c.store.ClaimLimited(ctx, c.pool, store.NowParam(c.cfg.Clock), params)
 	if err != nil {
 		return nil, claimResult{}, err
+	}
+	// The next claim resumes at the first job left waiting (one a limit held back
+	// must not fall behind the cursor), or after the last job taken when none waits.
+	switch {
+	case res.Next != nil:
+		p.cursor.advance(gen, res.Next)
+	case len(res.Jobs) > 0:
+		p.cursor.advance(gen, store.CursorOf(res.Jobs[len(res.Jobs)-1]))
 	}
 	out := claimResult{short: len(res.Jobs) < n}
 	// Handoff stays on from a throttled claim until the queue has no due job left: a

@@ -18,6 +18,10 @@ package bench
 // what the machine alone does over the same twelve minutes (checkpoints, autovacuum,
 // the table's growth, the disk's own swings). Its verdict is a reading, not a target.
 //
+// W10L is W10 with a limit on the queue that never binds (w10LimitRunning), so every
+// claim is the limited one (internal/store/limits.go), judged by W10's rule: the
+// limits' claims must stay flat under the pin as the plain claim does.
+//
 // Pickup latency is measured as in W6: from just before the autocommit
 // Client.Enqueue call to the first line of the job's handler, both read from this
 // process's monotonic clock. It includes the enqueue's durable commit, which the pin
@@ -226,22 +230,44 @@ func (p w10Plan) phase(i int) string {
 	}
 }
 
-func runW10(ctx context.Context, e *Env) (*Result, error) { return runW10Plan(ctx, e, false) }
+// w10Variant is one of W10's workloads: W10 itself, its control W10C (no pin) and
+// W10L (a limited queue).
+type w10Variant struct {
+	name    string
+	control bool // no pin: the middle phase is W10Control
+	limited bool // the queue has a limit that never binds (w10LimitRunning)
+}
+
+// w10LimitRunning is W10L's limit on the queue's running jobs: far above what its 100
+// workers and their prefetch can hold, so it never binds.
+const w10LimitRunning = 10000
+
+func runW10(ctx context.Context, e *Env) (*Result, error) {
+	return runW10Plan(ctx, e, w10Variant{name: "W10"})
+}
 
 // runW10Control is W10C: W10's timeline with no pin.
-func runW10Control(ctx context.Context, e *Env) (*Result, error) { return runW10Plan(ctx, e, true) }
+func runW10Control(ctx context.Context, e *Env) (*Result, error) {
+	return runW10Plan(ctx, e, w10Variant{name: "W10C", control: true})
+}
 
-func runW10Plan(ctx context.Context, e *Env, control bool) (*Result, error) {
-	name := "bench_w10"
-	if control {
-		name = "bench_w10c" // a schema of its own: e.schema drops what it names
-	}
-	schema, err := e.schema(ctx, name)
+// runW10Limited is W10L: W10 on a queue under a limit that never binds.
+func runW10Limited(ctx context.Context, e *Env) (*Result, error) {
+	return runW10Plan(ctx, e, w10Variant{name: "W10L", limited: true})
+}
+
+func runW10Plan(ctx context.Context, e *Env, variant w10Variant) (*Result, error) {
+	// A schema of its own per variant: e.schema drops what it names.
+	schema, err := e.schema(ctx, "bench_"+strings.ToLower(variant.name))
 	if err != nil {
 		return nil, fmt.Errorf("W10: creating the schema: %w", err)
 	}
 	plan := newW10Plan(e.Scale)
-	plan.control = control
+	plan.control = variant.control
+	var limits []skiplock.Limit
+	if variant.limited {
+		limits = []skiplock.Limit{{Queue: skiplock.DefaultQueue, MaxRunning: w10LimitRunning}}
+	}
 	total := int(float64(w10Rate) * (time.Duration(plan.windows) * plan.window).Seconds())
 	rec := newW10Recorder(total, w10AppConns)
 	ws := skiplock.NewWorkers()
@@ -258,7 +284,7 @@ func runW10Plan(ctx context.Context, e *Env, control bool) (*Result, error) {
 	// lines, so it is off; every setting on the measured path stays the default.
 	worker, err := skiplock.NewClient(workerPool, skiplock.Config{Schema: schema, Workers: ws,
 		Queues:         map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: w10Workers}},
-		HorizonWarning: -1})
+		HorizonWarning: -1, Limits: limits})
 	if err != nil {
 		return nil, fmt.Errorf("W10: creating the worker: %w", err)
 	}
@@ -422,9 +448,13 @@ func runW10Plan(ctx context.Context, e *Env, control bool) (*Result, error) {
 	}
 	windows, all := w10Split(plan, start, rec.samples, marks)
 	v := judgeW10(plan, windows)
-	workload, target, met := "W10", fmt.Sprintf("≥ %.0f%% of offered; pin p99 ≤ %g× base", 100*w10RateShare, w10P99Factor), w10Met(v)
+	workload, target, met := variant.name, fmt.Sprintf("≥ %.0f%% of offered; pin p99 ≤ %g× base", 100*w10RateShare, w10P99Factor), w10Met(v)
 	middle := fmt.Sprintf("pin %s (REPEATABLE READ snapshot and xid held by an idle session)", time.Duration(plan.pin)*plan.window)
 	pinNote := fmt.Sprintf("xid %d held; %d dead job tuples at release", pinXid, pinDead)
+	limitNote := ""
+	if variant.limited {
+		limitNote = fmt.Sprintf("; a limit of %d running jobs on the queue (never binds): every claim is the limited one", w10LimitRunning)
+	}
 	if plan.control {
 		workload, target, met = "W10C", "none: a control for W10's rule", nil
 		middle = fmt.Sprintf("control %s (no pin: the pin's place in W10's timeline)", time.Duration(plan.pin)*plan.window)
@@ -432,7 +462,7 @@ func runW10Plan(ctx context.Context, e *Env, control bool) (*Result, error) {
 	}
 	r := &Result{Workload: workload, N: total, Seconds: elapsed.Seconds(), JobsPerSec: float64(total) / elapsed.Seconds(),
 		Settings: e.Settings + fmt.Sprintf("; %d jobs/s offered: autocommit Client.Enqueue, pool of %d; worker: MaxWorkers %d, client defaults",
-			w10Rate, w10AppConns, w10Workers),
+			w10Rate, w10AppConns, w10Workers) + limitNote,
 		Target:   target,
 		Met:      met,
 		Verified: verified + fmt.Sprintf(" (%d measured, %d warm-up)", total, rec.warm),

@@ -13,24 +13,30 @@ import (
 // cover the three phases, every job ran exactly once, and the pin left dead tuples
 // the statistics show. The verdict itself is not asserted: at this scale it is noise.
 // Its control, W10C, runs beside it: the same windows with a control phase in the
-// pin's place, no pin held, and a verdict that is a reading, not a target.
+// pin's place, no pin held, and a verdict that is a reading, not a target. W10L runs
+// the limited claim.
 func TestW10QuickScale(t *testing.T) {
-	t.Run("W10", func(t *testing.T) { t.Parallel(); testW10QuickScale(t, false) })
-	t.Run("W10C", func(t *testing.T) { t.Parallel(); testW10QuickScale(t, true) })
+	t.Run("W10", func(t *testing.T) { t.Parallel(); testW10QuickScale(t, w10Variant{name: "W10"}) })
+	t.Run("W10C", func(t *testing.T) { t.Parallel(); testW10QuickScale(t, w10Variant{name: "W10C", control: true}) })
+	t.Run("W10L", func(t *testing.T) { t.Parallel(); testW10QuickScale(t, w10Variant{name: "W10L", limited: true}) })
 }
 
-func testW10QuickScale(t *testing.T, control bool) {
+func testW10QuickScale(t *testing.T, v w10Variant) {
 	env := &Env{Pool: pgtest.Pool(t), URL: pgtest.URL(t), Settings: "test", Scale: 0.02}
-	r, err := runW10Plan(context.Background(), env, control)
+	r, err := runW10Plan(context.Background(), env, v)
 	if err != nil {
 		t.Fatal(err)
 	}
+	control := v.control
 	if !strings.HasPrefix(r.Verified, "ok") || r.N <= 0 || (r.Met == nil) != control {
 		t.Fatalf("result %+v", r)
 	}
-	middle, name := W10Pin, "W10"
+	if limited := strings.Contains(r.Settings, "every claim is the limited one"); limited != v.limited {
+		t.Errorf("settings %q", r.Settings)
+	}
+	middle, name := W10Pin, v.name
 	if control {
-		middle, name = W10Control, "W10C"
+		middle = W10Control
 		verdict, _ := r.Extra["verdict"].(string)
 		if !strings.HasPrefix(verdict, "CONTROL, no pin held: W10's rule applied to the same timeline would be ") ||
 			!strings.Contains(verdict, "control p99 max") || r.Extra["pin"] != "none held (control); the pin_ figures are the control phase's" {

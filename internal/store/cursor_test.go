@@ -59,11 +59,7 @@ func nodeBlocks(n map[string]any) float64 {
 // — and returns how many buffers its scans of jobs_ready_idx touched (index and heap).
 func readyIndexBlocks(t *testing.T, ctx context.Context, s *Store, db DBTX, p ClaimParams) (blocks float64, claimed int) {
 	t.Helper()
-	var prio *int
-	var after *time.Time
-	if p.After != nil {
-		prio, after = &p.After.Priority, &p.After.RunAt
-	}
+	prio, after, lag := p.cursorArgs()
 	explainPlan(t, ctx, db, func(n map[string]any) {
 		if n["Index Name"] == "jobs_ready_idx" {
 			blocks += nodeBlocks(n)
@@ -71,8 +67,53 @@ func readyIndexBlocks(t *testing.T, ctx context.Context, s *Store, db DBTX, p Cl
 		if n["Node Type"] == "ModifyTable" {
 			claimed = int(n["Actual Rows"].(float64))
 		}
-	}, s.lease.claim.sql, nil, p.Queue, "w", micros(time.Minute), p.Limit, prio, after, micros(p.Lag))
+	}, s.lease.claim.sql, nil, p.Queue, "w", micros(time.Minute), p.Limit, prio, after, lag)
 	return blocks, claimed
+}
+
+// claimUnderPin inserts 3,000 pending jobs (concurrency keys key0 to key49), pins the
+// horizon, and claims all but 100 of them in claims of 100 through claim, which
+// returns how many it took and where the next claim resumes. Then it measures with
+// blocks the buffers what (the scans of jobs_ready_idx a claim makes) touches for a
+// claim of 10 from that cursor and from the head, and fails unless the cursor's are at
+// most a fifth. It returns the cursor.
+func claimUnderPin(t *testing.T, ctx context.Context, s *Store, pool *pgxpool.Pool, what string,
+	claim func(after *ClaimCursor) (int, *ClaimCursor), blocks func(p ClaimParams) (float64, int)) *ClaimCursor {
+	t.Helper()
+	const n = 3000
+	if _, err := pool.Exec(ctx, `INSERT INTO `+s.Table("jobs")+` (kind, payload, run_at, concurrency_key)
+SELECT 'k', '{}', now() - interval '1 hour' + g * interval '1 millisecond', 'key' || g % 50 FROM generate_series(1, $1) g`, n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "ANALYZE "+s.Table("jobs")); err != nil {
+		t.Fatal(err)
+	}
+	pinSnapshot(t, ctx, s, pool)
+	var cursor *ClaimCursor
+	for taken := 0; taken < n-100; {
+		got, next := claim(cursor)
+		if got != 100 {
+			t.Fatalf("claim took %d jobs, want 100", got)
+		}
+		cursor = next
+		taken += got
+	}
+	p := ClaimParams{Queue: "default", Limit: 10, Lag: time.Second}
+	p.After = cursor
+	fromCursor, got := blocks(p)
+	if got != 10 {
+		t.Fatalf("cursor claim took %d jobs, want 10", got)
+	}
+	p.After = nil
+	fromHead, got := blocks(p)
+	if got != 10 {
+		t.Fatalf("head claim took %d jobs, want 10", got)
+	}
+	t.Logf("buffers read by %s after %d claimed jobs: from the head %.0f, from the cursor %.0f", what, n-100, fromHead, fromCursor)
+	if fromHead < 50 || fromCursor*5 > fromHead {
+		t.Fatalf("from the head %.0f buffers, from the cursor %.0f: want the cursor's at most a fifth", fromHead, fromCursor)
+	}
+	return cursor
 }
 
 // TestClaimCursorUnderPinnedSnapshot: with a snapshot held open (vacuum and index
@@ -82,48 +123,19 @@ func readyIndexBlocks(t *testing.T, ctx context.Context, s *Store, db DBTX, p Cl
 func TestClaimCursorUnderPinnedSnapshot(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	schema := pgtest.Schema(t)
-	s := newStore(t, schema)
+	s := newStore(t, pgtest.Schema(t))
 	pool := pgtest.Pool(t)
-	const n = 3000
-	if _, err := pool.Exec(ctx, `INSERT INTO `+s.Table("jobs")+` (kind, payload, run_at)
-SELECT 'k', '{}', now() - interval '1 hour' + g * interval '1 millisecond' FROM generate_series(1, $1) g`, n); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, "ANALYZE "+s.Table("jobs")); err != nil {
-		t.Fatal(err)
-	}
-	pinSnapshot(t, ctx, s, pool)
-
-	var cursor *ClaimCursor
-	for taken := 0; taken < n-100; {
+	cursor := claimUnderPin(t, ctx, s, pool, "the ready-index scans", func(after *ClaimCursor) (int, *ClaimCursor) {
 		jobs, err := s.Claim(ctx, pool, nil, ClaimParams{Queue: "default", WorkerID: "w", Limit: 100, Lease: time.Minute,
-			After: cursor, Lag: time.Second})
+			After: after, Lag: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(jobs) != 100 {
-			t.Fatalf("claim took %d jobs, want 100", len(jobs))
+		if len(jobs) == 0 {
+			return 0, after
 		}
-		cursor = CursorOf(jobs[len(jobs)-1])
-		taken += len(jobs)
-	}
-
-	p := ClaimParams{Queue: "default", Limit: 10, Lag: time.Second}
-	p.After = cursor
-	fromCursor, got := readyIndexBlocks(t, ctx, s, pool, p)
-	if got != 10 {
-		t.Fatalf("cursor claim took %d jobs, want 10", got)
-	}
-	p.After = nil
-	fromHead, got := readyIndexBlocks(t, ctx, s, pool, p)
-	if got != 10 {
-		t.Fatalf("head claim took %d jobs, want 10", got)
-	}
-	t.Logf("buffers read by the ready-index scans after %d claimed jobs: from the head %.0f, from the cursor %.0f", n-100, fromHead, fromCursor)
-	if fromHead < 50 || fromCursor*5 > fromHead {
-		t.Fatalf("from the head %.0f buffers, from the cursor %.0f: want the cursor's at most a fifth", fromHead, fromCursor)
-	}
+		return len(jobs), CursorOf(jobs[len(jobs)-1])
+	}, func(p ClaimParams) (float64, int) { return readyIndexBlocks(t, ctx, s, pool, p) })
 
 	// A job behind the cursor (an old run_at, as a late-committing enqueue leaves).
 	var behind string

@@ -70,17 +70,37 @@ type leaseStatements struct {
 // job or a flow's parent made ready late — the producer's head check (ClaimHead)
 // finds, within its poll interval; and a producer whose own outcomes can unblock
 // jobs (Job.Unblocks) restarts at the head.
+//
+// The limited claims (limits.go) resume from a cursor the same way, with these same
+// ranges (fromCursor).
 func claimBranch(name, op string) string {
 	return name + ` AS (
   SELECT id FROM {{s}}.jobs
-  WHERE status = 'pending' AND queue = $2 AND priority ` + op + ` (SELECT prio FROM t)
-    AND run_at >= (SELECT floor FROM t) AND run_at <= (SELECT now FROM t)
+  WHERE ` + fromCursor("jobs", op) + `
     AND (SELECT open FROM t)
     AND ` + sequenceReady("jobs") + `
   ORDER BY priority DESC, run_at, id
   LIMIT $5
   FOR UPDATE SKIP LOCKED
 )`
+}
+
+// fromCursor is the condition of one index range of a claim that resumes from a
+// cursor (claimBranch): jobs (alias a) pending in queue $2 whose priority compares to
+// the cursor's (t.prio) by op, due (t.now), from the floor (t.floor) on.
+func fromCursor(a, op string) string {
+	return a + `.status = 'pending' AND ` + a + `.queue = $2 AND ` + a + `.priority ` + op + ` (SELECT prio FROM t)
+    AND ` + a + `.run_at >= (SELECT floor FROM t) AND ` + a + `.run_at <= (SELECT now FROM t)`
+}
+
+// cursorColumns are the columns of a claim's t that fromCursor reads, from the
+// statement's time n.now and the parameters prio and at (the cursor: NULL for none)
+// and lag (microseconds): floor, the cursor's run_at or lag before now if that is
+// earlier, and prio, the cursor's priority (without a cursor the highest, so that
+// range c holds the whole queue and the claim starts at the head).
+func cursorColumns(prio, at, lag string) string {
+	return `least(coalesce(` + at + `::timestamptz, '-infinity'), n.now - ` + lag + `::bigint * interval '1 microsecond') AS floor,
+         coalesce(` + prio + `::int, 2147483647) AS prio`
 }
 
 func newLeaseStatements(b *builder) leaseStatements {
@@ -101,9 +121,7 @@ func newLeaseStatements(b *builder) leaseStatements {
 		// c is never run, nor its rows locked, when a and b fill the claim.
 		claim: b.addGuarded(planGuardOn, "claim", `
 WITH t AS (
-  SELECT n.now,
-         least(coalesce($7::timestamptz, '-infinity'), n.now - $8::bigint * interval '1 microsecond') AS floor,
-         coalesce($6::int, 2147483647) AS prio,
+  SELECT n.now, `+cursorColumns("$6", "$7", "$8")+`,
          NOT EXISTS (SELECT 1 FROM {{s}}.queues p WHERE p.name = $2 AND p.paused_at IS NOT NULL)
            AND `+unlimited+` AS open,
          `+asyncCommit+`, `+claimToken+`
@@ -203,6 +221,15 @@ type ClaimParams struct {
 	Preds []Lease
 }
 
+// cursorArgs are the parameters cursorColumns reads for p: the cursor's priority and
+// run_at (nil without a cursor) and the lag in microseconds.
+func (p ClaimParams) cursorArgs() (*int, *time.Time, int64) {
+	if p.After == nil {
+		return nil, nil, micros(p.Lag)
+	}
+	return &p.After.Priority, &p.After.RunAt, micros(p.Lag)
+}
+
 // ClaimCursor is a position in claim order: the priority and run_at of the last job
 // a producer claimed.
 type ClaimCursor struct {
@@ -216,13 +243,9 @@ func CursorOf(j *Job) *ClaimCursor { return &ClaimCursor{Priority: j.Priority, R
 // Claim leases up to p.Limit due jobs of one queue. Rows come back in claim order
 // (priority, then run_at, then id).
 func (s *Store) Claim(ctx context.Context, db DBTX, now *time.Time, p ClaimParams) ([]*Job, error) {
-	var prio *int
-	var after *time.Time
-	if p.After != nil {
-		prio, after = &p.After.Priority, &p.After.RunAt
-	}
+	prio, after, lag := p.cursorArgs()
 	jobs, err := guarded(ctx, db, s.lease.claim, collectClaimed, Now(now), p.Queue, p.WorkerID, micros(p.Lease), p.Limit,
-		prio, after, micros(p.Lag))
+		prio, after, lag)
 	if err != nil {
 		return nil, err
 	}

@@ -18,8 +18,6 @@ package store
 
 import (
 	"context"
-	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -225,13 +223,14 @@ fb AS MATERIALIZED (
 ),
 grp AS (
   (SELECT g.kind, g.concurrency_key AS ckey FROM {{s}}.jobs g
-   WHERE g.status = 'pending' AND g.queue = $2 AND (SELECT need FROM fb)
+   WHERE g.status = 'pending' AND g.queue = $2 AND g.run_at >= (SELECT floor FROM t) AND (SELECT need FROM fb)
    ORDER BY g.kind, g.concurrency_key LIMIT 1)
   UNION ALL
   SELECT nx.kind, nx.ckey FROM grp
   CROSS JOIN LATERAL (
     SELECT g.kind, g.concurrency_key AS ckey FROM {{s}}.jobs g
     WHERE g.status = 'pending' AND g.queue = $2 AND (g.kind, g.concurrency_key) > (grp.kind, grp.ckey)
+      AND g.run_at >= (SELECT floor FROM t)
     ORDER BY g.kind, g.concurrency_key LIMIT 1
   ) nx
 ),
@@ -241,7 +240,7 @@ extra AS MATERIALIZED (
     SELECT jobs.id, jobs.queue, jobs.kind, jobs.concurrency_key AS ckey, jobs.priority, jobs.run_at
     FROM {{s}}.jobs
     WHERE jobs.status = 'pending' AND jobs.queue = $2 AND jobs.kind = grp.kind AND jobs.concurrency_key = grp.ckey
-      AND jobs.run_at <= (SELECT now FROM t) AND ` + sequenceReady("jobs") + `
+      AND jobs.run_at <= (SELECT now FROM t) AND jobs.run_at >= (SELECT floor FROM t) AND ` + sequenceReady("jobs") + `
     ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
     LIMIT 16
   ) e
@@ -308,29 +307,45 @@ const stillPending = `j.status::text = 'pending'`
 // limRated is whether any limit that may govern queue $2's jobs has a rate.
 const limRated = `EXISTS (SELECT 1 FROM lim WHERE lim.rate IS NOT NULL)`
 
-// limitPrologue is the limited claims' t (now, the switch to an asynchronous commit:
-// see asyncCommit, and the claim's token: claimSet) and lim, the limits that may
-// govern queue $2's jobs.
-const limitPrologue = `t AS MATERIALIZED (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now, ` + asyncCommit + `, ` + claimToken + `),
+// limitPrologue is the limited claims' t (now; the floor and priority of their
+// cursor, $9 to $11: fromCursor; the switch to an asynchronous commit: see
+// asyncCommit; and the claim's token: claimSet) and lim, the limits that may govern
+// queue $2's jobs.
+var limitPrologue = `t AS MATERIALIZED (
+  SELECT n.now, ` + cursorColumns("$9", "$10", "$11") + `, ` + asyncCommit + `, ` + claimToken + `
+  FROM (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now) n
+),
 lim AS MATERIALIZED (
   SELECT scope, target, key, max_running, rate, per_us FROM {{s}}.limits
   WHERE (scope = 'queue' AND target = $2) OR scope = 'kind'
 )`
 
 // limitHead is the CTE head: the first window due, ready jobs of queue $2 (none while
-// it is paused) in claim order, numbered (pos).
+// it is paused) in claim order, numbered (pos), from the claim's cursor on: the
+// plain claim's three index ranges (claimBranch, fromCursor), read in claim order and
+// only as far as the window needs.
 func limitHead(window string) string {
 	return `head AS MATERIALIZED (
   SELECT h.*, row_number() OVER (ORDER BY h.priority DESC, h.run_at, h.id) AS pos FROM (
-    SELECT jobs.id, jobs.queue, jobs.kind, jobs.concurrency_key AS ckey, jobs.priority, jobs.run_at
-    FROM {{s}}.jobs
-    WHERE jobs.status = 'pending' AND jobs.queue = $2 AND jobs.run_at <= (SELECT now FROM t)
-      AND NOT EXISTS (SELECT 1 FROM {{s}}.queues p WHERE p.name = $2 AND p.paused_at IS NOT NULL)
-      AND ` + sequenceReady("jobs") + `
-    ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
+    ` + limitRange(">", window) + `
+    UNION ALL
+    ` + limitRange("=", window) + `
+    UNION ALL
+    ` + limitRange("<", window) + `
     LIMIT ` + window + `
   ) h
 )`
+}
+
+// limitRange is one of limitHead's index ranges: at most window jobs.
+func limitRange(op, window string) string {
+	return `(SELECT jobs.id, jobs.queue, jobs.kind, jobs.concurrency_key AS ckey, jobs.priority, jobs.run_at
+     FROM {{s}}.jobs
+     WHERE ` + fromCursor("jobs", op) + `
+       AND NOT EXISTS (SELECT 1 FROM {{s}}.queues p WHERE p.name = $2 AND p.paused_at IS NOT NULL)
+       AND ` + sequenceReady("jobs") + `
+     ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
+     LIMIT ` + window + `)`
 }
 
 type limitStatements struct {
@@ -350,20 +365,31 @@ func newLimitStatements(b *builder) limitStatements {
 		claim: b.addGuarded(planGuardScans, "limit_claim", limitedClaimSQL()),
 		succ:  b.addGuarded(planGuardScans, "limit_successors", successorClaimSQL()),
 
-		// After a limited claim, in its transaction: how many due jobs of the queue are
-		// still waiting (at most $3; none while the queue is paused: a pause is not a
-		// limit), and in how many microseconds a full rate window of
-		// a limit on the queue or on any kind frees a start (its oldest start plus its
-		// period, less now: the database's clock, so host clock skew cannot shift
-		// it). NULL when no rate window is full.
+		// After a limited claim, in its transaction: how many due, ready jobs of the
+		// queue are still waiting from the claim's cursor on (at most $3; none while the
+		// queue is paused: a pause is not a limit), the first of them in claim order
+		// (where the next claim resumes: ClaimLimited), and in how many microseconds a
+		// full rate window of a limit on the queue or on any kind frees a start (its
+		// oldest start plus its period, less now: the database's clock, so host clock
+		// skew cannot shift it). NULL when no rate window is full.
 		status: b.addGuarded(planGuardScans, "limit_status", `
-WITH t AS (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now)
+WITH t AS (
+  SELECT n.now, `+cursorColumns("$4", "$5", "$6")+`
+  FROM (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now) n
+),
+d AS MATERIALIZED (
+  SELECT w.id, w.priority, w.run_at FROM (
+    `+limitRange(">", "$3")+`
+    UNION ALL
+    `+limitRange("=", "$3")+`
+    UNION ALL
+    `+limitRange("<", "$3")+`
+    LIMIT $3
+  ) w
+)
 SELECT
-  (SELECT count(*) FROM (
-     SELECT 1 FROM {{s}}.jobs
-     WHERE status = 'pending' AND queue = $2 AND run_at <= (SELECT now FROM t)
-       AND NOT EXISTS (SELECT 1 FROM {{s}}.queues p WHERE p.name = $2 AND p.paused_at IS NOT NULL)
-     LIMIT $3) d),
+  (SELECT count(*) FROM d),
+  f.priority, f.run_at,
   (SELECT (extract(epoch FROM min(o.oldest + w.per_us * interval '1 microsecond') - (SELECT now FROM t)) * 1000000)::bigint
    FROM {{s}}.limit_windows w
    JOIN {{s}}.limits l ON l.scope = w.scope AND l.target = w.target
@@ -372,7 +398,9 @@ SELECT
      SELECT min(x.at) AS oldest, sum(x.n) AS n FROM unnest(w.starts, w.counts) AS x(at, n)
      WHERE x.at > (SELECT now FROM t) - w.per_us * interval '1 microsecond') o
    WHERE ((w.scope = 'queue' AND w.target = $2) OR w.scope = 'kind') AND l.rate IS NOT NULL
-     AND o.n >= l.rate)`),
+     AND o.n >= l.rate)
+FROM (SELECT 1) one
+LEFT JOIN LATERAL (SELECT d.priority, d.run_at FROM d ORDER BY d.priority DESC, d.run_at, d.id LIMIT 1) f ON true`),
 
 		// Setting a limit announces it on the jobs channel ($8) so clients switch to
 		// the limited claim at once (they also refresh on every poll).
@@ -450,76 +478,4 @@ WHERE w.starts[array_upper(w.starts, 1)] <= t.now - w.per_us * interval '1 micro
 // Batcher runs a pipeline of statements in one round trip: *pgxpool.Pool, *pgx.Conn.
 type Batcher interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
-
-// LimitedClaim is the outcome of ClaimLimited.
-type LimitedClaim struct {
-	Jobs []*Job
-	// Waiting is how many due jobs of the queue remain unclaimed (at most the claim's
-	// Limit): when the claim was short, they were held back by a limit.
-	Waiting int
-	// RetryIn, when set, is how soon a full rate window frees a start.
-	RetryIn *time.Duration
-}
-
-// ClaimLimited is Claim for a queue some limit governs: see limitedClaimSQL. The head
-// window is the limit and half as many again, at least 16 and at most 128 more: room
-// for the jobs a limit rejects (successors come from those), while the cost of the
-// statement grows with the window.
-func (s *Store) ClaimLimited(ctx context.Context, db Batcher, now *time.Time, p ClaimParams) (LimitedClaim, error) {
-	var out LimitedClaim
-	pl := newPipeline(db, s.limits.claim.guard)
-	pl.add(s.limits.lock)
-	s.queueLimitedClaim(pl, s.limits.claim, now, p, p.Limit+max(16, min(p.Limit/2, 128)))
-	pl.add(s.limits.status, Now(now), p.Queue, p.Limit)
-	br, err := pl.send(ctx)
-	if err != nil {
-		return out, err
-	}
-	defer br.Close()
-	jobs, err := limitedClaimed(br)
-	if err != nil {
-		return out, err
-	}
-	out.Jobs = jobs
-	var retryUS *int64
-	if err := br.QueryRow().Scan(&out.Waiting, &retryUS); err != nil {
-		return out, fmt.Errorf("limit status: %w", err)
-	}
-	if retryUS != nil {
-		d := time.Duration(*retryUS) * time.Microsecond
-		out.RetryIn = &d
-	}
-	// Jobs read before a failed commit were never claimed: none are returned with
-	// the error (pipeline.end).
-	if err := pl.end(br); err != nil {
-		return LimitedClaim{}, err
-	}
-	return out, nil
-}
-
-// queueLimitedClaim queues claim (limitedClaimSQL or successorClaimSQL) with its
-// parameters and its head window.
-func (s *Store) queueLimitedClaim(pl *pipeline, claim stmt, now *time.Time, p ClaimParams, window int) {
-	// In the caller's order (the earliest started first: succ pairs successors with
-	// predecessors by it); the claim reads the predecessors without locking them.
-	ids, tokens := splitLeases(p.Preds)
-	pl.add(claim, Now(now), p.Queue, p.WorkerID, micros(p.Lease), p.Limit, window, uuidArg(ids), uuidArg(tokens))
-}
-
-// limitedClaimed reads the lock's result and the claimed jobs of a limited claim's
-// batch, in claim order.
-func limitedClaimed(br pgx.BatchResults) ([]*Job, error) {
-	if _, err := br.Exec(); err != nil {
-		return nil, fmt.Errorf("limit lock: %w", err)
-	}
-	rows, err := br.Query()
-	jobs, err := collectJobRows(rows, err, func(d []any, j *Job) []any {
-		return append(d, &j.Unblocks, &j.SlotOf, &j.SlotToken)
-	})
-	if err != nil {
-		return nil, err
-	}
-	SortClaimOrder(jobs)
-	return jobs, nil
 }
