@@ -27,10 +27,9 @@ func newBenchCmd(db *dbFlags) *cobra.Command {
 		Long: `Run the benchmark workloads (B0, B1, W1…W10, W10C, W10L, F1) and print the figures,
 each job checked for exactly-once success. W10, its control W10C (the same timeline
 with no pin) and W10L (W10 on a queue under a limit that never binds) take 12 minutes
-each and run only when named. Without --database-url or
-DATABASE_URL it starts a durable throwaway PostgreSQL (fsync=on,
-synchronous_commit=on). With -o json it prints one JSON object per workload as each
-finishes.
+each and run only when named. Without --database-url or DATABASE_URL it starts a
+durable throwaway PostgreSQL (fsync=on, synchronous_commit=on). With -o json it prints
+one JSON object per workload as each finishes.
 
 With --runs N the selected workloads run N times in turn, each run with its own
 baselines, and a last table gives the median of each figure over the runs (each
