@@ -60,15 +60,23 @@ func nodeBlocks(n map[string]any) float64 {
 func readyIndexBlocks(t *testing.T, ctx context.Context, s *Store, db DBTX, p ClaimParams) (blocks float64, claimed int) {
 	t.Helper()
 	prio, after, lag := p.cursorArgs()
+	return explainReady(t, ctx, db, s.lease.claim.sql, nil, p.Queue, "w", micros(time.Minute), p.Limit, prio, after, lag)
+}
+
+// explainReady runs sql under EXPLAIN (ANALYZE, BUFFERS) (explainPlan) and returns the
+// buffers its scans of jobs_ready_idx touched (index and heap) and the rows it wrote
+// to jobs.
+func explainReady(t *testing.T, ctx context.Context, db DBTX, sql string, args ...any) (blocks float64, written int) {
+	t.Helper()
 	explainPlan(t, ctx, db, func(n map[string]any) {
 		if n["Index Name"] == "jobs_ready_idx" {
 			blocks += nodeBlocks(n)
 		}
-		if n["Node Type"] == "ModifyTable" {
-			claimed = int(n["Actual Rows"].(float64))
+		if n["Node Type"] == "ModifyTable" && n["Relation Name"] == "jobs" {
+			written = int(n["Actual Rows"].(float64))
 		}
-	}, s.lease.claim.sql, nil, p.Queue, "w", micros(time.Minute), p.Limit, prio, after, lag)
-	return blocks, claimed
+	}, sql, args...)
+	return blocks, written
 }
 
 // claimUnderPin inserts 3,000 pending jobs (concurrency keys key0 to key49), pins the

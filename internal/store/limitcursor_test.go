@@ -14,18 +14,10 @@ import (
 func limitedIndexBlocks(t *testing.T, ctx context.Context, s *Store, db DBTX, p ClaimParams) (blocks float64, claimed int) {
 	t.Helper()
 	prio, after, lag := p.cursorArgs()
-	count := func(n map[string]any) {
-		if n["Index Name"] == "jobs_ready_idx" {
-			blocks += nodeBlocks(n)
-		}
-		if n["Node Type"] == "ModifyTable" && n["Relation Name"] == "jobs" {
-			claimed = int(n["Actual Rows"].(float64))
-		}
-	}
-	explainPlan(t, ctx, db, count, s.limits.claim.sql, nil, p.Queue, "w", micros(time.Minute), p.Limit, p.Limit+16,
+	blocks, claimed = explainReady(t, ctx, db, s.limits.claim.sql, nil, p.Queue, "w", micros(time.Minute), p.Limit, p.Limit+16,
 		uuidArg(nil), uuidArg(nil), prio, after, lag)
-	explainPlan(t, ctx, db, count, s.limits.status.sql, nil, p.Queue, p.Limit, prio, after, lag)
-	return blocks, claimed
+	status, _ := explainReady(t, ctx, db, s.limits.status.sql, nil, p.Queue, p.Limit, prio, after, lag)
+	return blocks + status, claimed
 }
 
 // TestLimitedClaimCursorUnderPinnedSnapshot: a limited claim resumes from a cursor as
