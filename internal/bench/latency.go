@@ -5,10 +5,11 @@ package bench
 // the Enqueue call to the first line of its handler, which runs in a separate working
 // client (MaxWorkers 100 on the default queue, every other setting default).
 //
-// Next to the total, W6 splits each job's latency into stages without any help from
-// the library: the bench times the Enqueue call, listens on the queue's NOTIFY
-// channel with a connection of its own, and reads the claim statement's database
-// time from the claimed job (see w6Stages).
+// Next to the total, W6 splits each job's latency into stages: the bench times the
+// Enqueue call, hears each notification as the working client's own listener
+// receives it (notify.SetHeard, which says why not on a LISTEN connection of the
+// bench's own), and reads the claim statement's database time from the claimed job
+// (see w6Stages).
 
 import (
 	"context"
@@ -20,9 +21,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/notify"
 )
 
 const (
@@ -50,7 +51,7 @@ type w6Sample struct {
 func wallNow() time.Time { return time.Now().Round(0) }
 
 // w6Recorder collects W6's per-job readings from the enqueuers, the handler and the
-// bench's own LISTEN connection.
+// working client's listener.
 type w6Recorder struct {
 	mu        sync.Mutex
 	samples   []w6Sample
@@ -116,23 +117,17 @@ func (r *w6Recorder) done() int64 {
 	return int64(r.measured)
 }
 
-// listen receives the notifications of channel on conn until ctx ends, recording
-// the arrival of each one that announces queue.
-func (r *w6Recorder) listen(ctx context.Context, conn *pgx.Conn, queue string) error {
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("W6: waiting for a notification: %w", err)
-		}
+// hear returns the observer (notify.SetHeard) that records the arrival of each
+// notification of channel that announces queue.
+func (r *w6Recorder) hear(channel, queue string) func(ch, payload string) {
+	return func(ch, payload string) {
 		at := wallNow()
-		if n.Payload == queue {
-			r.mu.Lock()
-			r.notes = append(r.notes, at)
-			r.mu.Unlock()
+		if ch != channel || payload != queue {
+			return
 		}
+		r.mu.Lock()
+		r.notes = append(r.notes, at)
+		r.mu.Unlock()
 	}
 }
 
@@ -148,25 +143,9 @@ func runW6(ctx context.Context, e *Env) (*Result, error) {
 		return nil, err
 	}
 
-	// The bench's own LISTEN connection, on the channel the library's listener uses.
-	lconn, err := pgx.Connect(ctx, e.URL)
-	if err != nil {
-		return nil, fmt.Errorf("W6: connecting the bench's listener: %w", err)
-	}
-	defer lconn.Close(context.WithoutCancel(ctx))
-	if _, err := lconn.Exec(ctx, "LISTEN "+pgx.Identifier{skiplock.Channel(schema)}.Sanitize()); err != nil {
-		return nil, fmt.Errorf("W6: LISTEN: %w", err)
-	}
-	lctx, cancelListen := context.WithCancel(ctx)
-	listenErr := make(chan error, 1)
-	go func() { listenErr <- rec.listen(lctx, lconn, skiplock.DefaultQueue) }()
-	var listenOnce sync.Once
-	var listenResult error
-	endListen := func() error {
-		listenOnce.Do(func() { cancelListen(); listenResult = <-listenErr })
-		return listenResult
-	}
-	defer endListen()
+	// The arrivals of the queue's notifications at the working client's listener.
+	notify.SetHeard(rec.hear(skiplock.Channel(schema), skiplock.DefaultQueue))
+	defer notify.SetHeard(nil)
 
 	workerPool, err := e.pool(ctx, w6WorkerConns)
 	if err != nil {
@@ -244,9 +223,7 @@ func runW6(ctx context.Context, e *Env) (*Result, error) {
 	elapsed := time.Since(start)
 	after := worker.Counters()
 	stop()
-	if err := endListen(); err != nil {
-		return nil, err
-	}
+	notify.SetHeard(nil)
 	if err := worker.Stop(ctx); err != nil {
 		return nil, fmt.Errorf("W6: stopping the worker: %w", err)
 	}
@@ -306,29 +283,22 @@ func w6WarmUp(ctx context.Context, app *skiplock.Client, pool *pgxpool.Pool, rec
 // w6Stages splits each job's latency (handler start − enqueue begin) into a chain
 // of stages that add up to it exactly, job by job:
 //
-//	notify   enqueue begin → the first notification of the queue that the bench's
-//	         own LISTEN connection receives after it: the insert statement, its
-//	         commit with the WAL flush (the disk sync), PostgreSQL signalling the
-//	         listening backends, and delivery to a Go reader on this host. The job is
+//	notify   enqueue begin → the first notification of the queue that the working
+//	         client's listener receives after it: the insert statement, its commit
+//	         with the WAL flush (the disk sync), PostgreSQL signalling the listening
+//	         backend, and delivery to the listener's goroutine. The job is
 //	         attributed to the first notification after its enqueue began, which is
 //	         exact while enqueues do not overlap (one every 5 ms, each ~1 ms). It is
 //	         an approximation when they do: a notification of an earlier job that
 //	         commits after this one began is taken for this job's, and a job whose
 //	         NOTIFY was coalesced (Config.NotifyCoalesce: another NOTIFY for the
 //	         queue was sent less than 2 ms earlier) is attributed to the next one to
-//	         arrive — the trailing NOTIFY or a later job's. The bench's listener
-//	         stands in for the worker's: both backends are signalled by the same
-//	         commit, but the worker's own receipt is not observable from outside,
-//	         and the two readers are scheduled independently, so the bench may
-//	         hear a notification some tens of microseconds after the worker did
-//	         (and, on a machine short of CPU, milliseconds after).
+//	         arrive — the trailing NOTIFY or a later job's.
 //	wake     that notification → the claim statement's now() (its transaction
-//	         start, read back from the claimed row): the worker's listener
-//	         goroutine, the wake-up of the producer, waiting for a claim already in
-//	         flight to return when there is one, the claim goroutine, acquiring a
-//	         pool connection and sending the statement. Negative when the claim
-//	         began before the notification reached the bench: mostly because the
-//	         worker's listener heard it first (see notify), rarely because a claim
+//	         start, read back from the claimed row): the wake-up of the producer,
+//	         waiting for a claim already in flight to return when there is one, the
+//	         claim goroutine, acquiring a pool connection and sending the statement.
+//	         Negative when the claim began before the notification arrived: a claim
 //	         already in flight took the job (its snapshot already saw the commit).
 //	handler  claim start → handler's first line: the claim statement (scan, lock,
 //	         update, async commit), the rows' return and decoding, handing the job to
