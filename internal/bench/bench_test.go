@@ -44,7 +44,7 @@ func TestWorkloadsRunAndVerify(t *testing.T) {
 	}
 	for _, w := range all {
 		if w.Long {
-			t.Fatalf(`"all" includes the twelve-minute %s`, w.Name)
+			t.Fatalf(`"all" includes the thirteen-minute %s`, w.Name)
 		}
 	}
 	for _, name := range []string{"W10", "W10C", "W10L"} {

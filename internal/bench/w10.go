@@ -6,16 +6,26 @@ package bench
 // leave behind can be vacuumed, or marked dead in the indexes, while that snapshot
 // lives; the question is whether pickup latency and throughput stay where they were.
 //
-// Three phases, cut into windows (10 s each at Scale 1; --scale shrinks the window,
+// Four phases, cut into windows (10 s each at Scale 1; --scale shrinks the window,
 // so every phase keeps its number of windows):
 //
+//	warmup    6 windows (60 s)    no pin; not judged
 //	baseline  3 windows (30 s)    no pin
 //	pin       60 windows (10 min) the snapshot held
 //	recovery  9 windows (90 s)    the pin rolled back
 //
+// The warm-up is there because the first minute of a new jobs table is not the steady
+// state the baseline stands for (the table growing from nothing, autovacuum and
+// autoanalyze passing over it again and again while it is small). On the slower
+// 2-core machine, four of the last six full runs before it had a baseline p99 of
+// 46–95 ms; in two of them the windows from 60 s on (and, in one, from 30 s on) were
+// at 10–17 ms. Against such a baseline the rule was meaningless or, in the bench's own
+// words, inconclusive. Measured after the warm-up, the baseline is the lower, steadier
+// one, so the 2× bound is the stricter for it, not the looser (docs/benchmarks.md).
+//
 // W10C, the control, runs the same timeline with no pin: its middle phase
 // ("control") is judged by the same rule, so a pin run's figures can be set beside
-// what the machine alone does over the same twelve minutes (checkpoints, autovacuum,
+// what the machine alone does over the same thirteen minutes (checkpoints, autovacuum,
 // the table's growth, the disk's own swings). Its verdict is a reading, not a target.
 //
 // W10L is W10 with a limit on the queue that never binds (w10LimitRunning), so every
@@ -44,6 +54,7 @@ import (
 const (
 	w10Rate        = 800              // jobs offered per second, in every phase
 	w10Window      = 10 * time.Second // at Scale 1
+	w10WarmWindows = 6                // 60 s at Scale 1, before the baseline; not judged
 	w10BaseWindows = 3                // 30 s at Scale 1
 	w10PinWindows  = 60               // 10 min
 	w10RecWindows  = 9                // 90 s
@@ -55,15 +66,14 @@ const (
 	// w10P99Factor how far above the baseline p99 a pin window's p99 may go.
 	w10RateShare = 0.95
 	w10P99Factor = 2.0
-	// w10WarmWindows windows at the start of the baseline are left out of the rate
-	// check: the working client's first claims and the pool's first statements.
-	w10WarmWindows = 1
 	// w10Drain bounds the wait for the last jobs after the recovery phase.
 	w10Drain = 2 * time.Minute
 )
 
 // W10 phases, as reported in each window.
 const (
+	// W10Warmup is the first phase: the offered rate, no pin, judged by nothing.
+	W10Warmup   = "warmup"
 	W10Baseline = "baseline"
 	W10Pin      = "pin"
 	W10Recovery = "recovery"
@@ -76,7 +86,7 @@ const (
 // its end.
 type W10Window struct {
 	Phase string `json:"phase"`
-	// StartS is the window's start in seconds from the start of the baseline.
+	// StartS is the window's start in seconds from the start of the run (the warm-up).
 	StartS float64 `json:"start_s"`
 	// Offered counts the enqueues begun in the window; OfferedPerSec and
 	// CompletedPerSec (successes the working client committed in the window) are per
@@ -201,8 +211,8 @@ func (r *w10Recorder) done() int64 {
 
 // w10Plan is W10's timeline at the run's scale.
 type w10Plan struct {
-	window                  time.Duration
-	base, pin, rec, windows int
+	window                        time.Duration
+	warm, base, pin, rec, windows int
 	// control: no pin is taken; the middle phase is W10Control.
 	control bool
 }
@@ -211,14 +221,17 @@ func newW10Plan(scale float64) w10Plan {
 	if scale <= 0 {
 		scale = 1
 	}
-	p := w10Plan{window: time.Duration(float64(w10Window) * scale), base: w10BaseWindows, pin: w10PinWindows, rec: w10RecWindows}
+	p := w10Plan{window: time.Duration(float64(w10Window) * scale), warm: w10WarmWindows, base: w10BaseWindows,
+		pin: w10PinWindows, rec: w10RecWindows}
 	p.window = max(p.window, 100*time.Millisecond)
-	p.windows = p.base + p.pin + p.rec
+	p.windows = p.warm + p.base + p.pin + p.rec
 	return p
 }
 
 func (p w10Plan) phase(i int) string {
-	switch {
+	switch i -= p.warm; {
+	case i < 0:
+		return W10Warmup
 	case i < p.base:
 		return W10Baseline
 	case i < p.base+p.pin && p.control:
@@ -356,13 +369,13 @@ func runW10Plan(ctx context.Context, e *Env, variant w10Variant) (*Result, error
 				marks[k] = read()
 				switch {
 				case plan.control:
-				case k == plan.base:
+				case k == plan.warm+plan.base:
 					p, err := pinSnapshot(ctx, e.URL, schema)
 					if err != nil {
 						return fmt.Errorf("W10: %w", err)
 					}
 					pin, pinXid = p, p.xid
-				case k == plan.base+plan.pin:
+				case k == plan.warm+plan.base+plan.pin:
 					pinDead = marks[k].dead
 					if err := pin.release(ctx); err != nil {
 						return fmt.Errorf("W10: %w", err)
@@ -470,8 +483,8 @@ func runW10Plan(ctx context.Context, e *Env, variant w10Variant) (*Result, error
 			"windows": w10Windows(windows),
 			"measured": "pickup: from just before Client.Enqueue (autocommit, durable commit included) to the handler's first line; " +
 				"each job counted in the window its enqueue began",
-			"phases": fmt.Sprintf("baseline %s, %s, recovery %s; windows of %s",
-				time.Duration(plan.base)*plan.window, middle, time.Duration(plan.rec)*plan.window, plan.window),
+			"phases": fmt.Sprintf("warm-up %s (not judged), baseline %s, %s, recovery %s; windows of %s",
+				time.Duration(plan.warm)*plan.window, time.Duration(plan.base)*plan.window, middle, time.Duration(plan.rec)*plan.window, plan.window),
 			"pin":             pinNote,
 			"baseline_p99_ms": round2(v.baseP99),
 			"pin_p99_max_ms":  round2(v.pinP99Max),

@@ -68,14 +68,14 @@ func testW10QuickScale(t *testing.T, v w10Variant) {
 			filled[w.Phase]++
 		case w.Offered > 0:
 			t.Errorf("window %d has jobs and no p99: %+v", k, w)
-		case k >= w10WarmWindows && !behind[w.at()]:
+		case w.Phase != W10Warmup && !behind[w.at()]:
 			t.Errorf("empty window %d not reported as the generator's: %+v", k, w)
 		}
 		if w.Phase == W10Pin {
 			pinDead = max(pinDead, w.DeadTuples)
 		}
 	}
-	if phases[W10Baseline] != w10BaseWindows || phases[middle] != w10PinWindows || phases[W10Recovery] != w10RecWindows {
+	if phases[W10Warmup] != w10WarmWindows || phases[W10Baseline] != w10BaseWindows || phases[middle] != w10PinWindows || phases[W10Recovery] != w10RecWindows {
 		t.Errorf("phases %v", phases)
 	}
 	// One held-back window may empty a phase of three (the baseline's, a CI run).
@@ -119,25 +119,26 @@ func testW10QuickScale(t *testing.T, v w10Variant) {
 
 func TestJudgeW10(t *testing.T) {
 	t.Parallel()
-	plan := w10Plan{base: 3, pin: 4, rec: 2, windows: 9}
+	plan := w10Plan{warm: 1, base: 3, pin: 4, rec: 2, windows: 10}
 	flat := func() []W10Window {
 		ws := make([]W10Window, plan.windows)
 		for k := range ws {
 			ws[k] = W10Window{Phase: plan.phase(k), StartS: float64(10 * k), OfferedPerSec: w10Rate, CompletedPerSec: w10Rate, P50ms: 3, P99ms: 6}
 		}
-		ws[1].P99ms = 5 // baseline p99s 6, 5, 6: the median is 6
+		ws[2].P99ms = 5                               // baseline p99s 6, 5, 6: the median is 6
+		ws[0].P99ms, ws[0].CompletedPerSec = 500, 100 // the warm-up is judged by nothing
 		return ws
 	}
 	if v := judgeW10(plan, flat()); !v.met() || v.baseP99 != 6 || v.ratio != 1 {
 		t.Errorf("flat: %+v %s", v, v)
 	}
 	ws := flat()
-	ws[3].P99ms, ws[6].P99ms = 12, 12.5 // exactly 2× is within; above is not
+	ws[4].P99ms, ws[7].P99ms = 12, 12.5 // exactly 2× is within; above is not
 	if v := judgeW10(plan, ws); v.met() || v.over != 1 || v.pinP99Max != 12.5 || v.overInEnqueue != 0 {
 		t.Errorf("grown: %+v %s", v, v)
 	}
-	ws[6].EnqueueP99ms = 12.2 // the application's own commit was that slow
-	ws[6].CheckpointBuffers = 900
+	ws[7].EnqueueP99ms = 12.2 // the application's own commit was that slow
+	ws[7].CheckpointBuffers = 900
 	if v := judgeW10(plan, ws); v.met() || v.overInEnqueue != 1 || v.overInCheckpoint != 1 ||
 		!strings.Contains(v.String(), "in 1 of those the Enqueue calls alone") || !strings.Contains(v.String(), "in 1 the checkpointer was writing") {
 		t.Errorf("grown in the enqueue: %+v %s", v, v)
@@ -146,27 +147,26 @@ func TestJudgeW10(t *testing.T) {
 	for k := range ws {
 		ws[k].QueueP99ms = 2 // baseline queue p99s 2, 2, 2
 	}
-	ws[4].QueueP99ms, ws[5].QueueP99ms = 4, 4.1 // exactly 2× is within; above is not
+	ws[5].QueueP99ms, ws[6].QueueP99ms = 4, 4.1 // exactly 2× is within; above is not
 	if v := judgeW10(plan, ws); !v.met() || v.baseQueueP99 != 2 || v.queueOver != 1 ||
 		!strings.Contains(v.String(), "1 pin windows above 2× its baseline p99 of 2.00 ms") {
 		t.Errorf("the queue's own part: %+v %s", v, v)
 	}
 	ws = flat()
-	ws[0].CompletedPerSec = 100 // the warm-up window is not judged on rate
-	ws[8].CompletedPerSec = 0.9 * w10Rate
-	if v := judgeW10(plan, ws); v.met() || len(v.slow) != 1 || !strings.Contains(v.String(), "recovery @80s") {
+	ws[9].CompletedPerSec = 0.9 * w10Rate
+	if v := judgeW10(plan, ws); v.met() || len(v.slow) != 1 || !strings.Contains(v.String(), "recovery @90s") {
 		t.Errorf("slow: %+v %s", v, v)
 	}
 	// A baseline slower than the median pin window was disturbed by something else:
 	// the rule holds against it, but the run is inconclusive, neither met nor missed.
 	ws = flat()
-	ws[0].P99ms, ws[1].P99ms, ws[2].P99ms = 40, 45, 50
-	ws[4].P99ms = 80
+	ws[1].P99ms, ws[2].P99ms, ws[3].P99ms = 40, 45, 50
+	ws[5].P99ms = 80
 	if v := judgeW10(plan, ws); v.met() || !v.inconclusive() || w10Met(v) != nil || v.pinP99Median != 6 ||
 		!strings.HasPrefix(v.String(), "INCONCLUSIVE: the baseline's p99 (45.00 ms) is above the median pin window's (6.00 ms)") {
 		t.Errorf("disturbed baseline: %+v %s", v, v)
 	}
-	ws[5].P99ms = 95 // and a window over the bound is still a miss
+	ws[6].P99ms = 95 // and a window over the bound is still a miss
 	if v := judgeW10(plan, ws); v.met() || v.inconclusive() || w10Met(v) == nil || *w10Met(v) || !strings.HasPrefix(v.String(), "missed") {
 		t.Errorf("disturbed baseline, one window over: %+v %s", v, v)
 	}
@@ -177,20 +177,20 @@ func TestJudgeW10(t *testing.T) {
 	for k := range ws {
 		ws[k] = W10Window{Phase: cplan.phase(k), OfferedPerSec: w10Rate, CompletedPerSec: w10Rate, P99ms: 6}
 	}
-	if ws[3].Phase != W10Control || ws[6].Phase != W10Control || ws[7].Phase != W10Recovery {
+	if ws[0].Phase != W10Warmup || ws[1].Phase != W10Baseline || ws[4].Phase != W10Control || ws[7].Phase != W10Control || ws[8].Phase != W10Recovery {
 		t.Fatalf("control phases: %+v", ws)
 	}
-	ws[4].P99ms = 13
+	ws[5].P99ms = 13
 	if v := judgeW10(cplan, ws); v.met() || v.over != 1 ||
 		!strings.HasPrefix(v.String(), "CONTROL, no pin held: W10's rule applied to the same timeline would be missed; control p99 max 13.00 ms = 2.17×") {
 		t.Errorf("control: %+v %s", v, v)
 	}
-	ws[4].P99ms = 6
+	ws[5].P99ms = 6
 	if v := judgeW10(cplan, ws); !v.met() || !strings.HasPrefix(v.String(), "CONTROL, no pin held: W10's rule applied to the same timeline would be MET; ") {
 		t.Errorf("control, flat: %+v %s", v, v)
 	}
 	ws = flat()
-	ws[5].OfferedPerSec, ws[5].CompletedPerSec = 500, 500
+	ws[6].OfferedPerSec, ws[6].CompletedPerSec = 500, 500
 	if v := judgeW10(plan, ws); v.met() || len(v.behind) != 1 {
 		t.Errorf("behind: %+v %s", v, v)
 	}

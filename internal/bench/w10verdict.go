@@ -138,7 +138,7 @@ func firstFew(s []string, n int) string {
 	return strings.Join(s, ", ")
 }
 
-// judgeW10 decides: every window after the warm-up completes at least w10RateShare
+// judgeW10 decides: every window after the warm-up phase completes at least w10RateShare
 // of what was offered in it (and the generator offered at least that share of
 // w10Rate), and every pin window's p99 stays within w10P99Factor of the baseline p99,
 // the median of the baseline windows' p99 — unless that baseline is above the median
@@ -146,7 +146,7 @@ func firstFew(s []string, n int) string {
 func judgeW10(plan w10Plan, ws []W10Window) w10Verdict {
 	var v w10Verdict
 	var base, baseQueue, pin []float64
-	for k, w := range ws {
+	for _, w := range ws {
 		switch w.Phase {
 		case W10Baseline:
 			base = append(base, w.P99ms)
@@ -155,7 +155,7 @@ func judgeW10(plan w10Plan, ws []W10Window) w10Verdict {
 			v.pinP99Max = max(v.pinP99Max, w.P99ms)
 			pin = append(pin, w.P99ms)
 		}
-		if k < w10WarmWindows {
+		if w.Phase == W10Warmup {
 			continue
 		}
 		at := w.at()

@@ -49,8 +49,9 @@ var heard atomic.Pointer[func(channel, payload string)]
 // listener. It used to LISTEN on a connection of its own, but a commit that notifies
 // signals and wakes every listening backend, so that probe was one more process for
 // each measured job's commit to wake on a 2-core machine, which the peers' harnesses
-// do not add (W6 without it: p99 lower in 7 of 8 alternated pairs, p50 in 6 of 8;
-// docs/benchmarks.md). And the stage it times is now the one the claim follows from.
+// do not add (W6 without it: p50 and p99 each lower in 6 of 8 alternated pairs, a
+// small effect beside the hour's noise; docs/benchmarks.md). And the stage it times
+// is now the one the claim follows from.
 func SetHeard(f func(channel, payload string)) {
 	if f == nil {
 		heard.Store(nil)
