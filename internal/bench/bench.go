@@ -10,12 +10,12 @@ package bench
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -306,60 +306,58 @@ type noop struct {
 func (noop) Kind() string { return "noop" }
 
 // tracker counts handler runs per job to verify exactly-once success. It is the
-// harness's own work inside every measured handler, so it is kept cheap: ids are
-// parsed into 16-byte keys in maps without pointers (a map[string]int of a million
-// ids was about 5% of the bench process's CPU in W5 and W7, and the garbage collector
-// scanned every key of it in each cycle), spread over shards with a lock each (100
-// executors queued on one mutex).
+// harness's own work inside every measured handler, so it is kept cheap: a job is
+// known by the index its payload carries (noop.I, unique per job), counted in a slot
+// of one array with an atomic add. Keyed by id instead, in 64 locked maps of
+// 16-byte keys, the count was the handler's whole cost: a million random keys missed
+// the cache on every run (0.94 s of the process's CPU in W7, "The harness's own
+// exactly-once check" in docs/benchmarks.md). Measured jobs carry 0, 1, …; warm-up
+// jobs −1, −2, …, counted from the array's end. A payload the tracker cannot read, or
+// an index outside the array, is counted as bad and fails verify; two jobs sharing a
+// slot leave one slot at two runs and another at none, which fails it too.
 type tracker struct {
-	shards [trackerShards]trackerShard
-	runs   atomic.Int64
-	badIDs atomic.Int64 // ids that are not UUIDs: counted, and verify fails
+	seen []atomic.Int32
+	runs atomic.Int64
+	bad  atomic.Int64 // payloads without a readable index in range
 }
 
-const trackerShards = 64
+func newTracker(n int) *tracker { return &tracker{seen: make([]atomic.Int32, n)} }
 
-type trackerShard struct {
-	mu   sync.Mutex
-	seen map[[16]byte]int32
-	_    [40]byte // a shard per cache line
-}
-
-func newTracker(n int) *tracker {
-	t := &tracker{}
-	for i := range t.shards {
-		t.shards[i].seen = make(map[[16]byte]int32, n/trackerShards+1)
+// noopIndex reads noop.I from a job's payload: {"i":N} as encoding/json writes it, or
+// {"i": N} as jsonb returns it.
+func noopIndex(payload []byte) (int, bool) {
+	const prefix = `{"i":`
+	if len(payload) < len(prefix)+2 || string(payload[:len(prefix)]) != prefix || payload[len(payload)-1] != '}' {
+		return 0, false
 	}
-	return t
+	digits := payload[len(prefix) : len(payload)-1]
+	if len(digits) > 0 && digits[0] == ' ' {
+		digits = digits[1:]
+	}
+	i, err := strconv.Atoi(string(digits))
+	return i, err == nil
 }
 
-// uuidKey parses a UUID in its canonical 36-character form.
-func uuidKey(id string) (k [16]byte, ok bool) {
-	if len(id) != 36 || id[8] != '-' || id[13] != '-' || id[18] != '-' || id[23] != '-' {
-		return k, false
+// slot is the array index of a job whose payload carries index i.
+func (t *tracker) slot(i int) (int, bool) {
+	if i < 0 {
+		i += len(t.seen)
 	}
-	var h [32]byte
-	copy(h[0:8], id[0:8])
-	copy(h[8:12], id[9:13])
-	copy(h[12:16], id[14:18])
-	copy(h[16:20], id[19:23])
-	copy(h[20:32], id[24:36])
-	_, err := hex.Decode(k[:], h[:])
-	return k, err == nil
+	return i, i >= 0 && i < len(t.seen)
 }
 
 func (t *tracker) handler() skiplock.HandlerFunc {
 	return func(ctx context.Context, job *skiplock.Job) error {
 		t.runs.Add(1)
-		k, ok := uuidKey(job.ID)
+		i, ok := noopIndex(job.Payload)
+		if ok {
+			i, ok = t.slot(i)
+		}
 		if !ok {
-			t.badIDs.Add(1)
+			t.bad.Add(1)
 			return nil
 		}
-		sh := &t.shards[k[15]%trackerShards] // the id's last byte is random
-		sh.mu.Lock()
-		sh.seen[k]++
-		sh.mu.Unlock()
+		t.seen[i].Add(1)
 		return nil
 	}
 }
@@ -372,20 +370,18 @@ func (t *tracker) verify(ctx context.Context, pool *pgxpool.Pool, schema string,
 		return "", err
 	}
 	dup, distinct := 0, 0
-	for i := range t.shards {
-		sh := &t.shards[i]
-		sh.mu.Lock()
-		for _, c := range sh.seen {
-			if c > 1 {
-				dup++
-			}
+	for i := range t.seen {
+		switch c := t.seen[i].Load(); {
+		case c > 1:
+			dup++
+			distinct++
+		case c == 1:
+			distinct++
 		}
-		distinct += len(sh.seen)
-		sh.mu.Unlock()
 	}
 	switch {
-	case t.badIDs.Load() > 0:
-		return "", fmt.Errorf("%d handler runs had a job id that is not a UUID", t.badIDs.Load())
+	case t.bad.Load() > 0:
+		return "", fmt.Errorf("%d handler runs had a payload without an index of this run's jobs", t.bad.Load())
 	case dup > 0:
 		return "", fmt.Errorf("%d jobs ran more than once", dup)
 	case distinct != n:
