@@ -6,12 +6,13 @@ package skiplock
 // (store.claimBranch has the mechanism; docs/benchmarks.md, W10, the measurements).
 //
 // The cursor is only a starting point, never a promise that nothing lies behind it.
-// Three things bring a producer back to the head:
+// Three things bring a producer back:
 //   - its head check: every poll interval, a read-only query finds the first due job a
 //     claim from the head would take; if that job lies before the cursor's floor, the
-//     next claim starts at the head;
+//     next claim starts at that job;
 //   - its own outcomes that can make an old job ready (a sequence's next job, a flow's
-//     parent, a batch callback): the next claim of every producer starts at the head;
+//     parent, a batch callback): the next claim of every producer starts at the head
+//     (the outcome does not say where the job it released lies);
 //   - a Manual claim or a process start: those claim from the head.
 //
 // A limited queue's claims use the cursor too, but resume at the first job they left
@@ -53,10 +54,13 @@ func (c *claimCursor) advance(gen uint64, at *store.ClaimCursor) {
 }
 
 // rewind makes the next claim start at the head.
-func (c *claimCursor) rewind() {
+func (c *claimCursor) rewind() { c.rewindTo(nil) }
+
+// rewindTo makes the next claim start at at (nil: the head).
+func (c *claimCursor) rewindTo(at *store.ClaimCursor) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.at = nil
+	c.at = at
 	c.gen++
 }
 
@@ -77,8 +81,12 @@ func (r *runtime) rewindAll() {
 const headCheckBudget = 20
 
 // checkHead runs the producer's head check every poll interval (jittered) while its
-// queue claims through a cursor. Finding a due job before the cursor's floor, it
-// rewinds the cursor and wakes the producer.
+// queue claims through a cursor. Finding a due job before the cursor's floor, it moves
+// the cursor back to that job and wakes the producer. Not to the head: under a held
+// snapshot the claim from the head would walk, in one statement, every entry the check
+// just walked. From the job found on, everything is in the claim's ranges
+// (store.claimBranch: every branch starts at the floor, the earlier of the cursor and
+// now less the lag), and the check finds whatever lies before it next time.
 func (r *runtime) checkHead(p *producer) {
 	defer r.prodWG.Done()
 	c := r.c
@@ -98,8 +106,8 @@ func (r *runtime) checkHead(p *producer) {
 			c.failures.warn("claim_head", err, "queue", p.queue)
 		} else {
 			c.failures.ok("claim_head")
-			if behind {
-				p.cursor.rewind()
+			if behind != nil {
+				p.cursor.rewindTo(behind)
 				signal(p.wake)
 			}
 		}
@@ -107,23 +115,26 @@ func (r *runtime) checkHead(p *producer) {
 	}
 }
 
-// headBehind reports whether the first due job of the producer's queue lies before
-// the floor its next claim would use.
-func (r *runtime) headBehind(p *producer) (bool, error) {
+// headBehind returns the position of the first due job of the producer's queue when
+// it lies before the floor its next claim would use, else nil.
+func (r *runtime) headBehind(p *producer) (*store.ClaimCursor, error) {
 	at, _ := p.cursor.get()
 	if at == nil {
-		return false, nil
+		return nil, nil
 	}
 	c := r.c
 	ctx, cancel := context.WithTimeout(r.fetchCtx, 30*time.Second)
 	defer cancel()
 	head, now, err := c.store.ClaimHead(ctx, c.pool, store.NowParam(c.cfg.Clock), p.queue)
 	if err != nil || head == nil {
-		return false, err
+		return nil, err
 	}
 	floor := at.RunAt
 	if lagged := now.Add(-c.cfg.PollInterval); lagged.Before(floor) {
 		floor = lagged
 	}
-	return head.RunAt.Before(floor), nil
+	if !head.RunAt.Before(floor) {
+		return nil, nil
+	}
+	return head, nil
 }

@@ -124,16 +124,13 @@ SELECT 'k', '{}', now() - interval '1 hour' + g * interval '1 millisecond', 'key
 	return cursor
 }
 
-// TestClaimCursorUnderPinnedSnapshot: with a snapshot held open (vacuum and index
-// entry killing stopped), a claim from the index head walks every job claimed since,
-// and a claim from the cursor does not. Then what lies behind the cursor: ClaimHead
-// finds it, the cursor's claim leaves it, a head claim takes it.
-func TestClaimCursorUnderPinnedSnapshot(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
+// plainClaimUnderPin makes a schema and runs claimUnderPin in it with the plain claim
+// (Store.Claim) from its cursor. It returns the store, the pool and the cursor.
+func plainClaimUnderPin(t *testing.T, ctx context.Context) (*Store, *pgxpool.Pool, *ClaimCursor) {
+	t.Helper()
 	s := newStore(t, pgtest.Schema(t))
 	pool := pgtest.Pool(t)
-	cursor := claimUnderPin(t, ctx, s, pool, "the ready-index scans", func(after *ClaimCursor) (int, *ClaimCursor) {
+	return s, pool, claimUnderPin(t, ctx, s, pool, "the ready-index scans", func(after *ClaimCursor) (int, *ClaimCursor) {
 		jobs, err := s.Claim(ctx, pool, nil, ClaimParams{Queue: "default", WorkerID: "w", Limit: 100, Lease: time.Minute,
 			After: after, Lag: time.Second})
 		if err != nil {
@@ -144,13 +141,31 @@ func TestClaimCursorUnderPinnedSnapshot(t *testing.T) {
 		}
 		return len(jobs), CursorOf(jobs[len(jobs)-1])
 	}, func(p ClaimParams) (float64, int) { return readyIndexBlocks(t, ctx, s, pool, p) })
+}
 
-	// A job behind the cursor (an old run_at, as a late-committing enqueue leaves).
-	var behind string
+// insertJobAt inserts a pending job of the default queue due at runAt (an SQL
+// expression over args) and returns its id.
+func insertJobAt(t *testing.T, ctx context.Context, s *Store, pool *pgxpool.Pool, runAt string, args ...any) string {
+	t.Helper()
+	var id string
 	if err := pool.QueryRow(ctx, `INSERT INTO `+s.Table("jobs")+` (kind, payload, run_at)
-VALUES ('k', '{}', now() - interval '2 hours') RETURNING id`).Scan(&behind); err != nil {
+VALUES ('k', '{}', `+runAt+`) RETURNING id`, args...).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
+	return id
+}
+
+// TestClaimCursorUnderPinnedSnapshot: with a snapshot held open (vacuum and index
+// entry killing stopped), a claim from the index head walks every job claimed since,
+// and a claim from the cursor does not. Then what lies behind the cursor: ClaimHead
+// finds it, the cursor's claim leaves it, a head claim takes it.
+func TestClaimCursorUnderPinnedSnapshot(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool, cursor := plainClaimUnderPin(t, ctx)
+
+	// A job behind the cursor (an old run_at, as a late-committing enqueue leaves).
+	behind := insertJobAt(t, ctx, s, pool, "now() - interval '2 hours'")
 	head, at, err := s.ClaimHead(ctx, pool, nil, "default")
 	if err != nil || head == nil {
 		t.Fatalf("ClaimHead: %v, %v", head, err)
@@ -218,5 +233,48 @@ FROM generate_series(1, 10) g, (VALUES (-1), (0), (5)) v(p)`); err != nil {
 		if j.RunAt.Before(floor) {
 			t.Fatalf("claimed a job before the floor: %v < %v", j.RunAt, floor)
 		}
+	}
+}
+
+// TestClaimFromTheJobTheHeadCheckFound: the head check's answer is where the next
+// claim starts (cursor.go, checkHead), not the index head. Under a pinned snapshot, a
+// job behind the cursor but after the claimed jobs' dead entries is taken by a claim
+// from its position without reading those entries, which a claim from the head reads
+// one by one.
+func TestClaimFromTheJobTheHeadCheckFound(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool, cursor := plainClaimUnderPin(t, ctx)
+
+	// Just behind the cursor: after nearly all the claimed jobs' entries.
+	behind := insertJobAt(t, ctx, s, pool, "$1::timestamptz - interval '10 milliseconds'", cursor.RunAt)
+	head, _, err := s.ClaimHead(ctx, pool, nil, "default")
+	if err != nil || head == nil || !head.RunAt.Equal(cursor.RunAt.Add(-10*time.Millisecond)) {
+		t.Fatalf("ClaimHead = %+v, %v; want the job 10 ms behind the cursor %+v", head, err, cursor)
+	}
+	claim := func(db DBTX, after *ClaimCursor) float64 {
+		t.Helper()
+		blocks, got := readyIndexBlocks(t, ctx, s, db, ClaimParams{Queue: "default", Limit: 1, After: after, Lag: time.Second})
+		if got != 1 {
+			t.Fatalf("claim from %+v took %d jobs, want the one behind the cursor", after, got)
+		}
+		return blocks
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromHead := claim(tx, nil)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fromFound := claim(pool, head)
+	var status string
+	if err := pool.QueryRow(ctx, `SELECT status FROM `+s.Table("jobs")+` WHERE id = $1`, behind).Scan(&status); err != nil || status != "running" {
+		t.Fatalf("the job behind the cursor is %q, %v; want running", status, err)
+	}
+	t.Logf("buffers read by a claim of the job behind the cursor: from the head %.0f, from where the head check found it %.0f", fromHead, fromFound)
+	if fromHead < 50 || fromFound*5 > fromHead {
+		t.Fatalf("from the head %.0f buffers, from the job found %.0f: want the latter at most a fifth", fromHead, fromFound)
 	}
 }
