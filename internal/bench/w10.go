@@ -124,6 +124,13 @@ type W10Window struct {
 	WALBytesPerJob float64 `json:"wal_bytes_per_job"`
 	WALFPI         int64   `json:"wal_fpi"`
 	WALSyncs       int64   `json:"wal_syncs"`
+	// Passes counts the vacuums and analyzes (autovacuum's or anyone's) that finished
+	// on the schema's tables in the window (pg_stat_user_tables). Each one changes the
+	// table's statistics in pg_class, which invalidates every connection's cached plans
+	// on that table: each connection re-plans its statements at their next run, all
+	// within milliseconds (docs/benchmarks.md, "Autovacuum's passes: every connection
+	// re-plans at once").
+	Passes int64 `json:"passes"`
 }
 
 // w10Windows prints as a table in the text output and as an array in JSON.
@@ -131,12 +138,12 @@ type w10Windows []W10Window
 
 func (ws w10Windows) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n       %-8s %7s %9s %11s %8s %8s %10s %10s %11s %13s %7s %9s %9s %9s %8s %9s", "phase", "start s", "offered/s", "completed/s", "p50 ms", "p99 ms",
-		"enq p99", "queue p99", "dead tuples", "idx reads/s", "claims", "claim ms", "ckpt buf", "WAL B/job", "WAL FPI", "WAL syncs")
+	fmt.Fprintf(&b, "\n       %-8s %7s %9s %11s %8s %8s %10s %10s %11s %13s %7s %9s %9s %9s %8s %9s %6s", "phase", "start s", "offered/s", "completed/s", "p50 ms", "p99 ms",
+		"enq p99", "queue p99", "dead tuples", "idx reads/s", "claims", "claim ms", "ckpt buf", "WAL B/job", "WAL FPI", "WAL syncs", "passes")
 	for _, w := range ws {
-		fmt.Fprintf(&b, "\n       %-8s %7.0f %9.0f %11.0f %8.2f %8.2f %10.2f %10.2f %11d %13.0f %7d %9.2f %9d %9.0f %8d %9d", w.Phase, w.StartS, w.OfferedPerSec, w.CompletedPerSec,
+		fmt.Fprintf(&b, "\n       %-8s %7.0f %9.0f %11.0f %8.2f %8.2f %10.2f %10.2f %11d %13.0f %7d %9.2f %9d %9.0f %8d %9d %6d", w.Phase, w.StartS, w.OfferedPerSec, w.CompletedPerSec,
 			w.P50ms, w.P99ms, w.EnqueueP99ms, w.QueueP99ms, w.DeadTuples, w.IndexReadsPerSec, w.Claims, w.ClaimMeanMs, w.CheckpointBuffers,
-			w.WALBytesPerJob, w.WALFPI, w.WALSyncs)
+			w.WALBytesPerJob, w.WALFPI, w.WALSyncs, w.Passes)
 	}
 	return b.String()
 }
@@ -338,11 +345,12 @@ func runW10Plan(ctx context.Context, e *Env, variant w10Variant) (*Result, error
 	statsSQL := `SELECT
   (SELECT coalesce(sum(n_dead_tup), 0) FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'jobs'),
   (SELECT coalesce(sum(idx_tup_read), 0) FROM pg_stat_user_indexes WHERE schemaname = $1 AND indexrelname = 'jobs_ready_idx'),
+  (SELECT coalesce(sum(vacuum_count + autovacuum_count + analyze_count + autoanalyze_count), 0) FROM pg_stat_user_tables WHERE schemaname = $1),
   (` + w10CheckpointSQL(version) + `), ` + w10WALColumns(version)
 	read := func() w10Mark {
 		c := worker.Counters()
 		m := w10Mark{succeeded: c.Succeeded, claims: c.ClaimStatements, claimTime: c.ClaimTime}
-		m.deadErr = e.Pool.QueryRow(ctx, statsSQL, schema).Scan(&m.dead, &m.indexReads, &m.ckptBuffers, &m.wal.bytes, &m.wal.fpi, &m.wal.syncs)
+		m.deadErr = e.Pool.QueryRow(ctx, statsSQL, schema).Scan(&m.dead, &m.indexReads, &m.passes, &m.ckptBuffers, &m.wal.bytes, &m.wal.fpi, &m.wal.syncs)
 		return m
 	}
 	// The clock starts once the first marks are read: the generator starts with it,

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
@@ -23,7 +26,21 @@ func TestW10QuickScale(t *testing.T) {
 
 func testW10QuickScale(t *testing.T, v w10Variant) {
 	env := &Env{Pool: pgtest.Pool(t), URL: pgtest.URL(t), Settings: "test", Scale: 0.02}
+	// An ANALYZE of the jobs table while W10 runs must show in a window's passes. The
+	// schema a run before this one left is dropped first, so the table analyzed is
+	// this run's.
+	schema := "bench_" + strings.ToLower(v.name)
+	if _, err := env.Pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+schema+` CASCADE`); err != nil {
+		t.Fatal(err)
+	}
+	analyzed := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { analyzed <- analyzeOnceFilled(ctx, env.Pool, schema+".jobs") }()
 	r, err := runW10Plan(context.Background(), env, v)
+	cancel()
+	if aerr := <-analyzed; aerr != nil {
+		t.Errorf("analyzing the jobs table during the run: %v", aerr)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,10 +75,11 @@ func testW10QuickScale(t *testing.T, v w10Variant) {
 		behind[at] = true
 	}
 	phases, filled := map[string]int{}, map[string]int{}
-	var pinDead, walSyncs int64
+	var pinDead, walSyncs, passes int64
 	var walBytes float64
 	for k, w := range ws {
 		phases[w.Phase]++
+		passes += w.Passes
 		walBytes, walSyncs = max(walBytes, w.WALBytesPerJob), walSyncs+w.WALSyncs
 		switch {
 		case w.Offered > 0 && w.P99ms > 0:
@@ -86,6 +104,9 @@ func testW10QuickScale(t *testing.T, v w10Variant) {
 	}
 	if pinDead == 0 && !control {
 		t.Error("no dead tuples seen during the pin")
+	}
+	if passes == 0 {
+		t.Error("the ANALYZE run during the windows is in no window's passes")
 	}
 	// Every job writes WAL and, with fsync on, every durable commit syncs it: a server
 	// of 14 or later (the tests' own is 15, fsync off) counts both in pg_stat_wal.
@@ -193,5 +214,31 @@ func TestJudgeW10(t *testing.T) {
 	ws[6].OfferedPerSec, ws[6].CompletedPerSec = 500, 500
 	if v := judgeW10(plan, ws); v.met() || len(v.behind) != 1 {
 		t.Errorf("behind: %+v %s", v, v)
+	}
+}
+
+// analyzeOnceFilled waits until a thousand rows were inserted into table, then
+// analyzes it once. The bench creates the table when its run begins, so the wait is a
+// poll; a thousand is past the warm-up's inserts (one per enqueuing connection, before
+// the windows begin) and about a second into the windows.
+func analyzeOnceFilled(ctx context.Context, pool *pgxpool.Pool, table string) error {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var filled bool
+		err := pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL AND EXISTS (SELECT 1 FROM pg_stat_user_tables s
+  WHERE s.relid = to_regclass($1) AND s.n_tup_ins >= 1000)`, table).Scan(&filled)
+		if err != nil {
+			return err
+		}
+		if filled {
+			_, err := pool.Exec(ctx, `ANALYZE `+table)
+			return err
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 }

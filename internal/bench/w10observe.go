@@ -66,6 +66,7 @@ type w10Mark struct {
 	succeeded, claims int64
 	claimTime         time.Duration
 	dead, indexReads  int64
+	passes            int64
 	ckptBuffers       int64
 	wal               w10WAL
 	deadErr           error

@@ -36,8 +36,8 @@ func w10Split(plan w10Plan, start time.Time, samples []w10Sample, marks []w10Mar
 			OfferedPerSec: float64(len(per[k].d)) / secs, CompletedPerSec: float64(marks[k+1].succeeded-marks[k].succeeded) / secs,
 			P50ms: pr.P50ms, P99ms: pr.P99ms, EnqueueP99ms: er.P99ms, QueueP99ms: qr.P99ms, DeadTuples: marks[k+1].dead, Claims: claims,
 			IndexReadsPerSec:  float64(marks[k+1].indexReads-marks[k].indexReads) / secs,
-			CheckpointBuffers: marks[k+1].ckptBuffers - marks[k].ckptBuffers,
-			WALFPI:            marks[k+1].wal.fpi - marks[k].wal.fpi, WALSyncs: marks[k+1].wal.syncs - marks[k].wal.syncs}
+			CheckpointBuffers: marks[k+1].ckptBuffers - marks[k].ckptBuffers, Passes: marks[k+1].passes - marks[k].passes,
+			WALFPI: marks[k+1].wal.fpi - marks[k].wal.fpi, WALSyncs: marks[k+1].wal.syncs - marks[k].wal.syncs}
 		if n := len(per[k].d); n > 0 {
 			w.WALBytesPerJob = float64(marks[k+1].wal.bytes-marks[k].wal.bytes) / float64(n)
 		}
