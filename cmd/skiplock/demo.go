@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -97,13 +96,7 @@ would publish them.`,
 				return err
 			}
 			defer cleanup()
-			ctx := cmd.Context()
-			if d > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, d)
-				defer cancel()
-			}
-			return demoApp(ctx, pool, schema, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return demoApp(cmd.Context(), d, pool, schema, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().DurationVar(&dur, "duration", 15*time.Second, "how long to run; 0 runs until Ctrl-C ($DURATION, in seconds, replaces the default)")

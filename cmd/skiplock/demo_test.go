@@ -37,6 +37,31 @@ func TestDemoOnANamedDatabase(t *testing.T) {
 	c.must("demo", "--duration", "1s")
 }
 
+// The demo's duration counts from the end of its setup: a run shorter than the
+// migrations of a fresh schema (1 ns here) migrates, stops at once and exits 0. When
+// the duration covered the setup, a loaded machine failed `--duration 2s` in the
+// migrations ("context deadline exceeded").
+func TestDemoDurationExcludesSetup(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	c.schema = "demo_" + c.schema
+	pool := pgtest.Pool(t)
+	t.Cleanup(func() {
+		pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS "`+c.schema+`" CASCADE`)
+	})
+	out := c.must("demo", "--duration", "1ns")
+	if !strings.Contains(out, "demo: stopping") || !strings.Contains(out, " orders; ") {
+		t.Fatalf("demo output:\n%s", out)
+	}
+	var tables int
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename IN ('jobs', 'demo_orders')`, c.schema).Scan(&tables); err != nil {
+		t.Fatal(err)
+	}
+	if tables != 2 {
+		t.Fatalf("%d of the demo's 2 tables in its schema after the run", tables)
+	}
+}
+
 // The demo refuses a schema holding an application's jobs or events, and leaves them
 // alone: before, its workers failed them ("no worker registered") and its relay
 // published the events to the demo's receiver.

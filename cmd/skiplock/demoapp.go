@@ -30,7 +30,12 @@ type demoStats struct {
 	orders, emailsSent, smtpErrors atomic.Int64
 }
 
-func demoApp(ctx context.Context, pool *pgxpool.Pool, schema string, stdout, stderr io.Writer) error {
+// demoApp runs the demo in schema for d (0: until ctx ends). The duration counts
+// from the end of the setup (the schema check, the migrations, the orders table, the
+// client's and the relay's start), so a slow setup cannot use up a short run and fail
+// it. The client and the relay are stopped explicitly when the run ends; ending ctx
+// (Ctrl-C) ends the run at any point.
+func demoApp(ctx context.Context, d time.Duration, pool *pgxpool.Pool, schema string, stdout, stderr io.Writer) error {
 	if err := demoSchemaIsOwn(ctx, pool, schema); err != nil {
 		return err
 	}
@@ -81,6 +86,11 @@ func demoApp(ctx context.Context, pool *pgxpool.Pool, schema string, stdout, std
 	outbox, err := startDemoOutbox(ctx, client)
 	if err != nil {
 		return err
+	}
+	if d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
 	}
 
 	shopDone := make(chan error, 1)
