@@ -6,20 +6,29 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
+
+// demoCLI is a CLI on a schema of its own named prefix plus the test's schema, which
+// the demo creates; the schema is dropped when the test ends.
+func demoCLI(t *testing.T, prefix string) (*cli, *pgxpool.Pool) {
+	t.Helper()
+	c := newCLI(t)
+	c.schema = prefix + c.schema
+	pool := pgtest.Pool(t)
+	t.Cleanup(func() {
+		pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS "`+c.schema+`" CASCADE`)
+	})
+	return c, pool
+}
 
 // The demo on a named database runs in a schema of its own, with a mixed-case name
 // quoted, and shows orders, jobs and events flowing.
 func TestDemoOnANamedDatabase(t *testing.T) {
 	t.Parallel()
-	c := newCLI(t)
-	c.schema = "Demo_" + c.schema // a mixed-case name must be quoted in every statement
-	pool := pgtest.Pool(t)
-	t.Cleanup(func() {
-		pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS "`+c.schema+`" CASCADE`)
-	})
+	c, pool := demoCLI(t, "Demo_") // a mixed-case name must be quoted in every statement
 	out := c.must("demo", "--duration", "2s")
 	for _, want := range []string{"demo: a shop writes orders", "demo: stopping", "emails sent", "outbox"} {
 		if !strings.Contains(out, want) {
@@ -43,12 +52,7 @@ func TestDemoOnANamedDatabase(t *testing.T) {
 // migrations ("context deadline exceeded").
 func TestDemoDurationExcludesSetup(t *testing.T) {
 	t.Parallel()
-	c := newCLI(t)
-	c.schema = "demo_" + c.schema
-	pool := pgtest.Pool(t)
-	t.Cleanup(func() {
-		pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS "`+c.schema+`" CASCADE`)
-	})
+	c, pool := demoCLI(t, "demo_")
 	out := c.must("demo", "--duration", "1ns")
 	if !strings.Contains(out, "demo: stopping") || !strings.Contains(out, " orders; ") {
 		t.Fatalf("demo output:\n%s", out)
