@@ -210,6 +210,30 @@ func uuidLiteral(u string) (string, error) {
 
 var reloptRE = regexp.MustCompile(`^([a-z_.]+)=(.*)$`)
 
+// storageOptions returns the WITH clause that gives a new table the storage options
+// (autovacuum settings) of table like, or "" when like is "" or has none.
+func (s *Store) storageOptions(ctx context.Context, db DBTX, like string) (string, error) {
+	if like == "" {
+		return "", nil
+	}
+	var opts []string
+	if err := db.QueryRow(ctx, s.partition.reloptions.sql, s.Table(like)).Scan(&opts); err != nil {
+		return "", fmt.Errorf("reading storage options of %s: %w", like, err)
+	}
+	var parts []string
+	for _, o := range opts {
+		m := reloptRE.FindStringSubmatch(o)
+		if m == nil {
+			continue
+		}
+		parts = append(parts, m[1]+" = '"+strings.ReplaceAll(m[2], "'", "''")+"'")
+	}
+	if len(parts) == 0 {
+		return "", nil
+	}
+	return " WITH (" + strings.Join(parts, ", ") + ")", nil
+}
+
 // CreatePartition creates partition name of jobs for ids in [from, to), with the
 // storage options (autovacuum settings) of the partition named like (if not empty),
 // and returns whether it created it (false: it exists already).
@@ -225,23 +249,9 @@ func (s *Store) CreatePartition(ctx context.Context, db DBTX, name, from, to, li
 	if err != nil {
 		return false, err
 	}
-	with := ""
-	if like != "" {
-		var opts []string
-		if err := db.QueryRow(ctx, s.partition.reloptions.sql, s.Table(like)).Scan(&opts); err != nil {
-			return false, fmt.Errorf("reading storage options of %s: %w", like, err)
-		}
-		var parts []string
-		for _, o := range opts {
-			m := reloptRE.FindStringSubmatch(o)
-			if m == nil {
-				continue
-			}
-			parts = append(parts, m[1]+" = '"+strings.ReplaceAll(m[2], "'", "''")+"'")
-		}
-		if len(parts) > 0 {
-			with = " WITH (" + strings.Join(parts, ", ") + ")"
-		}
+	with, err := s.storageOptions(ctx, db, like)
+	if err != nil {
+		return false, err
 	}
 	var exists bool
 	if err := db.QueryRow(ctx, s.partition.exists.sql, s.Table(name)).Scan(&exists); err != nil {

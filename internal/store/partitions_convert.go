@@ -67,6 +67,10 @@ func (s *Store) ConvertToPartitioned(ctx context.Context, tx pgx.Tx, p ConvertPa
 	if err != nil {
 		return 0, fmt.Errorf("reading privileges of jobs: %w", err)
 	}
+	with, err := s.storageOptions(ctx, tx, "jobs")
+	if err != nil {
+		return 0, err
+	}
 	steps := []string{
 		`ALTER TABLE {{s}}.jobs RENAME TO jobs_legacy`,
 		`ALTER TABLE {{s}}.jobs_legacy RENAME CONSTRAINT jobs_pkey TO jobs_legacy_pkey`,
@@ -99,7 +103,9 @@ func (s *Store) ConvertToPartitioned(ctx context.Context, tx pgx.Tx, p ConvertPa
 		// Finding the job that holds a key (the insert statements' follow-up query).
 		`CREATE INDEX jobs_dedup_lookup_idx ON {{s}}.jobs (kind, deduplication_key) WHERE deduplication_key IS NOT NULL`,
 		`ALTER TABLE {{s}}.jobs ATTACH PARTITION {{s}}.jobs_legacy FOR VALUES FROM (MINVALUE) TO (` + to + `)`,
-		`CREATE TABLE {{s}}.jobs_default PARTITION OF {{s}}.jobs DEFAULT`,
+		// With the legacy table's storage options (an operator's autovacuum settings),
+		// as the partition manager gives every partition it creates.
+		`CREATE TABLE {{s}}.jobs_default PARTITION OF {{s}}.jobs DEFAULT` + with,
 	}
 	for _, st := range steps {
 		if _, err := tx.Exec(ctx, strings.ReplaceAll(st, "{{s}}", s.q)); err != nil {
