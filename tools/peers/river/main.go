@@ -19,9 +19,8 @@
 // worker's fetches, and the inserting client's notifications of a queue too. W10, the
 // pinned vacuum horizon, is described in w10.go.
 //
-// It reads the host clock (time.Now, time.Since) on purpose: it is a stopwatch around a
-// third-party system, and wall time is what it measures. The library's rule that time
-// comes from the injected clock (TestHostClockRule) exempts tools/ for that reason.
+// It reads the host clock on purpose, in one place (clock.go): it is a stopwatch around
+// a third-party system, and wall time is what it measures.
 package main
 
 import (
@@ -153,12 +152,12 @@ func w5(ctx context.Context, url string, maxWorkers int, cooldown time.Duration)
 	if _, err := pool.Exec(ctx, "CHECKPOINT"); err != nil {
 		return err
 	}
-	start := time.Now()
+	start := now()
 	if err := client.Start(ctx); err != nil {
 		return err
 	}
 	<-all
-	elapsed := time.Since(start)
+	elapsed := since(start)
 	if err := client.Stop(ctx); err != nil {
 		return err
 	}
@@ -258,10 +257,10 @@ func w6(ctx context.Context, url string, cooldown time.Duration) error {
 	var mu sync.Mutex
 	runs := newRunCount(warm, total)
 	rig, err := newLatencyRig(ctx, url, cooldown, func(i int) {
-		now := time.Now()
+		at := now()
 		mu.Lock()
 		defer mu.Unlock()
-		started[i] = now
+		started[i] = at
 		runs.add()
 	})
 	if err != nil {
@@ -291,7 +290,7 @@ func w6(ctx context.Context, url string, cooldown time.Duration) error {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			b := time.Now()
+			b := now()
 			if _, err := app.Insert(ctx, noopArgs{I: i}, nil); err != nil {
 				insertErr.Store(&err)
 			}

@@ -46,12 +46,12 @@ func w10(ctx context.Context, url string, cooldown time.Duration, scale float64)
 	var mu sync.Mutex
 	first := newRunCount(w10Warm, total) // each job's first run only
 	rig, err := newLatencyRig(ctx, url, cooldown, func(i int) {
-		now := time.Now()
+		at := now()
 		mu.Lock()
 		defer mu.Unlock()
 		s := &samples[i]
 		if s.runs++; s.runs == 1 {
-			s.started = now
+			s.started = at
 			first.add()
 		}
 	})
@@ -73,7 +73,7 @@ func w10(ctx context.Context, url string, cooldown time.Duration, scale float64)
 
 	// The observer reads the dead tuples at each window's end and takes and releases
 	// the pin at the phase boundaries.
-	start := time.Now()
+	start := now()
 	dead := make([]int64, windows)
 	var pinXid, pinDead int64
 	obsErr := make(chan error, 1)
@@ -124,14 +124,14 @@ func w10(ctx context.Context, url string, cooldown time.Duration, scale float64)
 	var insertErr error
 	for launched := 0; launched < total; {
 		<-tick.C
-		due := min(int(time.Since(start).Seconds()*w10Rate)+1, total)
+		due := min(int(since(start).Seconds()*w10Rate)+1, total)
 		for ; launched < due; launched++ {
 			wg.Add(1)
 			go func(i int) {
 				defer wg.Done()
-				b := time.Now()
+				b := now()
 				_, err := app.Insert(ctx, noopArgs{I: i}, nil)
-				e := time.Now()
+				e := now()
 				mu.Lock()
 				samples[i].begin, samples[i].inserted = b, e
 				mu.Unlock()
