@@ -73,13 +73,12 @@ GRANT UPDATE (status) ON `+e.q("jobs")+` TO "`+role+`"`)
 		t.Fatalf("partitions %v, want %v", names, want)
 	}
 	// New partitions take the storage (autovacuum) options of the one they follow.
-	if opts := scalar[[]string](e, "SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = $1::regclass",
-		e.q("jobs_p"+e.dbDay(2))); strings.Join(opts, ",") != "autovacuum_vacuum_scale_factor=0,autovacuum_vacuum_threshold=10000" {
-		t.Errorf("options of a created partition: %v", opts)
-	}
-	if opts := scalar[[]string](e, "SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = $1::regclass",
-		e.q("jobs_default")); strings.Join(opts, ",") != "autovacuum_vacuum_scale_factor=0,autovacuum_vacuum_threshold=10000" {
-		t.Errorf("options of the default partition: %v", opts)
+	// So does the default partition the conversion creates.
+	for _, p := range []string{"jobs_p" + e.dbDay(2), "jobs_default"} {
+		if opts := scalar[[]string](e, "SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = $1::regclass",
+			e.q(p)); strings.Join(opts, ",") != "autovacuum_vacuum_scale_factor=0,autovacuum_vacuum_threshold=10000" {
+			t.Errorf("options of partition %s: %v", p, opts)
+		}
 	}
 	if _, err := skiplock.PartitionJobs(e.ctx, e.pool, e.schema, skiplock.PartitionOpts{}); !errors.Is(err, skiplock.ErrAlreadyPartitioned) {
 		t.Fatalf("second conversion: %v", err)

@@ -257,6 +257,9 @@ type w10Variant struct {
 	limited bool // the queue has a limit that never binds (w10LimitRunning)
 }
 
+// schema is the name of the schema the variant's run works in.
+func (v w10Variant) schema() string { return "bench_" + strings.ToLower(v.name) }
+
 // w10LimitRunning is W10L's limit on the queue's running jobs: far above what its 100
 // workers and their prefetch can hold, so it never binds.
 const w10LimitRunning = 10000
@@ -277,7 +280,7 @@ func runW10Limited(ctx context.Context, e *Env) (*Result, error) {
 
 func runW10Plan(ctx context.Context, e *Env, variant w10Variant) (*Result, error) {
 	// A schema of its own per variant: e.schema drops what it names.
-	schema, err := e.schema(ctx, "bench_"+strings.ToLower(variant.name))
+	schema, err := e.schema(ctx, variant.schema())
 	if err != nil {
 		return nil, fmt.Errorf("W10: creating the schema: %w", err)
 	}

@@ -29,7 +29,7 @@ func testW10QuickScale(t *testing.T, v w10Variant) {
 	// An ANALYZE of the jobs table while W10 runs must show in a window's passes. The
 	// schema a run before this one left is dropped first, so the table analyzed is
 	// this run's.
-	schema := "bench_" + strings.ToLower(v.name)
+	schema := v.schema()
 	if _, err := env.Pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+schema+` CASCADE`); err != nil {
 		t.Fatal(err)
 	}
