@@ -77,7 +77,7 @@ func (c *Client) BatchOpenTx(ctx context.Context, tx DB, b Batch) (string, error
 	}
 	id := uuidv7.New(stamp, 0)
 	err := c.store.BatchOpen(ctx, tx, store.NowParam(c.cfg.Clock), id, safeDescription(b.Description),
-		onComplete, onFailure, nodes, c.txNotify(queues))
+		onComplete, onFailure, nodes, c.coalescer.Tx(queues))
 	if err != nil {
 		return "", fmt.Errorf("opening a batch: %w", wrapPgError(err))
 	}
@@ -134,7 +134,7 @@ func (c *Client) BatchAddTx(ctx context.Context, tx DB, batchID string, jobs []E
 			queues = append(queues, n.Queue)
 		}
 	}
-	n, err := c.store.BatchAdd(ctx, tx, store.NowParam(c.cfg.Clock), batchID, nodes, c.txNotify(queues))
+	n, err := c.store.BatchAdd(ctx, tx, store.NowParam(c.cfg.Clock), batchID, nodes, c.coalescer.Tx(queues))
 	if err != nil {
 		return nil, fmt.Errorf("adding %d job(s) to batch %s: %w", len(jobs), batchID, wrapPgError(err))
 	}

@@ -303,7 +303,7 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx DB, jobs []EnqueueParams)
 		err     error
 	)
 	_, own := tx.(*pgxpool.Pool)
-	notify, done := c.notifyQueues(queues, own)
+	notify, done := c.coalescer.Queues(queues, own)
 	defer done()
 	if copier, ok := tx.(store.Copier); ok && len(ps) >= copyThreshold {
 		if out, ok, err := c.copyInsert(ctx, copier, tx, ps, notify); ok || err != nil {

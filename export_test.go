@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/engine"
 	"github.com/skiplock/skiplock/internal/maint"
 	"github.com/skiplock/skiplock/internal/store"
 )
@@ -42,18 +43,17 @@ func (c *Client) FlushForTest(jobs []*Job, complete []bool, ambiguous bool) []Jo
 }
 
 func (c *Client) flushForTest(jobs []*Job, outs []store.Outcome, ambiguous bool) []JobState {
-	r := &runtime{c: c, inflight: map[string]*inflight{}}
-	r.bgCtx, r.stopBg = context.WithCancel(context.Background())
-	defer r.stopBg()
-	p := &producer{slot: make(chan struct{}, 1)}
-	batch := make([]*inflight, len(jobs))
+	rows := make([]*store.Job, len(jobs))
+	adopted := make([]any, len(jobs))
 	for i, j := range jobs {
-		batch[i] = &inflight{job: j, p: p, outcome: outs[i]}
-		r.inflight[j.ID] = batch[i]
-		r.jobsWG.Add(1)
+		token, claimedAt := j.LeaseToken, j.claimedAt
+		rows[i] = &store.Job{ID: j.ID, Kind: j.Kind, Attempts: j.Attempt, LeaseToken: &token}
+		if !claimedAt.IsZero() {
+			rows[i].AttemptedAt = &claimedAt
+		}
+		adopted[i] = j
 	}
-	budget := splitBudget(len(batch))
-	r.flushSplit(batch, ambiguous, false, &budget)
+	engine.New(c.engineConfig()).FlushForTest(rows, adopted, outs, ambiguous)
 	out := make([]JobState, len(jobs))
 	for i, j := range jobs {
 		out[i] = j.State
@@ -147,7 +147,10 @@ func (c *Client) ClaimWithPredsForTest(ctx context.Context, queue string, n int,
 
 // SetChannelForTest makes the client announce its enqueues on channel (a name
 // PostgreSQL refuses makes every NOTIFY fail).
-func (c *Client) SetChannelForTest(channel string) { c.channel = channel }
+func (c *Client) SetChannelForTest(channel string) {
+	c.channel = channel
+	c.coalescer.SetChannel(channel)
+}
 
 // ComponentsForTest counts the runtime's components that may each hold one pool
 // connection at a time once started: the listener (unless PollOnly), each queue's

@@ -93,7 +93,7 @@ func (c *Client) insertNodes(ctx context.Context, tx DB, nodes []store.FlowNode,
 			return err
 		}
 	}
-	n, err := c.store.InsertFlow(ctx, tx, store.NowParam(c.cfg.Clock), nodes, c.txNotify(queues))
+	n, err := c.store.InsertFlow(ctx, tx, store.NowParam(c.cfg.Clock), nodes, c.coalescer.Tx(queues))
 	if err != nil {
 		return wrapPgError(err)
 	}
@@ -132,7 +132,7 @@ func (c *Client) copyNodes(ctx context.Context, copier store.Copier, tx DB, node
 	if err := c.store.CopyFlow(ctx, copier, nodes, withRunAt, now); err != nil {
 		return true, wrapPgError(err)
 	}
-	if err := c.store.SendNotify(ctx, tx, c.txNotify(queues)); err != nil {
+	if err := c.store.SendNotify(ctx, tx, c.coalescer.Tx(queues)); err != nil {
 		return true, fmt.Errorf("notifying after COPY: %w", err)
 	}
 	c.metrics.inserted.Add(int64(len(nodes)))

@@ -3,6 +3,7 @@ package skiplock
 import (
 	"context"
 
+	"github.com/skiplock/skiplock/internal/engine"
 	"github.com/skiplock/skiplock/internal/store"
 )
 
@@ -16,10 +17,7 @@ func (c *Client) finish(ctx context.Context, outs []store.Outcome) (map[store.Le
 
 // finishOn is finish through db (the caller's transaction, for CompleteTx).
 func (c *Client) finishOn(ctx context.Context, db store.DBTX, outs []store.Outcome) (map[store.Lease]string, error) {
-	if c.cfg.DeleteOnSuccess {
-		return c.store.FinishDeleting(ctx, db, store.NowParam(c.cfg.Clock), outs)
-	}
-	return c.store.Finish(ctx, db, store.NowParam(c.cfg.Clock), outs)
+	return engine.Finish(ctx, c.store, db, store.NowParam(c.cfg.Clock), c.cfg.DeleteOnSuccess, outs)
 }
 
 // outcomeKind classifies a written outcome — the action taken and the state it left

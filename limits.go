@@ -228,3 +228,13 @@ func (c *Client) LimitUsages(ctx context.Context) ([]LimitUsage, error) {
 	}
 	return out, nil
 }
+
+// applyConfigLimits sets Config.Limits (Start calls it before claiming anything).
+func (c *Client) applyConfigLimits(ctx context.Context) error {
+	for _, l := range c.cfg.Limits {
+		if err := c.LimitSet(ctx, l); err != nil {
+			return fmt.Errorf("skiplock: writing Config.Limits: %w", err)
+		}
+	}
+	return nil
+}

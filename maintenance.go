@@ -58,12 +58,6 @@ func (c *Client) retention() *maint.Retention {
 			PartitionLockTimeout: r.PartitionLockTimeout}}
 }
 
-// maintain runs svc at its interval until the runtime stops.
-func (r *runtime) maintain(svc maint.Service) {
-	defer r.bgWG.Done()
-	r.c.maint.Loop(r.bgCtx, svc)
-}
-
 // retryDelay is the delay before a job of kind runs again after attempts, by its
 // kind's retry policy, clamped to 0..MaxSchedule. A policy that panics is logged and
 // the default policy's delay is used: a bug in a policy never loses an outcome.

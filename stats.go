@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/skiplock/skiplock/internal/engine"
 	"github.com/skiplock/skiplock/internal/store"
 )
 
@@ -85,10 +86,7 @@ type ProcessCounters struct {
 // counters are the client's in-process totals (see Stats and the metrics package).
 type counters struct {
 	inserted, succeeded, failed, retried, snoozed, cancelled, leaseLost, reclaimed atomic.Int64
-	claims, claimed, flushes, flushed                                              atomic.Int64
-	claimNanos, flushNanos                                                         atomic.Int64
-	throttled, handoffs, handoffsReturned                                          atomic.Int64
-	warmed                                                                         atomic.Int64
+	engine                                                                         engine.Counters // the engine's figures
 }
 
 // RecentStats count the jobs of all queues that finished within Window: divide by
@@ -374,12 +372,12 @@ func (c *Client) Counters() ProcessCounters {
 		Inserted: m.inserted.Load(), Succeeded: m.succeeded.Load(), Failed: m.failed.Load(),
 		Retried: m.retried.Load(), Snoozed: m.snoozed.Load(), Cancelled: m.cancelled.Load(),
 		LeaseLost: m.leaseLost.Load(), Reclaimed: m.reclaimed.Load(), EventsDropped: dropped,
-		ClaimStatements: m.claims.Load(), Claimed: m.claimed.Load(),
-		CompletionStatements: m.flushes.Load(), Completed: m.flushed.Load(),
-		ClaimTime: time.Duration(m.claimNanos.Load()), CompletionTime: time.Duration(m.flushNanos.Load()),
-		Throttled: m.throttled.Load(),
-		Handoffs:  m.handoffs.Load(), HandoffsReturned: m.handoffsReturned.Load(),
-		WarmedConns:       m.warmed.Load(),
+		ClaimStatements: m.engine.Claims.Load(), Claimed: m.engine.Claimed.Load(),
+		CompletionStatements: m.engine.Flushes.Load(), Completed: m.engine.Flushed.Load(),
+		ClaimTime: time.Duration(m.engine.ClaimNanos.Load()), CompletionTime: time.Duration(m.engine.FlushNanos.Load()),
+		Throttled: m.engine.Throttled.Load(),
+		Handoffs:  m.engine.Handoffs.Load(), HandoffsReturned: m.engine.HandoffsReturned.Load(),
+		WarmedConns:       m.engine.Warmed.Load(),
 		OperationFailures: map[string]int64{},
 	}
 	for _, op := range c.failures.snapshot() {

@@ -1,4 +1,4 @@
-package skiplock
+package engine
 
 import (
 	"context"
@@ -11,24 +11,24 @@ import (
 	"github.com/skiplock/skiplock/internal/store"
 )
 
-func (r *runtime) complete() {
-	defer r.bgWG.Done()
-	c := r.c
-	batch := make([]*inflight, 0, c.cfg.CompletionBatchSize)
+// complete batches the outcomes sent to it and writes each batch (flush).
+func (e *Engine) complete() {
+	defer e.bgWG.Done()
+	batch := make([]*flight, 0, e.cfg.CompletionBatchSize)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
 		select {
-		case f := <-r.outcomes:
+		case f := <-e.outcomes:
 			batch = append(batch, f)
-		case <-r.bgCtx.Done():
+		case <-e.bgCtx.Done():
 			return
 		}
-		timer.Reset(c.cfg.CompletionBatchDelay)
+		timer.Reset(e.cfg.CompletionBatchDelay)
 	fill:
-		for len(batch) < c.cfg.CompletionBatchSize {
+		for len(batch) < e.cfg.CompletionBatchSize {
 			select {
-			case f := <-r.outcomes:
+			case f := <-e.outcomes:
 				batch = append(batch, f)
 			case <-timer.C:
 				break fill
@@ -40,7 +40,7 @@ func (r *runtime) complete() {
 			default:
 			}
 		}
-		r.flush(batch)
+		e.flush(batch)
 		batch = batch[:0]
 	}
 }
@@ -51,9 +51,9 @@ func (r *runtime) complete() {
 // retrying can never fix (the server refused the statement's data) is one outcome's
 // doing, not the batch's: the batch is split so every other outcome is written at
 // once, and the offending outcome is written with a safe fallback (see fallback).
-func (r *runtime) flush(batch []*inflight) {
+func (e *Engine) flush(batch []*flight) {
 	budget := splitBudget(len(batch))
-	r.flushSplit(batch, false, false, &budget)
+	e.flushSplit(batch, false, false, &budget)
 }
 
 // splitBudget bounds the statements flush spends on a batch of n: an error every
@@ -64,13 +64,12 @@ func splitBudget(n int) int { return 8*bits.Len(uint(n)) + 8 }
 // flushSplit is flush for part of a batch. ambiguous says an earlier attempt at these
 // outcomes failed in a way that may have committed; fellBack says the outcomes are
 // already fallbacks, so a refusal drops them instead of splitting again.
-func (r *runtime) flushSplit(batch []*inflight, ambiguous, fellBack bool, budget *int) {
-	c := r.c
+func (e *Engine) flushSplit(batch []*flight, ambiguous, fellBack bool, budget *int) {
 	if *budget <= 0 {
-		c.log.Error("skiplock: the database keeps refusing these outcomes; their leases will expire and the reclaimer will retry the jobs",
+		e.cfg.Log.Error("skiplock: the database keeps refusing these outcomes; their leases will expire and the reclaimer will retry the jobs",
 			"jobs", len(batch))
 		for _, f := range batch {
-			r.finish(f, nil)
+			e.finish(f, nil)
 		}
 		return
 	}
@@ -81,39 +80,39 @@ func (r *runtime) flushSplit(batch []*inflight, ambiguous, fellBack bool, budget
 	}
 	backoff := 50 * time.Millisecond
 	for {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.bgCtx), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.bgCtx), 30*time.Second)
 		began := hostclock.Now()
-		res, err := c.finish(ctx, outs)
+		res, err := Finish(ctx, e.cfg.Store, e.cfg.Pool, e.now(), e.cfg.DeleteOnSuccess, outs)
 		if err == nil && (ambiguous || anyCompletedInTx(batch)) {
 			// An earlier attempt, or the handler's own transaction (CompleteTx), may
 			// have written the outcome already: the fenced write then matched nothing.
-			err = r.recognise(ctx, batch, res)
+			err = e.recognise(ctx, batch, res)
 		}
 		cancel()
 		if err == nil {
-			c.failures.ok("completion")
-			c.metrics.flushNanos.Add(int64(hostclock.Since(began)))
-			c.metrics.flushes.Add(1)
-			c.metrics.flushed.Add(int64(len(outs)))
+			e.cfg.Failures.OK("completion")
+			e.cfg.Counters.FlushNanos.Add(int64(hostclock.Since(began)))
+			e.cfg.Counters.Flushes.Add(1)
+			e.cfg.Counters.Flushed.Add(int64(len(outs)))
 			for _, f := range batch {
 				if st, ok := res[f.outcome.Lease]; ok {
-					r.finish(f, &st)
+					e.finish(f, &st)
 				} else {
-					r.finish(f, nil)
+					e.finish(f, nil)
 				}
 			}
 			return
 		}
 		if !pgerr.Retryable(err) {
-			r.refused(batch, err, ambiguous, fellBack, budget)
+			e.refused(batch, err, ambiguous, fellBack, budget)
 			return
 		}
 		ambiguous = true
-		c.failures.warn("completion", err, "jobs", len(batch), "retry_in", backoff)
-		if !hostclock.Sleep(r.bgCtx, hostclock.Jitter(backoff)) {
-			c.log.Error("skiplock: stopping with unwritten outcomes; their jobs will be reclaimed and run again", "jobs", len(batch))
+		e.cfg.Failures.Warn("completion", err, "jobs", len(batch), "retry_in", backoff)
+		if !hostclock.Sleep(e.bgCtx, hostclock.Jitter(backoff)) {
+			e.cfg.Log.Error("skiplock: stopping with unwritten outcomes; their jobs will be reclaimed and run again", "jobs", len(batch))
 			for _, f := range batch {
-				r.finish(f, nil)
+				e.finish(f, nil)
 			}
 			return
 		}
@@ -123,9 +122,9 @@ func (r *runtime) flushSplit(batch []*inflight, ambiguous, fellBack bool, budget
 
 // anyCompletedInTx reports whether a handler of the batch completed its job with
 // CompleteTx.
-func anyCompletedInTx(batch []*inflight) bool {
+func anyCompletedInTx(batch []*flight) bool {
 	for _, f := range batch {
-		if f.job.completedInTx {
+		if f.inTx {
 			return true
 		}
 	}
@@ -137,25 +136,24 @@ func anyCompletedInTx(batch []*inflight) bool {
 // costs log2(batch) extra statements and delays no other outcome behind it. A single
 // outcome is written once more as its fallback; if even that is refused, its lease is
 // left to expire and the reclaimer retries the job like a crashed run.
-func (r *runtime) refused(batch []*inflight, err error, ambiguous, fellBack bool, budget *int) {
-	c := r.c
+func (e *Engine) refused(batch []*flight, err error, ambiguous, fellBack bool, budget *int) {
 	if len(batch) > 1 {
 		half := len(batch) / 2
-		r.flushSplit(batch[:half], ambiguous, fellBack, budget)
-		r.flushSplit(batch[half:], ambiguous, fellBack, budget)
+		e.flushSplit(batch[:half], ambiguous, fellBack, budget)
+		e.flushSplit(batch[half:], ambiguous, fellBack, budget)
 		return
 	}
 	f := batch[0]
 	if fellBack {
-		c.log.Error("skiplock: the database refused a job's fallback outcome; its lease will expire and the reclaimer will retry it",
-			"job_id", f.job.ID, "kind", f.job.Kind, "error", err)
-		r.finish(f, nil)
+		e.cfg.Log.Error("skiplock: the database refused a job's fallback outcome; its lease will expire and the reclaimer will retry it",
+			"job_id", f.row.ID, "kind", f.row.Kind, "error", err)
+		e.finish(f, nil)
 		return
 	}
-	c.log.Error("skiplock: the database refused a job's outcome; writing a fallback",
-		"job_id", f.job.ID, "kind", f.job.Kind, "action", string(f.outcome.Action), "sqlstate", pgerr.Code(err), "error", err)
+	e.cfg.Log.Error("skiplock: the database refused a job's outcome; writing a fallback",
+		"job_id", f.row.ID, "kind", f.row.Kind, "action", string(f.outcome.Action), "sqlstate", pgerr.Code(err), "error", err)
 	f.outcome = fallback(f.outcome, err)
-	r.flushSplit(batch, ambiguous, true, budget)
+	e.flushSplit(batch, ambiguous, true, budget)
 }
 
 // fallback is the outcome written for a job whose own outcome the database refused.
@@ -180,17 +178,17 @@ func fallback(o store.Outcome, refusal error) store.Outcome {
 // worker cannot match: a reclaim writes its own error, a new claim raises attempts —
 // or, after a claim lost in a server crash, counts the same attempt again but at
 // another claim time.
-func (r *runtime) recognise(ctx context.Context, batch []*inflight, res map[store.Lease]string) error {
+func (e *Engine) recognise(ctx context.Context, batch []*flight, res map[store.Lease]string) error {
 	var missing []string
 	for _, f := range batch {
 		if _, ok := res[f.outcome.Lease]; !ok {
-			missing = append(missing, f.job.ID)
+			missing = append(missing, f.row.ID)
 		}
 	}
 	if len(missing) == 0 {
 		return nil
 	}
-	rows, err := r.c.store.Finished(ctx, r.c.pool, missing)
+	rows, err := e.cfg.Store.Finished(ctx, e.cfg.Pool, missing)
 	if err != nil {
 		return err
 	}
@@ -198,8 +196,12 @@ func (r *runtime) recognise(ctx context.Context, batch []*inflight, res map[stor
 		if _, ok := res[f.outcome.Lease]; ok {
 			continue
 		}
-		row, found := rows[f.job.ID]
-		if st, ok := ownOutcome(f.outcome, f.job.Attempt, f.job.claimedAt, row, found, r.c.cfg.DeleteOnSuccess); ok {
+		row, found := rows[f.row.ID]
+		var claimedAt time.Time
+		if f.row.AttemptedAt != nil {
+			claimedAt = *f.row.AttemptedAt
+		}
+		if st, ok := ownOutcome(f.outcome, f.row.Attempts, claimedAt, row, found, e.cfg.DeleteOnSuccess); ok {
 			res[f.outcome.Lease] = st
 		}
 	}
@@ -243,4 +245,14 @@ func ownOutcome(o store.Outcome, attempt int, claimedAt time.Time, row store.Fin
 		}
 	}
 	return "", false
+}
+
+// Finish writes outcomes with the statement the configuration asks for: deleting
+// successes (deleteOnSuccess) or keeping them. db may be the caller's transaction
+// (CompleteTx). It returns the state each written job was left in, by lease.
+func Finish(ctx context.Context, st *store.Store, db store.DBTX, now *time.Time, deleteOnSuccess bool, outs []store.Outcome) (map[store.Lease]string, error) {
+	if deleteOnSuccess {
+		return st.FinishDeleting(ctx, db, now, outs)
+	}
+	return st.Finish(ctx, db, now, outs)
 }

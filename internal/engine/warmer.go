@@ -1,12 +1,12 @@
-package skiplock
+package engine
 
 // The warmer: while the runtime is idle, it runs the claim and the completion once on
 // each of the pool's connections, so that no job waits for the first claim on a
 // connection.
 //
 // A backend's first run of the claim parses it and plans it with cold catalog caches
-// (jobs, its indexes, the queue and limit tables): 16–30 ms where a warm run takes
-// 0.3 ms (docs/benchmarks.md, "W6's cold claims"). The pool hands the producer the
+// (jobs, its indexes, the queue and limit tables), many times a warm run's cost
+// (docs/benchmarks.md has the measurements). The pool hands the producer the
 // connection it used last, and another only when that one is busy, so a worker meets
 // a cold connection at random moments long after it started, and the jobs of that
 // claim, and those notified while it runs, wait for it. A claim of no jobs and an
@@ -15,7 +15,7 @@ package skiplock
 //
 // It works only while every producer waits for jobs (none has a claim in flight or
 // jobs to claim), one connection at a time, so a busy worker pays nothing for it and
-// an idle one spends about 20 ms of database time per connection, once. It does
+// an idle one spends the time of one cold claim per connection, once. It does
 // nothing when the pool does not keep prepared statements (a QueryExecMode other than
 // the default cache-statement mode, as behind a transaction-pooling PgBouncer).
 
@@ -43,9 +43,9 @@ const (
 const warmTimeout = 10 * time.Second
 
 // warm runs the warmer until the runtime's background work stops.
-func (r *runtime) warm() {
-	defer r.bgWG.Done()
-	cfg := r.c.pool.Config()
+func (e *Engine) warm() {
+	defer e.bgWG.Done()
+	cfg := e.cfg.Pool.Config()
 	if cfg.ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
 		return
 	}
@@ -60,18 +60,18 @@ func (r *runtime) warm() {
 	retry := warmRetry
 	for {
 		select {
-		case <-r.idle:
-		case <-r.bgCtx.Done():
+		case <-e.idle:
+		case <-e.bgCtx.Done():
 			return
 		}
-		opened := r.c.pool.Stat().NewConnsCount()
+		opened := e.cfg.Pool.Stat().NewConnsCount()
 		if opened == complete {
 			continue
 		}
 		if len(warmed) > forget {
 			clear(warmed)
 		}
-		done, n := r.warmPass(warmed)
+		done, n := e.warmPass(warmed)
 		switch {
 		case done:
 			complete, retry = opened, warmRetry
@@ -81,7 +81,7 @@ func (r *runtime) warm() {
 		default:
 			retry = min(2*retry, warmRetryMax)
 		}
-		if !hostclock.Sleep(r.bgCtx, retry) {
+		if !hostclock.Sleep(e.bgCtx, retry) {
 			return
 		}
 	}
@@ -91,10 +91,10 @@ func (r *runtime) warm() {
 // waits, and returns how many it warmed; done reports that every connection of the
 // pool was idle and is warm. A connection whose warm-up fails is not tried again: its
 // first claim prepares the statement as it did before the warmer.
-func (r *runtime) warmPass(warmed map[uint32]bool) (done bool, n int) {
-	for r.allWaiting() && r.bgCtx.Err() == nil {
-		total := r.c.pool.Stat().TotalConns()
-		idle := r.c.pool.AcquireAllIdle(r.bgCtx)
+func (e *Engine) warmPass(warmed map[uint32]bool) (done bool, n int) {
+	for e.allWaiting() && e.bgCtx.Err() == nil {
+		total := e.cfg.Pool.Stat().TotalConns()
+		idle := e.cfg.Pool.AcquireAllIdle(e.bgCtx)
 		var cold *pgxpool.Conn
 		for _, conn := range idle {
 			if cold == nil && !warmed[conn.Conn().PgConn().PID()] {
@@ -107,48 +107,47 @@ func (r *runtime) warmPass(warmed map[uint32]bool) (done bool, n int) {
 			return int32(len(idle)) == total, n
 		}
 		pid := cold.Conn().PgConn().PID()
-		err := r.warmConn(cold)
+		err := e.warmConn(cold)
 		cold.Release()
 		warmed[pid] = true
 		if err != nil {
-			if r.bgCtx.Err() == nil {
-				r.c.log.Debug("skiplock: warming a connection failed; its first claim will prepare the statements", "error", err)
+			if e.bgCtx.Err() == nil {
+				e.cfg.Log.Debug("skiplock: warming a connection failed; its first claim will prepare the statements", "error", err)
 			}
 			continue
 		}
 		n++
-		r.c.metrics.warmed.Add(1)
+		e.cfg.Counters.Warmed.Add(1)
 	}
 	return false, n
 }
 
 // warmConn runs a claim of no jobs and an empty completion on conn.
-func (r *runtime) warmConn(conn *pgxpool.Conn) error {
-	c := r.c
-	ctx, cancel := context.WithTimeout(r.bgCtx, warmTimeout)
+func (e *Engine) warmConn(conn *pgxpool.Conn) error {
+	ctx, cancel := context.WithTimeout(e.bgCtx, warmTimeout)
 	defer cancel()
-	for queue := range r.producers {
-		if r.limited(queue) {
+	for queue := range e.producers {
+		if e.limited(queue) {
 			continue // the limited claim is another statement, warmed by its first use
 		}
-		if _, err := c.store.Claim(ctx, conn, store.NowParam(c.cfg.Clock), store.ClaimParams{
-			Queue: queue, WorkerID: c.cfg.ID, Limit: 0, Lease: c.cfg.LeaseDuration, Lag: c.cfg.PollInterval,
+		if _, err := e.cfg.Store.Claim(ctx, conn, e.now(), store.ClaimParams{
+			Queue: queue, WorkerID: e.cfg.WorkerID, Limit: 0, Lease: e.cfg.LeaseDuration, Lag: e.cfg.PollInterval,
 		}); err != nil {
 			return err
 		}
 		break // one queue prepares the statement for all
 	}
-	_, err := c.finishOn(ctx, conn, nil)
+	_, err := Finish(ctx, e.cfg.Store, conn, e.now(), e.cfg.DeleteOnSuccess, nil)
 	return err
 }
 
 // allWaiting reports whether every producer is waiting for jobs (and the client is
 // not stopping: a producer that stopped while waiting still says so).
-func (r *runtime) allWaiting() bool {
-	if r.fetchCtx.Err() != nil {
+func (e *Engine) allWaiting() bool {
+	if e.fetchCtx.Err() != nil {
 		return false
 	}
-	for _, p := range r.producers {
+	for _, p := range e.producers {
 		if !p.waiting.Load() {
 			return false
 		}

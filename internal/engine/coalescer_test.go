@@ -1,4 +1,4 @@
-package skiplock
+package engine
 
 import (
 	"testing"
@@ -12,8 +12,7 @@ import (
 // caller's transaction cannot be waited for.
 func TestTrailingNotifyWaitsForTheInsertsThatSkippedTheirs(t *testing.T) {
 	t.Parallel()
-	c := &Client{cfg: Config{NotifyCoalesce: time.Hour}, channel: "ch", lastNotify: map[string]time.Time{},
-		trailing: map[string]bool{}, skipped: map[string]int{}, due: map[string]bool{}}
+	c := NewCoalescer(time.Hour, "ch", nil, nil, nil)
 	sent := make(chan string, 4)
 	c.sendNotify = func(q string) { sent <- q }
 	nothingSent := func(when string) {
@@ -36,12 +35,12 @@ func TestTrailingNotifyWaitsForTheInsertsThatSkippedTheirs(t *testing.T) {
 		}
 	}
 
-	n, done1 := c.notifyQueues([]string{"q"}, true)
+	n, done1 := c.Queues([]string{"q"}, true)
 	if n == nil || len(n.Queues) != 1 || n.Queues[0] != "q" {
 		t.Fatalf("the window's first insert carries no NOTIFY: %+v", n)
 	}
-	n, done2 := c.notifyQueues([]string{"q"}, true) // overlaps the first
-	_, done3 := c.notifyQueues([]string{"q"}, true)
+	n, done2 := c.Queues([]string{"q"}, true) // overlaps the first
+	_, done3 := c.Queues([]string{"q"}, true)
 	if n != nil {
 		t.Fatalf("a second insert within the window carries a NOTIFY of its own: %+v", n)
 	}
@@ -61,7 +60,7 @@ func TestTrailingNotifyWaitsForTheInsertsThatSkippedTheirs(t *testing.T) {
 
 	// In the caller's transaction: coalesced, and not waited for (its commit is the
 	// caller's).
-	if n, done := c.notifyQueues([]string{"q"}, false); n != nil {
+	if n, done := c.Queues([]string{"q"}, false); n != nil {
 		t.Fatalf("an insert in the caller's transaction within the window carries a NOTIFY: %+v", n)
 	} else {
 		done()
@@ -69,7 +68,7 @@ func TestTrailingNotifyWaitsForTheInsertsThatSkippedTheirs(t *testing.T) {
 	c.trailingDue("q")
 	oneSent("at the end of a window of an insert in the caller's transaction")
 	// A window that ends with nothing in flight sends at once.
-	_, done4 := c.notifyQueues([]string{"q"}, false)
+	_, done4 := c.Queues([]string{"q"}, false)
 	done4()
 	c.trailingDue("q")
 	oneSent("at the end of a window with nothing in flight")
@@ -81,11 +80,10 @@ func TestTrailingNotifyWaitsForTheInsertsThatSkippedTheirs(t *testing.T) {
 // inserts that overlap it.
 func TestSequentialInsertsCarryTheirOwnNotify(t *testing.T) {
 	t.Parallel()
-	c := &Client{cfg: Config{NotifyCoalesce: time.Hour}, channel: "ch", lastNotify: map[string]time.Time{},
-		trailing: map[string]bool{}, skipped: map[string]int{}, due: map[string]bool{}}
+	c := NewCoalescer(time.Hour, "ch", nil, nil, nil)
 	c.sendNotify = func(q string) { t.Errorf("a trailing NOTIFY for %s was sent", q) }
 	for i := range 3 {
-		n, done := c.notifyQueues([]string{"q", "r"}, true)
+		n, done := c.Queues([]string{"q", "r"}, true)
 		if n == nil || len(n.Queues) != 2 || n.AfterCommit {
 			t.Fatalf("sequential insert %d: %+v; want both queues announced inside its transaction", i, n)
 		}
@@ -97,8 +95,8 @@ func TestSequentialInsertsCarryTheirOwnNotify(t *testing.T) {
 	if scheduled {
 		t.Fatal("sequential inserts scheduled a trailing NOTIFY")
 	}
-	first, done1 := c.notifyQueues([]string{"q"}, true)
-	overlap, done2 := c.notifyQueues([]string{"q"}, true)
+	first, done1 := c.Queues([]string{"q"}, true)
+	overlap, done2 := c.Queues([]string{"q"}, true)
 	if first == nil || overlap != nil {
 		t.Fatalf("overlapping inserts: first %+v, second %+v; want the first to announce and the second coalesced", first, overlap)
 	}
@@ -122,27 +120,26 @@ func TestSequentialInsertsCarryTheirOwnNotify(t *testing.T) {
 // caller's transaction always carry theirs.
 func TestNotifyAfterCommitWhileAnotherNotifies(t *testing.T) {
 	t.Parallel()
-	c := &Client{cfg: Config{NotifyCoalesce: -1}, channel: "ch", lastNotify: map[string]time.Time{},
-		trailing: map[string]bool{}, skipped: map[string]int{}, due: map[string]bool{}}
-	first, done1 := c.notifyQueues([]string{"q"}, true)
+	c := NewCoalescer(-1, "ch", nil, nil, nil)
+	first, done1 := c.Queues([]string{"q"}, true)
 	if first == nil || first.AfterCommit {
 		t.Fatalf("alone in flight: %+v; want the NOTIFY inside the transaction", first)
 	}
-	second, done2 := c.notifyQueues([]string{"q"}, true)
+	second, done2 := c.Queues([]string{"q"}, true)
 	if second == nil || !second.AfterCommit {
 		t.Fatalf("while another notifies: %+v; want it after the commit", second)
 	}
-	if tx, _ := c.notifyQueues([]string{"q"}, false); tx == nil || tx.AfterCommit {
+	if tx, _ := c.Queues([]string{"q"}, false); tx == nil || tx.AfterCommit {
 		t.Fatalf("in the caller's transaction: %+v; want the NOTIFY inside it", tx)
 	}
 	done2()
-	if n, done := c.notifyQueues([]string{"q"}, true); n == nil || !n.AfterCommit {
+	if n, done := c.Queues([]string{"q"}, true); n == nil || !n.AfterCommit {
 		t.Fatalf("the first still in flight: %+v; want it after the commit", n)
 	} else {
 		done()
 	}
 	done1()
-	if n, done := c.notifyQueues([]string{"q"}, true); n == nil || n.AfterCommit {
+	if n, done := c.Queues([]string{"q"}, true); n == nil || n.AfterCommit {
 		t.Fatalf("nothing in flight again: %+v; want the NOTIFY inside the transaction", n)
 	} else {
 		done()

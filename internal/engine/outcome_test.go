@@ -1,4 +1,4 @@
-package skiplock
+package engine
 
 import (
 	"testing"

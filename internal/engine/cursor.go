@@ -1,4 +1,4 @@
-package skiplock
+package engine
 
 // The claim cursor: each producer resumes its claims where its last claim ended
 // instead of at the head of the ready index, so a snapshot held open elsewhere (which
@@ -67,8 +67,8 @@ func (c *claimCursor) rewindTo(at *store.ClaimCursor) {
 // rewindAll rewinds and wakes every producer: an outcome may have made a job of any
 // queue ready whose run_at lies behind that queue's cursor (and the NOTIFY that
 // announced it may have woken a claim that still used the cursor).
-func (r *runtime) rewindAll() {
-	for _, p := range r.producers {
+func (e *Engine) rewindAll() {
+	for _, p := range e.producers {
 		p.cursor.rewind()
 		signal(p.wake)
 	}
@@ -87,50 +87,48 @@ const headCheckBudget = 20
 // just walked. From the job found on, everything is in the claim's ranges
 // (store.claimBranch: every branch starts at the floor, the earlier of the cursor and
 // now less the lag), and the check finds whatever lies before it next time.
-func (r *runtime) checkHead(p *producer) {
-	defer r.prodWG.Done()
-	c := r.c
-	timer := time.NewTimer(hostclock.Jitter(c.cfg.PollInterval))
+func (e *Engine) checkHead(p *producer) {
+	defer e.prodWG.Done()
+	timer := time.NewTimer(hostclock.Jitter(e.cfg.PollInterval))
 	defer timer.Stop()
 	for {
 		select {
 		case <-timer.C:
-		case <-r.fetchCtx.Done():
+		case <-e.fetchCtx.Done():
 			return
 		}
 		began := hostclock.Now()
-		if behind, err := r.headBehind(p); err != nil {
-			if r.fetchCtx.Err() != nil {
+		if behind, err := e.headBehind(p); err != nil {
+			if e.fetchCtx.Err() != nil {
 				return // stopping: the check was cancelled, nothing failed
 			}
-			c.failures.warn("claim_head", err, "queue", p.queue)
+			e.cfg.Failures.Warn("claim_head", err, "queue", p.queue)
 		} else {
-			c.failures.ok("claim_head")
+			e.cfg.Failures.OK("claim_head")
 			if behind != nil {
 				p.cursor.rewindTo(behind)
 				signal(p.wake)
 			}
 		}
-		timer.Reset(max(hostclock.Jitter(c.cfg.PollInterval), headCheckBudget*hostclock.Since(began)))
+		timer.Reset(max(hostclock.Jitter(e.cfg.PollInterval), headCheckBudget*hostclock.Since(began)))
 	}
 }
 
 // headBehind returns the position of the first due job of the producer's queue when
 // it lies before the floor its next claim would use, else nil.
-func (r *runtime) headBehind(p *producer) (*store.ClaimCursor, error) {
+func (e *Engine) headBehind(p *producer) (*store.ClaimCursor, error) {
 	at, _ := p.cursor.get()
 	if at == nil {
 		return nil, nil
 	}
-	c := r.c
-	ctx, cancel := context.WithTimeout(r.fetchCtx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(e.fetchCtx, 30*time.Second)
 	defer cancel()
-	head, now, err := c.store.ClaimHead(ctx, c.pool, store.NowParam(c.cfg.Clock), p.queue)
+	head, now, err := e.cfg.Store.ClaimHead(ctx, e.cfg.Pool, e.now(), p.queue)
 	if err != nil || head == nil {
 		return nil, err
 	}
 	floor := at.RunAt
-	if lagged := now.Add(-c.cfg.PollInterval); lagged.Before(floor) {
+	if lagged := now.Add(-e.cfg.PollInterval); lagged.Before(floor) {
 		floor = lagged
 	}
 	if !head.RunAt.Before(floor) {

@@ -1,0 +1,111 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/skiplock/skiplock/internal/hostclock"
+	"github.com/skiplock/skiplock/internal/store"
+)
+
+// executor runs the producer's queued jobs one at a time until Stop closes the
+// queue. Jobs still queued at Stop were never started: they go back to pending at
+// once, with the claim's attempt given back.
+//
+// A job that took a successor (a limit slot's handoff, handoff.go) is followed on
+// the same executor by that successor, as soon as its handler has returned.
+func (e *Engine) executor(p *producer) {
+	defer e.execWG.Done()
+	for f := range p.local {
+		for ; f != nil; f = e.successor(f) {
+			if e.fetchCtx.Err() != nil {
+				e.handBack(f, true)
+				continue
+			}
+			e.execute(f)
+			p.cap.vacate()
+		}
+	}
+}
+
+// handBack hands a job that was never started back to pending, with the claim's
+// attempt given back (its outcome is written by the completer), and frees its
+// active place (active: it had one among the queued or running jobs; a successor
+// waiting for its predecessor has none).
+func (e *Engine) handBack(f *flight, active bool) {
+	if !f.handBack() {
+		return // it started: its own outcome follows
+	}
+	f.outcome = store.Outcome{Lease: f.lease(), Action: store.ActionSnooze}
+	e.outcomes <- f
+	if active {
+		f.p.cap.vacate()
+	} else {
+		f.p.cap.poke()
+	}
+}
+
+// execute runs a queued job's handler and sends its outcome to the completer, or
+// drops it when the lease was lost before or while the handler ran.
+func (e *Engine) execute(f *flight) {
+	hooks := &e.cfg.Hooks
+	f.started = hostclock.Now()
+	ctx, cancel := context.WithCancelCause(e.jobsCtx)
+	if timeout := hooks.Timeout(f.job); timeout > 0 {
+		deadline := f.started.Add(timeout)
+		var cancelT context.CancelFunc
+		ctx, cancelT = context.WithDeadline(ctx, deadline)
+		f.cancel = func(cause error) { cancel(cause); cancelT() }
+		f.deadline = deadline
+	} else {
+		f.cancel = cancel
+	}
+	f.ctx = ctx
+	if !f.start() { // its lease was lost while it waited locally
+		f.cancel(nil)
+		e.finish(f, nil)
+		return
+	}
+	if e.cfg.Clock != nil {
+		f.wait = e.cfg.Clock.Now().Sub(f.row.RunAt)
+	} else {
+		f.wait = f.started.Sub(f.row.RunAt)
+	}
+	if f.p.handoff.Load() {
+		signal(f.p.orphan) // its slot can be handed on: worth a claim for a successor
+	}
+	res := hooks.Run(ctx, f.job)
+	f.runDur = hostclock.Since(f.started)
+	f.p.cap.observe(f.runDur)
+	if !f.finishRun() { // its lease was lost while it ran
+		f.cancel(nil)
+		e.finish(f, nil)
+		return
+	}
+	f.err, f.outcome, f.inTx = res.Err, res.Outcome, res.InTx
+	f.cancel(nil)
+	e.outcomes <- f
+}
+
+// finish ends a flight once its outcome is durable (status != nil) or dropped, and
+// frees its places.
+func (e *Engine) finish(f *flight, status *string) {
+	e.mu.Lock()
+	if e.inflight[f.row.ID] == f { // a later claim of the job may have replaced it (hold)
+		delete(e.inflight, f.row.ID)
+	}
+	handedOn := f.slot == slotHandedOn
+	e.mu.Unlock()
+	st := f.state()
+	if st != released {
+		d := Done{Job: f.job, Err: f.err, Run: f.runDur, Waited: f.wait, Action: f.outcome.Action, Started: st != stranded}
+		if status != nil {
+			d.Status = *status
+		}
+		e.cfg.Hooks.Done(d)
+		if status != nil && f.unblocks {
+			e.rewindAll()
+		}
+	}
+	f.p.cap.durable(handedOn)
+	e.jobsWG.Done()
+}

@@ -1,0 +1,260 @@
+package engine
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/skiplock/skiplock/internal/hostclock"
+	"github.com/skiplock/skiplock/internal/store"
+)
+
+type producer struct {
+	queue  string
+	cap    *capacity
+	local  chan *flight  // claimed jobs waiting for an executor
+	wake   chan struct{} // NOTIFY, (re)connect
+	orphan chan struct{} // a job began under a binding limit: it may take a successor
+	// handoff: a limited claim was throttled and due jobs remain, so claims offer the
+	// running jobs as predecessors (handoff.go).
+	handoff atomic.Bool
+	cursor  claimCursor // where the next claim starts (cursor.go)
+	// waiting: the producer waits for jobs, with no claim in flight (warmer.go).
+	waiting atomic.Bool
+}
+
+func newProducer(queue string, q Queue) *producer {
+	c := newCapacity(q)
+	return &producer{queue: queue, cap: c, local: make(chan *flight, c.size()),
+		wake: make(chan struct{}, 1), orphan: make(chan struct{}, 1)}
+}
+
+// claimResult is what one claim statement reports back to its producer.
+type claimResult struct {
+	short bool // fewer rows than asked: the queue has no more due jobs now
+	err   error
+	// throttled: due jobs were left because a limit held them back. A slot freed by
+	// this client, or retryIn (when a rate window is full), is worth another claim.
+	throttled bool
+	retryIn   time.Duration
+	// successors: it was a claim of successors only (handoff.go), which reads no
+	// rate window, so the last full claim's retryIn still stands.
+	successors bool
+}
+
+// produce keeps one claim statement at a time in flight for its queue. A claim locks
+// and rewrites each row it takes, which makes it the costliest statement per job;
+// one claim at a time, overlapping the completion writes, amortises each statement's
+// commit over larger claims than two concurrent ones would (docs/benchmarks.md).
+// The claim runs in its own goroutine so that the producer keeps hearing NOTIFY
+// wake-ups and freed places while it is in flight.
+func (e *Engine) produce(p *producer) {
+	defer e.prodWG.Done()
+	fail := failureBackoff{initial: 100 * time.Millisecond, max: 5 * time.Second}
+	poll := time.NewTimer(hostclock.Jitter(e.cfg.PollInterval))
+	defer poll.Stop()
+	retryTimer := time.NewTimer(time.Hour) // a full rate window's wait
+	retryTimer.Stop()
+	defer retryTimer.Stop()
+	results := make(chan claimResult, 1)
+	claiming, empty := false, false
+	// woken records a wake-up (NOTIFY) that arrived after the claim in flight began:
+	// its snapshot may predate the job it announces, so a short result from it must
+	// not put the producer to sleep.
+	woken := false
+	// successors: a job began that can hand its limit slots on (heard while waiting
+	// or while a claim was in flight), so a claim of successors is due (handoff.go).
+	successors := false
+	// throttle is the last claim's throttling, which the producer waits on while empty.
+	throttle := claimResult{}
+	defer func() { // a claim in flight still hands its jobs over
+		if claiming {
+			<-results
+		}
+	}()
+	for e.fetchCtx.Err() == nil {
+		if successors && p.handoff.Load() {
+			empty = false // a claim of successors is due (a job began while one was in flight)
+		}
+		if empty && !claiming {
+			if !poll.Stop() {
+				select {
+				case <-poll.C:
+				default:
+				}
+			}
+			poll.Reset(hostclock.Jitter(e.cfg.PollInterval))
+			var freed chan struct{}
+			var retry <-chan time.Time
+			orphan := p.orphans(false)
+			if throttle.throttled {
+				// An outcome made durable since the claim's snapshot may have freed a
+				// slot. (One that was durable before it costs one claim that finds
+				// nothing.) A handler's return is not enough: its job holds the slot
+				// until the outcome commits.
+				freed = p.cap.freed
+				if throttle.retryIn > 0 {
+					retryTimer.Reset(throttle.retryIn)
+					retry = retryTimer.C
+				}
+			}
+			p.waiting.Store(true)
+			signal(e.idle)
+			select {
+			case <-p.wake:
+			case <-poll.C:
+			case <-freed:
+			case <-orphan:
+				successors = true
+			case <-retry:
+			case <-e.fetchCtx.Done():
+				return
+			}
+			p.waiting.Store(false)
+			retryTimer.Stop() // since Go 1.23 a stopped timer delivers nothing stale
+			empty = false
+		}
+		n, ok := p.cap.claimSize(e.cfg.CompletionBatchSize, e.cfg.FetchLimit, len(p.local) > 0)
+		if !ok && successors && p.handoff.Load() {
+			// Successors need no capacity of their own (they run on their
+			// predecessors' executors): claim them even when the workers are full.
+			n, ok = 0, true
+		}
+		if !ok || empty || claiming {
+			select {
+			case <-p.orphans(successors):
+				successors = true
+			case res := <-results:
+				claiming = false
+				if res.err != nil {
+					wait := fail.next()
+					e.cfg.Failures.Warn("claim", res.err, "queue", p.queue, "retry_in", wait)
+					if !hostclock.Sleep(e.fetchCtx, hostclock.Jitter(wait)) {
+						return
+					}
+					continue
+				}
+				e.cfg.Failures.OK("claim")
+				fail.reset()
+				empty = empty || (res.short && !woken)
+				if res.successors {
+					res.retryIn = throttle.retryIn
+				}
+				throttle = res
+			case <-p.cap.slot:
+			case <-p.wake:
+				empty, woken = false, true
+			case <-e.fetchCtx.Done():
+				return
+			}
+			continue
+		}
+		// Reserve the places now; the claim gives back what it did not get.
+		p.cap.reserve(n)
+		claiming, woken = true, false
+		go func(successors bool) { results <- e.claim(p, n, successors) }(successors)
+		successors = false
+	}
+}
+
+// orphans is the channel of job starts that can take a successor while the
+// producer's queue hands limit slots over (handoff.go), and nil otherwise (or when
+// a claim of successors is due already).
+func (p *producer) orphans(due bool) chan struct{} {
+	if due || !p.handoff.Load() {
+		return nil
+	}
+	return p.orphan
+}
+
+// claim runs one claim statement for up to n jobs (already reserved) and hands the
+// jobs to the executors; successors asks for a claim of successors only, if the
+// queue is limited. It is not cancelled by Stop: a claim that commits must hand its
+// jobs over, or they would sit leased until their lease expired.
+func (e *Engine) claim(p *producer, n int, successors bool) claimResult {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.fetchCtx), 30*time.Second)
+	defer cancel()
+	began := hostclock.Now()
+	var rows []*store.Job
+	var err error
+	res := claimResult{}
+	if e.limited(p.queue) {
+		rows, res, err = e.claimLimited(ctx, p, n, successors)
+	} else {
+		after, gen := p.cursor.get()
+		rows, err = e.cfg.Store.Claim(ctx, e.cfg.Pool, e.now(), store.ClaimParams{
+			Queue: p.queue, WorkerID: e.cfg.WorkerID, Limit: n, Lease: e.cfg.LeaseDuration,
+			After: after, Lag: e.cfg.PollInterval,
+		})
+		res.short = len(rows) < n
+		if len(rows) > 0 {
+			p.cursor.advance(gen, store.CursorOf(rows[len(rows)-1]))
+		}
+	}
+	m := e.cfg.Counters
+	m.ClaimNanos.Add(int64(hostclock.Since(began)))
+	taken := 0
+	for _, row := range rows {
+		f := newFlight(row, e.cfg.Hooks.Adopt(row), p)
+		if f.slotOf.ID == "" {
+			taken++
+		} else {
+			p.cap.holdExtra() // a successor: not part of the n reserved
+		}
+		e.hold(f)
+	}
+	p.cap.settle(n, taken)
+	if err != nil {
+		return claimResult{err: err}
+	}
+	m.Claims.Add(1)
+	m.Claimed.Add(int64(len(rows)))
+	return res
+}
+
+// hold registers a claimed job (so the heartbeater renews its lease) and queues it
+// for the producer's executors. Its place was reserved before the claim, unless it
+// is a successor (handoff.go): that one waits for its predecessor's executor, or, if
+// the predecessor's handler returned already, takes a place in the local queue if
+// there is one.
+func (e *Engine) hold(f *flight) {
+	p := f.p
+	e.jobsWG.Add(1)
+	e.mu.Lock()
+	succ := e.successorOf(f)
+	if old, ok := e.inflight[f.row.ID]; ok {
+		// This process already holds the job under an earlier claim, so that claim
+		// is dead: its commit was lost in a server crash (claims commit
+		// asynchronously, internal/store/lease.go) or its lease was reclaimed. It is
+		// treated as the heartbeater treats a lost lease: its handler is cancelled
+		// and its outcome, fenced by the dead token, is reported as lease lost.
+		if old.lose() {
+			old.cancel(e.cfg.LeaseLost)
+		}
+		e.cfg.Log.Warn("skiplock: claimed a job this process still holds under an earlier claim that is no longer valid (a server crash undid it, or its lease was reclaimed); that run is treated as a lost lease",
+			"job_id", f.row.ID, "kind", f.row.Kind, "attempt", f.row.Attempts)
+	}
+	e.inflight[f.row.ID] = f
+	e.mu.Unlock()
+	m := e.cfg.Counters
+	switch succ {
+	case attached:
+		m.Handoffs.Add(1)
+		return // it runs on its predecessor's executor (Engine.successor)
+	case giveUp:
+		m.HandoffsReturned.Add(1)
+		e.handBack(f, false)
+		return
+	}
+	if f.slotOf.ID != "" {
+		p.cap.occupy()
+		select {
+		case p.local <- f:
+		default: // no place left: back to pending rather than block the claim
+			m.HandoffsReturned.Add(1)
+			e.handBack(f, true)
+		}
+		return
+	}
+	p.local <- f // never blocks: local holds the producer's whole capacity
+}
