@@ -139,8 +139,10 @@ func (c *Client) ClaimWithPredsForTest(ctx context.Context, queue string, n int,
 	}
 	jobs := fromRows(rows)
 	of := make([]string, len(jobs))
-	for i, j := range jobs {
-		of[i] = j.slotOf.ID
+	for i, r := range rows {
+		if r.SlotOf != nil {
+			of[i] = *r.SlotOf
+		}
 	}
 	return jobs, of, nil
 }

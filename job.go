@@ -60,10 +60,9 @@ type Job struct {
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 
-	completedInTx bool        // CompleteTx wrote this claim's completion in the handler's transaction
-	output        []byte      // SetOutput's JSON, written with the success
-	claimedAt     time.Time   // the claim's attempted_at: tells this claim from a later one of the same attempt
-	slotOf        store.Lease // a limited claim's predecessor (limiter.go): zero when none
+	completedInTx bool      // CompleteTx wrote this claim's completion in the handler's transaction
+	output        []byte    // SetOutput's JSON, written with the success
+	claimedAt     time.Time // the claim's attempted_at: tells this claim from a later one of the same attempt
 }
 
 // IdempotencyKey is stable across every attempt of this job: pass it to external APIs
@@ -84,9 +83,6 @@ func fromRow(r *store.Job) *Job {
 	j.ConcurrencyKey = r.ConcurrencyKey
 	if r.AttemptedAt != nil {
 		j.claimedAt = *r.AttemptedAt
-	}
-	if r.SlotOf != nil && r.SlotToken != nil {
-		j.slotOf = store.Lease{ID: *r.SlotOf, Token: *r.SlotToken}
 	}
 	if r.Status == store.StatusSucceeded && r.AttemptedAt != nil {
 		// A success is not appended to the stored history (that would cost every

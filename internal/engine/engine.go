@@ -117,12 +117,11 @@ type Done struct {
 	Job any
 	// Status is the state the outcome left the job in; "" when the outcome was
 	// dropped because the lease was lost.
-	Status  string
-	Action  store.Action
-	Err     error
-	Run     time.Duration // the handler's run time
-	Waited  time.Duration // from the job's run_at to its handler's start
-	Started bool          // the handler ran
+	Status string
+	Action store.Action
+	Err    error
+	Run    time.Duration // the handler's run time
+	Waited time.Duration // from the job's run_at to its handler's start
 }
 
 // Counters are the engine's figures, read by the client's stats and metrics.

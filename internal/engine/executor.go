@@ -95,9 +95,8 @@ func (e *Engine) finish(f *flight, status *string) {
 	}
 	handedOn := f.slot == slotHandedOn
 	e.mu.Unlock()
-	st := f.state()
-	if st != released {
-		d := Done{Job: f.job, Err: f.err, Run: f.runDur, Waited: f.wait, Action: f.outcome.Action, Started: st != stranded}
+	if f.state() != released {
+		d := Done{Job: f.job, Err: f.err, Run: f.runDur, Waited: f.wait, Action: f.outcome.Action}
 		if status != nil {
 			d.Status = *status
 		}
