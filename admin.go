@@ -141,3 +141,28 @@ func (c *Client) adminRow(ctx context.Context, id, verb, rule string) func(*stor
 		return fromRow(row), nil
 	}
 }
+
+// JobRunNow makes a pending job due now (it keeps its place among equal priorities
+// by run_at). ErrNotFound if no job has that id; ErrJobState if it is not pending.
+func (c *Client) JobRunNow(ctx context.Context, id string) (*Job, error) {
+	if err := checkAdmin(ctx, id); err != nil {
+		return nil, err
+	}
+	return c.adminRow(ctx, id, "running now", "only pending jobs can be run now")(c.store.AdminRunNow(ctx, c.pool, store.NowParam(c.cfg.Clock), id))
+}
+
+// JobsByTx returns every job the transaction txid wrote (Job.TxID), oldest first:
+// with outbox's Admin.EventsByTx, everything one business transaction wrote.
+func (c *Client) JobsByTx(ctx context.Context, txid int64) ([]*Job, error) {
+	if ctx == nil {
+		return nil, invalid("ctx", "must not be nil")
+	}
+	if txid <= 0 {
+		return nil, invalid("txid", "%d is not a transaction id", txid)
+	}
+	rows, err := c.store.JobsByTx(ctx, c.pool, txid)
+	if err != nil {
+		return nil, fmt.Errorf("listing the jobs of transaction %d: %w", txid, wrapPgError(err))
+	}
+	return fromRows(rows), nil
+}

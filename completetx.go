@@ -34,7 +34,7 @@ func (c *Client) CompleteTx(ctx context.Context, tx DB, job *Job) error {
 	if job.LeaseToken == "" {
 		return invalid("job", "job %s is not held under a lease (CompleteTx takes the handler's running job)", job.ID)
 	}
-	res, err := c.finishOn(ctx, tx, []store.Outcome{{Lease: job.lease(), Action: store.ActionComplete, Output: job.output}})
+	res, err := c.writeOutcomes(ctx, tx, []store.Outcome{{Lease: job.lease(), Action: store.ActionComplete, Output: job.output}})
 	if err != nil {
 		return fmt.Errorf("completing job %s in the caller's transaction: %w", job.ID, wrapPgError(err))
 	}

@@ -10,13 +10,9 @@ import (
 // This file holds what the runtime and Manual share: writing outcomes, counting
 // them, and reclaiming expired leases.
 
-// finish writes outcomes with the statement the configuration asks for.
-func (c *Client) finish(ctx context.Context, outs []store.Outcome) (map[store.Lease]string, error) {
-	return c.finishOn(ctx, c.pool, outs)
-}
-
-// finishOn is finish through db (the caller's transaction, for CompleteTx).
-func (c *Client) finishOn(ctx context.Context, db store.DBTX, outs []store.Outcome) (map[store.Lease]string, error) {
+// writeOutcomes writes outcomes through db (the pool, or the caller's transaction for
+// CompleteTx) with the statement the configuration asks for.
+func (c *Client) writeOutcomes(ctx context.Context, db store.DBTX, outs []store.Outcome) (map[store.Lease]string, error) {
 	return engine.Finish(ctx, c.store, db, store.NowParam(c.cfg.Clock), c.cfg.DeleteOnSuccess, outs)
 }
 

@@ -57,16 +57,3 @@ func (c *Client) retention() *maint.Retention {
 			BatchSize: r.BatchSize, MaxBatches: r.MaxBatches, OutboxPublished: r.OutboxPublished,
 			PartitionLockTimeout: r.PartitionLockTimeout}}
 }
-
-// retryDelay is the delay before a job of kind runs again after attempts, by its
-// kind's retry policy, clamped to 0..MaxSchedule. A policy that panics is logged and
-// the default policy's delay is used: a bug in a policy never loses an outcome.
-func (c *Client) retryDelay(kind string, attempts int) (d time.Duration) {
-	defer func() {
-		if p := recover(); p != nil {
-			c.log.Error("skiplock: the retry policy panicked; using the default policy", "kind", kind, "panic", p)
-			d = clampDelay(DefaultRetryPolicy.Delay(attempts))
-		}
-	}()
-	return clampDelay(c.retryPolicy(kind).Delay(attempts))
-}

@@ -161,7 +161,7 @@ func (c *Client) finishOne(ctx context.Context, job *Job, o store.Outcome) (JobS
 	if o.Action == store.ActionComplete {
 		o.Output = job.output
 	}
-	res, err := c.finish(ctx, []store.Outcome{o})
+	res, err := c.writeOutcomes(ctx, c.pool, []store.Outcome{o})
 	if err != nil {
 		return "", fmt.Errorf("finishing job %s (%s): %w", o.ID, o.Action, wrapPgError(err))
 	}

@@ -385,3 +385,62 @@ func (c *Client) Counters() ProcessCounters {
 	}
 	return pc
 }
+
+// ThroughputPoint counts a queue's jobs that finished in one bucket of time.
+type ThroughputPoint struct {
+	Queue string    `json:"queue"`
+	Start time.Time `json:"start"`
+	// Succeeded, Failed and Cancelled count the jobs that reached each state in the
+	// bucket (jobs deleted since — retention, DeleteOnSuccess — are not counted).
+	Succeeded int64 `json:"succeeded"`
+	Failed    int64 `json:"failed"`
+	Cancelled int64 `json:"cancelled"`
+}
+
+// Throughput counts the jobs of every process that finished within the last window,
+// per queue and bucket (buckets aligned to the Unix epoch), from the database. Only
+// buckets with finished jobs are returned, by queue then time. bucket is at least 1s
+// and window at most 7 days.
+func (c *Client) Throughput(ctx context.Context, window, bucket time.Duration) ([]ThroughputPoint, error) {
+	if ctx == nil {
+		return nil, invalid("ctx", "must not be nil")
+	}
+	if bucket < time.Second || window < bucket || window > 7*24*time.Hour {
+		return nil, invalid("window", "want 1s ≤ bucket (%s) ≤ window (%s) ≤ 7 days", bucket, window)
+	}
+	counts, err := c.store.Throughput(ctx, c.pool, store.NowParam(c.cfg.Clock), window, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("counting throughput: %w", wrapPgError(err))
+	}
+	type key struct {
+		q string
+		t int64
+	}
+	byKey := map[key]int{} // index into out
+	var out []ThroughputPoint
+	for _, n := range counts {
+		k := key{n.Queue, n.Start.UnixNano()}
+		i, ok := byKey[k]
+		if !ok {
+			i = len(out)
+			out = append(out, ThroughputPoint{Queue: n.Queue, Start: n.Start})
+			byKey[k] = i
+		}
+		p := &out[i]
+		switch n.Status {
+		case store.StatusSucceeded:
+			p.Succeeded = n.Count
+		case store.StatusFailed:
+			p.Failed = n.Count
+		case store.StatusCancelled:
+			p.Cancelled = n.Count
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Queue != out[j].Queue {
+			return out[i].Queue < out[j].Queue
+		}
+		return out[i].Start.Before(out[j].Start)
+	})
+	return out, nil
+}

@@ -69,7 +69,7 @@ func (e *Engine) flushSplit(batch []*flight, ambiguous, fellBack bool, budget *i
 		e.cfg.Log.Error("skiplock: the database keeps refusing these outcomes; their leases will expire and the reclaimer will retry the jobs",
 			"jobs", len(batch))
 		for _, f := range batch {
-			e.finish(f, nil)
+			e.retire(f, nil)
 		}
 		return
 	}
@@ -96,9 +96,9 @@ func (e *Engine) flushSplit(batch []*flight, ambiguous, fellBack bool, budget *i
 			e.cfg.Counters.Flushed.Add(int64(len(outs)))
 			for _, f := range batch {
 				if st, ok := res[f.outcome.Lease]; ok {
-					e.finish(f, &st)
+					e.retire(f, &st)
 				} else {
-					e.finish(f, nil)
+					e.retire(f, nil)
 				}
 			}
 			return
@@ -112,7 +112,7 @@ func (e *Engine) flushSplit(batch []*flight, ambiguous, fellBack bool, budget *i
 		if !hostclock.Sleep(e.bgCtx, hostclock.Jitter(backoff)) {
 			e.cfg.Log.Error("skiplock: stopping with unwritten outcomes; their jobs will be reclaimed and run again", "jobs", len(batch))
 			for _, f := range batch {
-				e.finish(f, nil)
+				e.retire(f, nil)
 			}
 			return
 		}
@@ -147,7 +147,7 @@ func (e *Engine) refused(batch []*flight, err error, ambiguous, fellBack bool, b
 	if fellBack {
 		e.cfg.Log.Error("skiplock: the database refused a job's fallback outcome; its lease will expire and the reclaimer will retry it",
 			"job_id", f.row.ID, "kind", f.row.Kind, "error", err)
-		e.finish(f, nil)
+		e.retire(f, nil)
 		return
 	}
 	e.cfg.Log.Error("skiplock: the database refused a job's outcome; writing a fallback",

@@ -62,7 +62,7 @@ func (e *Engine) execute(f *flight) {
 	f.ctx = ctx
 	if !f.start() { // its lease was lost while it waited locally
 		f.cancel(nil)
-		e.finish(f, nil)
+		e.retire(f, nil)
 		return
 	}
 	if e.cfg.Clock != nil {
@@ -78,7 +78,7 @@ func (e *Engine) execute(f *flight) {
 	f.p.cap.observe(f.runDur)
 	if !f.finishRun() { // its lease was lost while it ran
 		f.cancel(nil)
-		e.finish(f, nil)
+		e.retire(f, nil)
 		return
 	}
 	f.err, f.outcome, f.inTx = res.Err, res.Outcome, res.InTx
@@ -86,9 +86,9 @@ func (e *Engine) execute(f *flight) {
 	e.outcomes <- f
 }
 
-// finish ends a flight once its outcome is durable (status != nil) or dropped, and
+// retire ends a flight once its outcome is durable (status != nil) or dropped, and
 // frees its places.
-func (e *Engine) finish(f *flight, status *string) {
+func (e *Engine) retire(f *flight, status *string) {
 	e.mu.Lock()
 	if e.inflight[f.row.ID] == f { // a later claim of the job may have replaced it (hold)
 		delete(e.inflight, f.row.ID)
