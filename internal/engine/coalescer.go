@@ -55,9 +55,9 @@ func (c *Coalescer) SetChannel(channel string) { c.channel = channel }
 // caller's transaction cannot be waited for — its commit is the caller's — so one
 // that commits after its window's trailing notification relies on the next
 // notification or poll (docs/runtime.md); carrying a NOTIFY in every such
-// transaction instead serialises their commits on NOTIFY's lock (the chaos
-// suite's mvcc-pin scenario, 800 transactional enqueues a second, saw its baseline
-// pickup p99 rise from about 40 to 56 ms).
+// transaction instead serialises their commits on NOTIFY's lock, which raises the
+// pickup latency of every job (the chaos suite's mvcc-pin scenario measured it;
+// docs/benchmarks.md).
 //
 // An own insert that announces queues carries the NOTIFY inside its transaction only
 // while no other such insert of this client is in flight; otherwise it announces them
@@ -68,8 +68,8 @@ func (c *Coalescer) SetChannel(channel string) { c.channel = channel }
 // NOTIFY and opens a window for the inserts that overlap it. Coalescing saves
 // concurrent commits from queueing on NOTIFY's lock; one insert at a time has nobody
 // of its own to queue behind, and skipping its NOTIFY only bought a trailing one, a
-// transaction of its own on another connection (sequential enqueues, W1, sent one for
-// every 4–5 inserts).
+// transaction of its own on another connection (sequential enqueues sent one for
+// every few inserts).
 func (c *Coalescer) Queues(queues []string, own bool) (notify *store.Notify, done func()) {
 	c.notifyMu.Lock()
 	defer c.notifyMu.Unlock()
