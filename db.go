@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/skiplock/skiplock/internal/validate"
 )
 
 // DB is where Enqueue writes: pgx.Tx, *pgx.Conn and *pgxpool.Pool satisfy it, and
@@ -37,7 +38,7 @@ type sqlDB struct{ db SQLDB }
 // errNilSQL is what a FromSQL adapter around a nil handle answers, instead of the
 // panic database/sql would raise.
 func (s sqlDB) errNilSQL() error {
-	if isNil(s.db) {
+	if validate.IsNil(s.db) {
 		return invalid("db", "FromSQL was given a nil database/sql handle")
 	}
 	return nil
