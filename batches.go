@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/skiplock/skiplock/internal/hostclock"
+	"github.com/skiplock/skiplock/internal/safetext"
 	"github.com/skiplock/skiplock/internal/store"
 	"github.com/skiplock/skiplock/internal/uuidv7"
 )
@@ -76,17 +76,12 @@ func (c *Client) BatchOpenTx(ctx context.Context, tx DB, b Batch) (string, error
 		nodes, queues = append(nodes, n), append(queues, n.Queue)
 	}
 	id := uuidv7.New(stamp, 0)
-	err := c.store.BatchOpen(ctx, tx, store.NowParam(c.cfg.Clock), id, safeDescription(b.Description),
+	err := c.store.BatchOpen(ctx, tx, store.NowParam(c.cfg.Clock), id, safetext.Clean(b.Description),
 		onComplete, onFailure, nodes, c.coalescer.Tx(queues))
 	if err != nil {
 		return "", fmt.Errorf("opening a batch: %w", wrapPgError(err))
 	}
 	return uuidv7.String(id), nil
-}
-
-// safeDescription drops what PostgreSQL's text cannot hold (NUL, invalid UTF-8).
-func safeDescription(s string) string {
-	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
 }
 
 // BatchAdd adds jobs to an open batch in their own transaction on the client's pool,

@@ -260,3 +260,17 @@ func TestBatchRefusesBadInput(t *testing.T) {
 		t.Fatalf("bad input wrote %d jobs", n)
 	}
 }
+
+// A batch's description is stored under the one text policy: a NUL or invalid UTF-8
+// shows as U+FFFD, as in a job's last error.
+func TestBatchDescriptionIsStorableText(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{})
+	id, err := e.client.BatchOpen(e.ctx, skiplock.Batch{Description: "import\x00\xff of May"})
+	e.must(err)
+	info, err := e.client.BatchGet(e.ctx, id)
+	e.must(err)
+	if want := "import\uFFFD\uFFFD of May"; info.Description != want {
+		t.Errorf("description %q, want %q", info.Description, want)
+	}
+}

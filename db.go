@@ -5,10 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/skiplock/skiplock/internal/validate"
 )
 
 // DB is where Enqueue writes: pgx.Tx, *pgx.Conn and *pgxpool.Pool satisfy it, and
@@ -36,7 +38,7 @@ type sqlDB struct{ db SQLDB }
 // errNilSQL is what a FromSQL adapter around a nil handle answers, instead of the
 // panic database/sql would raise.
 func (s sqlDB) errNilSQL() error {
-	if isNil(s.db) {
+	if validate.IsNil(s.db) {
 		return invalid("db", "FromSQL was given a nil database/sql handle")
 	}
 	return nil
@@ -94,8 +96,9 @@ func (r sqlRow) Scan(dest ...any) error {
 
 // sqlRows implements the part of pgx.Rows the store uses on top of *sql.Rows.
 type sqlRows struct {
-	rows *sql.Rows
-	err  error
+	rows  *sql.Rows
+	err   error
+	types *pgtype.Map // for Scan's arrays, made on first need
 }
 
 func (r *sqlRows) Close()                                       { r.rows.Close() }
@@ -103,10 +106,34 @@ func (r *sqlRows) Err() error                                   { return errors.
 func (r *sqlRows) CommandTag() pgconn.CommandTag                { return pgconn.CommandTag{} }
 func (r *sqlRows) FieldDescriptions() []pgconn.FieldDescription { return nil }
 func (r *sqlRows) Next() bool                                   { return r.rows.Next() }
-func (r *sqlRows) Scan(dest ...any) error                       { return r.rows.Scan(dest...) }
 func (r *sqlRows) RawValues() [][]byte                          { return nil }
 func (r *sqlRows) Conn() *pgx.Conn                              { return nil }
 func (r *sqlRows) TypeMap() *pgtype.Map                         { return nil }
+
+// Scan fills dest as pgx would. database/sql cannot scan an array column into a
+// slice (a job's tags: skiplocktest reads jobs through the caller's DB), so such a
+// destination is scanned through pgx's types; database/sql of Go 1.27 leaves it to
+// the driver.
+func (r *sqlRows) Scan(dest ...any) error {
+	var wrapped []any // dest with its slices wrapped; the caller's dest is left as it is
+	for i, d := range dest {
+		if _, ok := d.(*[]string); !ok {
+			continue
+		}
+		if wrapped == nil {
+			wrapped = slices.Clone(dest)
+		}
+		if r.types == nil {
+			r.types = pgtype.NewMap()
+		}
+		wrapped[i] = r.types.SQLScanner(d)
+	}
+	if wrapped != nil {
+		return r.rows.Scan(wrapped...)
+	}
+	return r.rows.Scan(dest...)
+}
+
 func (r *sqlRows) Values() ([]any, error) {
 	cols, err := r.rows.Columns()
 	if err != nil {

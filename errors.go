@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"time"
+
+	"github.com/skiplock/skiplock/internal/validate"
 )
 
 // ErrLeaseLost is returned when a fenced write changed nothing: the job is no longer
@@ -88,19 +89,6 @@ func (e *CancelError) Unwrap() error { return e.Err }
 // Cancel returns an error that moves the job to 'cancelled' with err as its last_error.
 func Cancel(err error) error { return &CancelError{Err: err} }
 
-// isNil reports whether v is nil or a typed nil (a nil pointer, map, slice, func or
-// channel inside an interface), which would panic on first use.
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	switch rv := reflect.ValueOf(v); rv.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
-		return rv.IsNil()
-	}
-	return false
-}
-
 // checkDB refuses a nil context and a nil or typed-nil DB (including FromSQL of a
 // nil handle) with a *ValidationError instead of a panic deep inside pgx.
 func checkDB(ctx context.Context, db DB) error {
@@ -110,7 +98,7 @@ func checkDB(ctx context.Context, db DB) error {
 	if s, ok := db.(sqlDB); ok {
 		return s.errNilSQL()
 	}
-	if isNil(db) {
+	if validate.IsNil(db) {
 		return invalid("db", "must not be nil: pass the pgx.Tx, *pgx.Conn or *pgxpool.Pool to write through (or FromSQL(tx))")
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/skiplock/skiplock/internal/jobrow"
 	"github.com/skiplock/skiplock/internal/store"
 )
 
@@ -116,6 +117,9 @@ func fromRow(r *store.Job) *Job {
 	}
 	return j
 }
+
+// skiplocktest reads jobs with SQL of its own and maps them here too (internal/jobrow).
+func init() { jobrow.ToJobs = func(rs []*store.Job) any { return fromRows(rs) } }
 
 func fromRows(rs []*store.Job) []*Job {
 	out := make([]*Job, len(rs))

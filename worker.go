@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/skiplock/skiplock/internal/validate"
 )
 
 // WorkerOpts are per-kind defaults.
@@ -52,7 +54,7 @@ func NewWorkers() *Workers { return &Workers{kinds: map[string]registration{}} }
 // AddWorker registers w for the kind named by T. A payload that does not decode into
 // T fails the job permanently (retrying cannot fix it).
 func AddWorker[T JobArgs](ws *Workers, w Worker[T], opts *WorkerOpts) error {
-	if isNil(w) {
+	if validate.IsNil(w) {
 		return invalid("worker", "must not be nil")
 	}
 	kind, err := kindOf[T]()

@@ -3,7 +3,6 @@ package outbox
 import (
 	"context"
 	"fmt"
-	"reflect"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -11,6 +10,7 @@ import (
 	"github.com/skiplock/skiplock/internal/ident"
 	"github.com/skiplock/skiplock/internal/pgerr"
 	"github.com/skiplock/skiplock/internal/store"
+	"github.com/skiplock/skiplock/internal/validate"
 )
 
 // Config configures an Outbox. The zero value is usable.
@@ -172,18 +172,8 @@ func checkArgs(ctx context.Context, db skiplock.DB) error {
 	return nil
 }
 
-// isNil reports whether v is nil or an interface holding a nil pointer, map, slice,
-// channel or func — a value whose methods would dereference nil.
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	switch rv := reflect.ValueOf(v); rv.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface, reflect.UnsafePointer:
-		return rv.IsNil()
-	}
-	return false
-}
+// isNil is validate.IsNil (the relay's files call it by this name).
+func isNil(v any) bool { return validate.IsNil(v) }
 
 // now is the statement parameter for the outbox's clock: nil selects the database's now().
 func (o *Outbox) now() *time.Time { return store.NowParam(o.clock) }

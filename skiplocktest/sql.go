@@ -2,7 +2,8 @@ package skiplocktest
 
 // Every SQL statement of skiplocktest. They only read the jobs table of the schema
 // under test (columns: internal/migrate/sql), through the DB the caller passes, so a
-// transaction's own uncommitted jobs are seen.
+// transaction's own uncommitted jobs are seen. Jobs are read as the store reads them
+// and mapped as the root maps them (jobs), never with a copy of either.
 
 import (
 	"context"
@@ -11,20 +12,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/ident"
+	"github.com/skiplock/skiplock/internal/jobrow"
+	"github.com/skiplock/skiplock/internal/store"
 )
-
-const jobColumns = `id::text, queue, kind, payload, status::text, priority, run_at, attempts, max_attempts,
-	lease_until, lease_token::text, worker_id, deduplication_key, last_error, created_at, updated_at`
 
 func jobsTable(schema string) string { return ident.Quote(schema) + ".jobs" }
 
 // jobsOfKind returns every job of kind, in enqueue order.
 func jobsOfKind(ctx context.Context, db skiplock.DB, schema, kind string) ([]*skiplock.Job, error) {
-	rows, err := db.Query(ctx, `SELECT `+jobColumns+` FROM `+jobsTable(schema)+` WHERE kind = $1 ORDER BY id`, kind)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, scanJob)
+	return jobs(db.Query(ctx, `SELECT `+store.JobColumns+` FROM `+jobsTable(schema)+` WHERE kind = $1 ORDER BY id`, kind))
 }
 
 type kindCount struct {
@@ -48,37 +44,19 @@ func busyJobs(ctx context.Context, db skiplock.DB, schema string, queues []strin
 	if queues == nil {
 		queues = []string{}
 	}
-	rows, err := db.Query(ctx, `SELECT `+jobColumns+` FROM `+jobsTable(schema)+`
+	return jobs(db.Query(ctx, `SELECT `+store.JobColumns+` FROM `+jobsTable(schema)+`
 		WHERE (cardinality($1::text[]) = 0 OR queue = ANY($1::text[]))
 		  AND ((status = 'pending' AND run_at <= coalesce($2::timestamptz, now()))
 		    OR (status = 'running' AND worker_id = $3))
-		ORDER BY id LIMIT $4`, queues, now, workerID, limit)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, scanJob)
+		ORDER BY id LIMIT $4`, queues, now, workerID, limit))
 }
 
-func scanJob(row pgx.CollectableRow) (*skiplock.Job, error) {
-	var (
-		j                                    skiplock.Job
-		state                                string
-		leaseUntil                           *time.Time
-		leaseToken, workerID, dedupKey, last *string
-	)
-	err := row.Scan(&j.ID, &j.Queue, &j.Kind, &j.Payload, &state, &j.Priority, &j.RunAt, &j.Attempt, &j.MaxAttempts,
-		&leaseUntil, &leaseToken, &workerID, &dedupKey, &last, &j.CreatedAt, &j.UpdatedAt)
+// jobs decodes rows of store.JobColumns with the store's scan and maps them with the
+// root's (internal/jobrow): the one mapping Client.JobGet uses.
+func jobs(rows pgx.Rows, err error) ([]*skiplock.Job, error) {
+	rs, err := store.CollectJobs(rows, err)
 	if err != nil {
 		return nil, err
 	}
-	j.State = skiplock.JobState(state)
-	if leaseUntil != nil {
-		j.LeaseUntil = *leaseUntil
-	}
-	for dst, src := range map[*string]*string{&j.LeaseToken: leaseToken, &j.WorkerID: workerID, &j.DeduplicationKey: dedupKey, &j.LastError: last} {
-		if src != nil {
-			*dst = *src
-		}
-	}
-	return &j, nil
+	return jobrow.ToJobs(rs).([]*skiplock.Job), nil
 }

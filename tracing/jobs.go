@@ -110,7 +110,7 @@ func Middleware(tp trace.TracerProvider, opts ...Option) skiplock.Middleware {
 				if p := recover(); p != nil {
 					perr := fmt.Errorf("panic: %v", p)
 					span.RecordError(perr, trace.WithStackTrace(true))
-					span.SetStatus(codes.Error, errorText(perr))
+					span.SetStatus(codes.Error, statusText(perr))
 					span.End()
 					panic(p)
 				}

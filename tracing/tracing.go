@@ -24,9 +24,8 @@ package tracing
 
 import (
 	"context"
-	"fmt"
-	"strings"
 
+	"github.com/skiplock/skiplock/internal/safetext"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -173,9 +172,10 @@ func link(sc trace.SpanContext, key attribute.Key, attempt int) []trace.SpanStar
 const maxStatusLen = 1024
 
 // recordError marks span as failed with err. An error whose Error method panics is
-// recorded with a fixed text instead of taking the handler or relay down.
+// recorded with a description of that panic instead of taking the handler or relay
+// down.
 func recordError(span trace.Span, err error) {
-	msg := errorText(err)
+	msg := statusText(err)
 	func() {
 		defer func() { _ = recover() }()
 		span.RecordError(err)
@@ -183,15 +183,6 @@ func recordError(span trace.Span, err error) {
 	span.SetStatus(codes.Error, msg)
 }
 
-func errorText(err error) (s string) {
-	defer func() {
-		if recover() != nil {
-			s = fmt.Sprintf("%T (its Error method panicked)", err)
-		}
-	}()
-	s = err.Error()
-	if len(s) > maxStatusLen {
-		s = strings.ToValidUTF8(s[:maxStatusLen], "") + "…"
-	}
-	return s
-}
+// statusText is err's text as a span status: skiplock's one text policy
+// (internal/safetext), bounded to maxStatusLen.
+func statusText(err error) string { return safetext.ErrorN(err, maxStatusLen) }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -282,6 +283,15 @@ func TestMiddleware(t *testing.T) {
 		s, err := run(storedJob(t, ctx, 1), func(context.Context, *skiplock.Job) error { return panicky{} })
 		if _, ok := err.(panicky); !ok || s.Status.Code != codes.Error || !strings.Contains(s.Status.Description, "panicked") {
 			t.Errorf("err %v status %v", err, s.Status)
+		}
+	})
+	t.Run("error text under the one text policy", func(t *testing.T) {
+		long := errors.New("gateway said \xff\x00 " + strings.Repeat("é", 2000))
+		s, _ := run(storedJob(t, ctx, 1), func(context.Context, *skiplock.Job) error { return long })
+		d := s.Status.Description
+		if !utf8.ValidString(d) || strings.IndexByte(d, 0) >= 0 || len(d) > 1024 ||
+			!strings.HasPrefix(d, "gateway said \uFFFD\uFFFD é") || !strings.Contains(d, "bytes shown]") {
+			t.Errorf("status of a long error with invalid UTF-8 and a NUL: %q (%d bytes)", d, len(d))
 		}
 	})
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/backoff"
 	"github.com/skiplock/skiplock/internal/store"
 )
 
@@ -93,7 +94,7 @@ func (l *Listener) Reconnects() int64 { return l.reconnect.Load() }
 
 // Run listens until ctx ends, reconnecting as needed. It returns nil when ctx ends.
 func (l *Listener) Run(ctx context.Context) error {
-	backoff := 50 * time.Millisecond
+	retry := backoff.Backoff{Initial: 50 * time.Millisecond, Max: l.cfg.MaxBackoff, Jitter: reconnectJitter}
 	first := true
 	for ctx.Err() == nil {
 		err := l.session(ctx, func() {
@@ -101,12 +102,12 @@ func (l *Listener) Run(ctx context.Context) error {
 				l.reconnect.Add(1)
 			}
 			first = false
-			backoff = 50 * time.Millisecond
+			retry.Reset()
 		})
 		if ctx.Err() != nil {
 			return nil
 		}
-		wait := backoff/2 + rand.N(backoff/2+1)
+		wait := retry.Next()
 		l.cfg.Logger.Warn("notify: listener connection lost; reconnecting", "error", err, "retry_in", wait)
 		t := time.NewTimer(wait)
 		select {
@@ -115,10 +116,13 @@ func (l *Listener) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
-		backoff = min(backoff*2, l.cfg.MaxBackoff)
 	}
 	return nil
 }
+
+// reconnectJitter is the listener's spread of a reconnect's wait: between half of
+// the delay and all of it, wider than hostclock.Jitter's ±10%.
+func reconnectJitter(d time.Duration) time.Duration { return d/2 + rand.N(d/2+1) }
 
 // session runs one connection until it fails or ctx ends.
 func (l *Listener) session(ctx context.Context, onUp func()) error {

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/backoff"
 )
 
 // Options configure a throwaway cluster.
@@ -254,14 +255,14 @@ func (c *Cluster) start(ctx context.Context) error {
 func waitReady(ctx context.Context, url string, exited <-chan struct{}) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	backoff := 5 * time.Millisecond
+	retry := backoff.Backoff{Initial: 5 * time.Millisecond, Max: 320 * time.Millisecond}
 	for {
 		conn, err := pgx.Connect(ctx, url)
 		if err == nil {
 			conn.Close(ctx)
 			return nil
 		}
-		t := time.NewTimer(backoff)
+		t := time.NewTimer(retry.Next())
 		select {
 		case <-exited:
 			t.Stop()
@@ -270,9 +271,6 @@ func waitReady(ctx context.Context, url string, exited <-chan struct{}) error {
 			t.Stop()
 			return fmt.Errorf("pgcluster: waiting for postgres: %w (last: %v)", ctx.Err(), err)
 		case <-t.C:
-		}
-		if backoff < 200*time.Millisecond {
-			backoff *= 2
 		}
 	}
 }

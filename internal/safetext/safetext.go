@@ -53,14 +53,19 @@ func CleanN(s string, max int) string {
 // Error returns err's message as storable text. It never panics: an Error method
 // that panics (a nil pointer receiver, say) yields a description of that panic
 // instead. A nil error is "".
-func Error(err error) (s string) {
+func Error(err error) string {
+	return ErrorN(err, MaxBytes)
+}
+
+// ErrorN is Error with a bound of max bytes (at least 64), as CleanN is Clean's.
+func ErrorN(err error, max int) (s string) {
 	if err == nil {
 		return ""
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			s = Clean(fmt.Sprintf("error of type %T whose Error method panicked: %v", err, p))
+			s = CleanN(fmt.Sprintf("error of type %T whose Error method panicked: %v", err, p), max)
 		}
 	}()
-	return Clean(err.Error())
+	return CleanN(err.Error(), max)
 }

@@ -48,4 +48,11 @@ func TestError(t *testing.T) {
 	if !strings.Contains(got, "panicked") || !strings.Contains(got, "safetext.panicky") {
 		t.Errorf("a panicking Error method gave %q", got)
 	}
+	if got := ErrorN(errors.New(strings.Repeat("x\xff", 1000)), 100); len(got) > 100 || !utf8.ValidString(got) ||
+		!strings.HasSuffix(got, "of 4000 bytes shown]") {
+		t.Errorf("ErrorN of a long invalid message gave %q (%d bytes)", got, len(got))
+	}
+	if got := ErrorN(panicky{}, 64); len(got) > 64 || !strings.HasPrefix(got, "error of type safetext.pan") {
+		t.Errorf("ErrorN of a panicking Error method gave %q (%d bytes)", got, len(got))
+	}
 }

@@ -36,9 +36,9 @@ func TestCollectOneJobAllocatesLittle(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	for range runs {
-		jobs, err := collectJobs(&scanlessRows{n: 1}, nil)
+		jobs, err := CollectJobs(&scanlessRows{n: 1}, nil)
 		if err != nil || len(jobs) != 1 {
-			t.Fatalf("collectJobs of one row: %d jobs, %v", len(jobs), err)
+			t.Fatalf("CollectJobs of one row: %d jobs, %v", len(jobs), err)
 		}
 	}
 	runtime.ReadMemStats(&after)

@@ -142,7 +142,13 @@ func collectJobRows(rows pgx.Rows, err error, extra func(d []any, j *Job) []any)
 	return out, rows.Err()
 }
 
-func collectJobs(rows pgx.Rows, err error) ([]*Job, error) { return collectJobRows(rows, err, nil) }
+// JobColumns is the select list of a jobs row that CollectJobs decodes, for the
+// module's SQL outside the store that reads jobs (skiplocktest's, on the schema under
+// test), so that it reads every column the store does, in its order.
+const JobColumns = jobColumns
+
+// CollectJobs collects rows of JobColumns.
+func CollectJobs(rows pgx.Rows, err error) ([]*Job, error) { return collectJobRows(rows, err, nil) }
 
 // collectClaimed collects the rows of a claim (claimReturns).
 func collectClaimed(rows pgx.Rows, err error) ([]*Job, error) {
@@ -236,13 +242,13 @@ func (s *Store) List(ctx context.Context, db DBTX, p ListParams) ([]*Job, error)
 	if len(p.Statuses) > 0 {
 		statuses = p.Statuses
 	}
-	return guarded(ctx, db, s.jobs.list, collectJobs, statuses, nullable(p.Queue), nullable(p.Kind), nullable(p.AfterID), p.Limit,
+	return guarded(ctx, db, s.jobs.list, CollectJobs, statuses, nullable(p.Queue), nullable(p.Kind), nullable(p.AfterID), p.Limit,
 		nullable(p.Tag), nullable(p.Search), jsonOrNil(p.Metadata))
 }
 
 // JobsByTx returns the jobs the transaction txid wrote, oldest first.
 func (s *Store) JobsByTx(ctx context.Context, db DBTX, txid int64) ([]*Job, error) {
-	return guarded(ctx, db, s.jobs.byTx, collectJobs, txid)
+	return guarded(ctx, db, s.jobs.byTx, CollectJobs, txid)
 }
 
 // AdminRunNow makes a pending job due now.

@@ -6,6 +6,7 @@ package validate
 
 import (
 	"fmt"
+	"reflect"
 	"unicode/utf8"
 )
 
@@ -27,4 +28,19 @@ func Name(v string, max int, optional bool) string {
 		}
 	}
 	return ""
+}
+
+// IsNil reports whether v is nil or an interface holding a nil pointer, map, slice,
+// channel or func: a value (a DB, a worker, a clock, a publisher) whose methods
+// would dereference nil, so callers refuse it with a validation error instead of a
+// panic deep inside.
+func IsNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface, reflect.UnsafePointer:
+		return rv.IsNil()
+	}
+	return false
 }
