@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"time"
 
+	"github.com/skiplock/skiplock/internal/backoff"
 	"github.com/skiplock/skiplock/internal/hostclock"
 	"github.com/skiplock/skiplock/internal/pgerr"
 	"github.com/skiplock/skiplock/internal/safetext"
@@ -78,7 +79,7 @@ func (e *Engine) flushSplit(batch []*flight, ambiguous, fellBack bool, budget *i
 	for i, f := range batch {
 		outs[i] = f.outcome
 	}
-	backoff := 50 * time.Millisecond
+	fail := backoff.Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Jitter: hostclock.Jitter}
 	for {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.bgCtx), 30*time.Second)
 		began := hostclock.Now()
@@ -108,15 +109,15 @@ func (e *Engine) flushSplit(batch []*flight, ambiguous, fellBack bool, budget *i
 			return
 		}
 		ambiguous = true
-		e.cfg.Failures.Warn("completion", err, "jobs", len(batch), "retry_in", backoff)
-		if !hostclock.Sleep(e.bgCtx, hostclock.Jitter(backoff)) {
+		wait := fail.Next()
+		e.cfg.Failures.Warn("completion", err, "jobs", len(batch), "retry_in", wait)
+		if !hostclock.Sleep(e.bgCtx, wait) {
 			e.cfg.Log.Error("skiplock: stopping with unwritten outcomes; their jobs will be reclaimed and run again", "jobs", len(batch))
 			for _, f := range batch {
 				e.retire(f, nil)
 			}
 			return
 		}
-		backoff = min(backoff*2, 5*time.Second)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/skiplock/skiplock/internal/backoff"
 	"github.com/skiplock/skiplock/internal/hostclock"
 	"github.com/skiplock/skiplock/internal/store"
 )
@@ -18,7 +19,7 @@ import (
 func (e *Engine) heartbeat() {
 	defer e.bgWG.Done()
 	interval := e.cfg.HeartbeatInterval
-	fail := failureBackoff{initial: interval / 10, max: interval}
+	fail := backoff.Backoff{Initial: interval / 10, Max: interval, Jitter: hostclock.Jitter}
 	t := time.NewTimer(interval)
 	defer t.Stop()
 	for {
@@ -32,14 +33,14 @@ func (e *Engine) heartbeat() {
 			return // stopping: a renewal cut short is no failure
 		}
 		if err == nil {
-			fail.reset()
+			fail.Reset()
 			e.cfg.Failures.OK("heartbeat")
 			t.Reset(interval)
 			continue
 		}
-		retry := fail.next()
+		retry := fail.Next()
 		e.cfg.Failures.Warn("heartbeat", err, "jobs", n, "retry_in", retry)
-		t.Reset(hostclock.Jitter(retry))
+		t.Reset(retry)
 	}
 }
 

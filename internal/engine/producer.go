@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/skiplock/skiplock/internal/backoff"
 	"github.com/skiplock/skiplock/internal/hostclock"
 	"github.com/skiplock/skiplock/internal/store"
 )
@@ -50,7 +51,7 @@ type claimResult struct {
 // wake-ups and freed places while it is in flight.
 func (e *Engine) produce(p *producer) {
 	defer e.prodWG.Done()
-	fail := failureBackoff{initial: 100 * time.Millisecond, max: 5 * time.Second}
+	fail := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: hostclock.Jitter}
 	poll := time.NewTimer(hostclock.Jitter(e.cfg.PollInterval))
 	defer poll.Stop()
 	retryTimer := time.NewTimer(time.Hour) // a full rate window's wait
@@ -127,15 +128,15 @@ func (e *Engine) produce(p *producer) {
 			case res := <-results:
 				claiming = false
 				if res.err != nil {
-					wait := fail.next()
+					wait := fail.Next()
 					e.cfg.Failures.Warn("claim", res.err, "queue", p.queue, "retry_in", wait)
-					if !hostclock.Sleep(e.fetchCtx, hostclock.Jitter(wait)) {
+					if !hostclock.Sleep(e.fetchCtx, wait) {
 						return
 					}
 					continue
 				}
 				e.cfg.Failures.OK("claim")
-				fail.reset()
+				fail.Reset()
 				empty = empty || (res.short && !woken)
 				if res.successors {
 					res.retryIn = throttle.retryIn
