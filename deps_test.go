@@ -30,3 +30,29 @@ func TestRootPackageDependencies(t *testing.T) {
 		}
 	}
 }
+
+// go mod tidy in a module that imports skiplock and outbox records every module that
+// the two packages and their tests import (docs/architecture.md, "What a user's module
+// pays"). So their tests, like their code, import no broker client, Prometheus,
+// OpenTelemetry or CLI module: the adapters' tests live in outbox/internal/badinput.
+func TestUserModuleRecordsNoBrokerModule(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-deps", "-test", "-f", "{{with .Module}}{{.Path}}{{end}}",
+		"github.com/skiplock/skiplock", "github.com/skiplock/skiplock/outbox").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	allowed := []string{"github.com/skiplock/skiplock", "github.com/jackc/", "golang.org/x/text", "golang.org/x/sync",
+		"github.com/robfig/cron/v3", "go.uber.org/goleak"}
+	seen := map[string]bool{}
+	for _, mod := range strings.Fields(string(out)) {
+		ok := seen[mod]
+		for _, prefix := range allowed {
+			ok = ok || strings.HasPrefix(mod, prefix)
+		}
+		if !ok {
+			t.Errorf("the root package or outbox, or their tests, import a package of module %s", mod)
+		}
+		seen[mod] = true
+	}
+}
