@@ -2,6 +2,7 @@ package skiplock_test
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -14,20 +15,9 @@ import (
 // riskier choice.
 func TestRootPackageDependencies(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "github.com/skiplock/skiplock").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	allowed := []string{"github.com/skiplock/skiplock", "github.com/jackc/", "golang.org/x/text/", "golang.org/x/sync/",
-		"github.com/robfig/cron/v3"}
-	for _, pkg := range strings.Fields(string(out)) {
-		ok := false
-		for _, prefix := range allowed {
-			ok = ok || strings.HasPrefix(pkg, prefix)
-		}
-		if !ok {
-			t.Errorf("the root package depends on %s", pkg)
-		}
+	for _, pkg := range goListOutside(t, []string{"-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "github.com/skiplock/skiplock"},
+		"github.com/skiplock/skiplock", "github.com/jackc/", "golang.org/x/text/", "golang.org/x/sync/", "github.com/robfig/cron/v3") {
+		t.Errorf("the root package depends on %s", pkg)
 	}
 }
 
@@ -37,22 +27,30 @@ func TestRootPackageDependencies(t *testing.T) {
 // OpenTelemetry or CLI module: the adapters' tests live in outbox/internal/badinput.
 func TestUserModuleRecordsNoBrokerModule(t *testing.T) {
 	t.Parallel()
-	out, err := exec.Command("go", "list", "-deps", "-test", "-f", "{{with .Module}}{{.Path}}{{end}}",
-		"github.com/skiplock/skiplock", "github.com/skiplock/skiplock/outbox").Output()
+	for _, mod := range goListOutside(t, []string{"-deps", "-test", "-f", "{{with .Module}}{{.Path}}{{end}}",
+		"github.com/skiplock/skiplock", "github.com/skiplock/skiplock/outbox"},
+		"github.com/skiplock/skiplock", "github.com/jackc/", "golang.org/x/text", "golang.org/x/sync",
+		"github.com/robfig/cron/v3", "go.uber.org/goleak") {
+		t.Errorf("the root package or outbox, or their tests, import a package of module %s", mod)
+	}
+}
+
+// goListOutside runs go list with args and returns, once each, the words it prints
+// that start with none of the allowed prefixes.
+func goListOutside(t *testing.T, args []string, allowed ...string) []string {
+	t.Helper()
+	out, err := exec.Command("go", append([]string{"list"}, args...)...).Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
-	allowed := []string{"github.com/skiplock/skiplock", "github.com/jackc/", "golang.org/x/text", "golang.org/x/sync",
-		"github.com/robfig/cron/v3", "go.uber.org/goleak"}
-	seen := map[string]bool{}
-	for _, mod := range strings.Fields(string(out)) {
-		ok := seen[mod]
-		for _, prefix := range allowed {
-			ok = ok || strings.HasPrefix(mod, prefix)
-		}
+	var outside []string
+	for _, word := range strings.Fields(string(out)) {
+		ok := slices.Contains(outside, word) || slices.ContainsFunc(allowed, func(prefix string) bool {
+			return strings.HasPrefix(word, prefix)
+		})
 		if !ok {
-			t.Errorf("the root package or outbox, or their tests, import a package of module %s", mod)
+			outside = append(outside, word)
 		}
-		seen[mod] = true
 	}
+	return outside
 }

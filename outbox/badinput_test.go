@@ -18,28 +18,10 @@ import (
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/outbox"
+	"github.com/skiplock/skiplock/outbox/internal/badinput"
 	"github.com/skiplock/skiplock/outbox/outboxtest/memorypub"
 	"github.com/skiplock/skiplock/outbox/webhookpub"
 )
-
-// call runs fn, turning a panic into a test failure, and returns fn's errors.
-func call(t *testing.T, name string, fn func() []error) []error {
-	t.Helper()
-	var errs []error
-	func() {
-		defer func() {
-			if p := recover(); p != nil {
-				t.Errorf("%s panicked: %v", name, p)
-				errs = nil
-			}
-		}()
-		errs = fn()
-	}()
-	return errs
-}
-
-func one(err error) []error                { return []error{err} }
-func ignore[T any](_ T, err error) []error { return []error{err} }
 
 // fromSQLFixed reports whether skiplock.FromSQL refuses a nil *sql.Tx without
 // panicking (a fix in the root package).
@@ -80,90 +62,80 @@ func TestBadInputEveryEntryPoint(t *testing.T) {
 
 	cases := map[string]func() []error{
 		// outbox.New and the Outbox itself
-		"New(nil client)":        func() []error { return ignore(outbox.New(nil, outbox.Config{})) },
-		"New(zero Client)":       func() []error { return ignore(outbox.New(&skiplock.Client{}, outbox.Config{})) },
-		"nil Outbox.Write":       func() []error { return ignore(nilOb.Write(ctx, e.pool, ev)) },
-		"nil Outbox.WriteMany":   func() []error { return ignore(nilOb.WriteMany(ctx, e.pool, []outbox.Event{ev})) },
-		"zero Outbox.Write":      func() []error { return ignore(zeroOb.Write(ctx, e.pool, ev)) },
-		"zero Outbox.WriteMany":  func() []error { return ignore(zeroOb.WriteMany(ctx, e.pool, nil)) },
-		"Write(nil ctx)":         func() []error { return ignore(ob.Write(nilCtx, e.pool, ev)) },
-		"WriteMany(nil ctx)":     func() []error { return ignore(ob.WriteMany(nilCtx, e.pool, []outbox.Event{ev})) },
-		"Write(zero Event)":      func() []error { return ignore(ob.Write(ctx, e.pool, outbox.Event{})) },
-		"WriteMany(zero Events)": func() []error { return ignore(ob.WriteMany(ctx, e.pool, make([]outbox.Event, 3))) },
-		"nil Outbox.NewRelay":    func() []error { return ignore(nilOb.NewRelay(memorypub.New(), outbox.RelayConfig{})) },
-		"zero Outbox.NewRelay":   func() []error { return ignore(zeroOb.NewRelay(memorypub.New(), outbox.RelayConfig{})) },
-		"NewRelay(nil pub)":      func() []error { return ignore(ob.NewRelay(nil, outbox.RelayConfig{})) },
+		"New(nil client)":        func() []error { return badinput.Ignore(outbox.New(nil, outbox.Config{})) },
+		"New(zero Client)":       func() []error { return badinput.Ignore(outbox.New(&skiplock.Client{}, outbox.Config{})) },
+		"nil Outbox.Write":       func() []error { return badinput.Ignore(nilOb.Write(ctx, e.pool, ev)) },
+		"nil Outbox.WriteMany":   func() []error { return badinput.Ignore(nilOb.WriteMany(ctx, e.pool, []outbox.Event{ev})) },
+		"zero Outbox.Write":      func() []error { return badinput.Ignore(zeroOb.Write(ctx, e.pool, ev)) },
+		"zero Outbox.WriteMany":  func() []error { return badinput.Ignore(zeroOb.WriteMany(ctx, e.pool, nil)) },
+		"Write(nil ctx)":         func() []error { return badinput.Ignore(ob.Write(nilCtx, e.pool, ev)) },
+		"WriteMany(nil ctx)":     func() []error { return badinput.Ignore(ob.WriteMany(nilCtx, e.pool, []outbox.Event{ev})) },
+		"Write(zero Event)":      func() []error { return badinput.Ignore(ob.Write(ctx, e.pool, outbox.Event{})) },
+		"WriteMany(zero Events)": func() []error { return badinput.Ignore(ob.WriteMany(ctx, e.pool, make([]outbox.Event, 3))) },
+		"nil Outbox.NewRelay":    func() []error { return badinput.Ignore(nilOb.NewRelay(memorypub.New(), outbox.RelayConfig{})) },
+		"zero Outbox.NewRelay":   func() []error { return badinput.Ignore(zeroOb.NewRelay(memorypub.New(), outbox.RelayConfig{})) },
+		"NewRelay(nil pub)":      func() []error { return badinput.Ignore(ob.NewRelay(nil, outbox.RelayConfig{})) },
 		"NewRelay(typed-nil memorypub)": func() []error {
-			return ignore(ob.NewRelay((*memorypub.Publisher)(nil), outbox.RelayConfig{}))
+			return badinput.Ignore(ob.NewRelay((*memorypub.Publisher)(nil), outbox.RelayConfig{}))
 		},
 		"NewRelay(typed-nil webhookpub)": func() []error {
-			return ignore(ob.NewRelay((*webhookpub.Publisher)(nil), outbox.RelayConfig{}))
+			return badinput.Ignore(ob.NewRelay((*webhookpub.Publisher)(nil), outbox.RelayConfig{}))
 		},
 		"NewRelay(typed-nil RetryPolicy)": func() []error {
-			return ignore(ob.NewRelay(memorypub.New(), outbox.RelayConfig{RetryPolicy: (*skiplock.ExponentialBackoff)(nil)}))
+			return badinput.Ignore(ob.NewRelay(memorypub.New(), outbox.RelayConfig{RetryPolicy: (*skiplock.ExponentialBackoff)(nil)}))
 		},
-		"nil Relay.Run":      func() []error { return one(nilRelay.Run(ctx)) },
-		"nil Relay.RunOnce":  func() []error { _, _, err := nilRelay.RunOnce(ctx); return one(err) },
-		"zero Relay.Run":     func() []error { return one((&outbox.Relay{}).Run(ctx)) },
-		"zero Relay.RunOnce": func() []error { _, _, err := (&outbox.Relay{}).RunOnce(ctx); return one(err) },
-		"Relay.Run(nil ctx)": func() []error { return one(e.relay(memorypub.New(), outbox.RelayConfig{}).Run(nilCtx)) },
+		"nil Relay.Run":      func() []error { return badinput.One(nilRelay.Run(ctx)) },
+		"nil Relay.RunOnce":  func() []error { _, _, err := nilRelay.RunOnce(ctx); return badinput.One(err) },
+		"zero Relay.Run":     func() []error { return badinput.One((&outbox.Relay{}).Run(ctx)) },
+		"zero Relay.RunOnce": func() []error { _, _, err := (&outbox.Relay{}).RunOnce(ctx); return badinput.One(err) },
+		"Relay.Run(nil ctx)": func() []error { return badinput.One(e.relay(memorypub.New(), outbox.RelayConfig{}).Run(nilCtx)) },
 		"Relay.RunOnce(nil ctx)": func() []error {
 			_, _, err := e.relay(memorypub.New(), outbox.RelayConfig{}).RunOnce(nilCtx)
-			return one(err)
+			return badinput.One(err)
 		},
 
 		// Inbox and Admin: zero values, nil Outbox, nil ctx
-		"zero Inbox.Claim":       func() []error { return ignore(outbox.Inbox{}.Claim(ctx, e.pool, "c", "id")) },
-		"zero Inbox.Prune":       func() []error { return ignore(outbox.Inbox{}.Prune(ctx, e.pool, time.Hour, 0)) },
-		"nil Outbox.Inbox.Claim": func() []error { return ignore(nilOb.Inbox().Claim(ctx, e.pool, "c", "id")) },
-		"Inbox.Claim(nil ctx)":   func() []error { return ignore(e.inbox.Claim(nilCtx, e.pool, "c", "id")) },
-		"Inbox.Claim(empty)":     func() []error { return ignore(e.inbox.Claim(ctx, e.pool, "", "")) },
-		"Inbox.Claim(NUL)":       func() []error { return ignore(e.inbox.Claim(ctx, e.pool, "c\x00", "id")) },
-		"Inbox.Prune(0)":         func() []error { return ignore(e.inbox.Prune(ctx, e.pool, 0, 0)) },
-		"Inbox.Prune(batch -1)":  func() []error { return ignore(e.inbox.Prune(ctx, e.pool, time.Hour, -1)) },
-		"zero Admin.Get":         func() []error { return ignore(outbox.Admin{}.Get(ctx, e.pool, "x")) },
-		"zero Admin.List":        func() []error { return ignore(outbox.Admin{}.List(ctx, e.pool, outbox.StateDead, nil, 0)) },
-		"zero Admin.Requeue":     func() []error { return one(outbox.Admin{}.Requeue(ctx, e.pool, "x")) },
-		"zero Admin.RequeueDead": func() []error { return ignore(outbox.Admin{}.RequeueDead(ctx, e.pool)) },
-		"zero Admin.Prune":       func() []error { return ignore(outbox.Admin{}.Prune(ctx, e.pool, outbox.Retention{})) },
-		"zero Admin.Count":       func() []error { return ignore(outbox.Admin{}.Count(ctx, e.pool)) },
-		"Admin.Get(nil ctx)":     func() []error { return ignore(e.admin.Get(nilCtx, e.pool, "x")) },
-		"Admin.Prune(batch -1)":  func() []error { return ignore(e.admin.Prune(ctx, e.pool, outbox.Retention{BatchSize: -1})) },
+		"zero Inbox.Claim":       func() []error { return badinput.Ignore(outbox.Inbox{}.Claim(ctx, e.pool, "c", "id")) },
+		"zero Inbox.Prune":       func() []error { return badinput.Ignore(outbox.Inbox{}.Prune(ctx, e.pool, time.Hour, 0)) },
+		"nil Outbox.Inbox.Claim": func() []error { return badinput.Ignore(nilOb.Inbox().Claim(ctx, e.pool, "c", "id")) },
+		"Inbox.Claim(nil ctx)":   func() []error { return badinput.Ignore(e.inbox.Claim(nilCtx, e.pool, "c", "id")) },
+		"Inbox.Claim(empty)":     func() []error { return badinput.Ignore(e.inbox.Claim(ctx, e.pool, "", "")) },
+		"Inbox.Claim(NUL)":       func() []error { return badinput.Ignore(e.inbox.Claim(ctx, e.pool, "c\x00", "id")) },
+		"Inbox.Prune(0)":         func() []error { return badinput.Ignore(e.inbox.Prune(ctx, e.pool, 0, 0)) },
+		"Inbox.Prune(batch -1)":  func() []error { return badinput.Ignore(e.inbox.Prune(ctx, e.pool, time.Hour, -1)) },
+		"zero Admin.Get":         func() []error { return badinput.Ignore(outbox.Admin{}.Get(ctx, e.pool, "x")) },
+		"zero Admin.List":        func() []error { return badinput.Ignore(outbox.Admin{}.List(ctx, e.pool, outbox.StateDead, nil, 0)) },
+		"zero Admin.Requeue":     func() []error { return badinput.One(outbox.Admin{}.Requeue(ctx, e.pool, "x")) },
+		"zero Admin.RequeueDead": func() []error { return badinput.Ignore(outbox.Admin{}.RequeueDead(ctx, e.pool)) },
+		"zero Admin.Prune":       func() []error { return badinput.Ignore(outbox.Admin{}.Prune(ctx, e.pool, outbox.Retention{})) },
+		"zero Admin.Count":       func() []error { return badinput.Ignore(outbox.Admin{}.Count(ctx, e.pool)) },
+		"Admin.Get(nil ctx)":     func() []error { return badinput.Ignore(e.admin.Get(nilCtx, e.pool, "x")) },
+		"Admin.Prune(batch -1)":  func() []error { return badinput.Ignore(e.admin.Prune(ctx, e.pool, outbox.Retention{BatchSize: -1})) },
 	}
 	for name, db := range dbs {
 		if strings.HasPrefix(name, "FromSQL") && !sqlFixed {
 			t.Logf("skipping %s: skiplock.FromSQL does not refuse a nil *sql.Tx yet (root package)", name)
 			continue
 		}
-		cases["Write("+name+")"] = func() []error { return ignore(ob.Write(ctx, db, ev)) }
-		cases["WriteMany("+name+")"] = func() []error { return ignore(ob.WriteMany(ctx, db, []outbox.Event{ev})) }
-		cases["Inbox.Claim("+name+")"] = func() []error { return ignore(e.inbox.Claim(ctx, db, "c", "id")) }
-		cases["Inbox.Prune("+name+")"] = func() []error { return ignore(e.inbox.Prune(ctx, db, time.Hour, 0)) }
-		cases["Admin.Get("+name+")"] = func() []error { return ignore(e.admin.Get(ctx, db, "x")) }
-		cases["Admin.List("+name+")"] = func() []error { return ignore(e.admin.List(ctx, db, outbox.StateDead, nil, 0)) }
-		cases["Admin.Requeue("+name+")"] = func() []error { return one(e.admin.Requeue(ctx, db, "x")) }
-		cases["Admin.RequeueDead("+name+")"] = func() []error { return ignore(e.admin.RequeueDead(ctx, db)) }
-		cases["Admin.Prune("+name+")"] = func() []error { return ignore(e.admin.Prune(ctx, db, outbox.Retention{})) }
-		cases["Admin.Count("+name+")"] = func() []error { return ignore(e.admin.Count(ctx, db)) }
+		cases["Write("+name+")"] = func() []error { return badinput.Ignore(ob.Write(ctx, db, ev)) }
+		cases["WriteMany("+name+")"] = func() []error { return badinput.Ignore(ob.WriteMany(ctx, db, []outbox.Event{ev})) }
+		cases["Inbox.Claim("+name+")"] = func() []error { return badinput.Ignore(e.inbox.Claim(ctx, db, "c", "id")) }
+		cases["Inbox.Prune("+name+")"] = func() []error { return badinput.Ignore(e.inbox.Prune(ctx, db, time.Hour, 0)) }
+		cases["Admin.Get("+name+")"] = func() []error { return badinput.Ignore(e.admin.Get(ctx, db, "x")) }
+		cases["Admin.List("+name+")"] = func() []error { return badinput.Ignore(e.admin.List(ctx, db, outbox.StateDead, nil, 0)) }
+		cases["Admin.Requeue("+name+")"] = func() []error { return badinput.One(e.admin.Requeue(ctx, db, "x")) }
+		cases["Admin.RequeueDead("+name+")"] = func() []error { return badinput.Ignore(e.admin.RequeueDead(ctx, db)) }
+		cases["Admin.Prune("+name+")"] = func() []error { return badinput.Ignore(e.admin.Prune(ctx, db, outbox.Retention{})) }
+		cases["Admin.Count("+name+")"] = func() []error { return badinput.Ignore(e.admin.Count(ctx, db)) }
 	}
 
-	for name, fn := range cases {
-		errs := call(t, name, fn)
-		if len(errs) == 0 {
-			continue // panicked, reported
-		}
-		for i, err := range errs {
-			if !errors.Is(err, skiplock.ErrInvalid) {
-				t.Errorf("%s: result %d is %v, want an error matching skiplock.ErrInvalid", name, i, err)
-			}
-		}
-	}
+	badinput.RequireInvalid(t, cases)
 
 	// Calls that return no error must not panic either.
-	call(t, "nil Relay.Stats", func() []error { _ = nilRelay.Stats(); return nil })
-	call(t, "nil Relay.Wake", func() []error { nilRelay.Wake(); return nil })
-	call(t, "nil Outbox.Schema", func() []error { _ = nilOb.Schema(); return nil })
-	call(t, "FailAll(nil)", func() []error { return outbox.FailAll(nil, errors.New("x")) })
+	badinput.Call(t, "nil Relay.Stats", func() []error { _ = nilRelay.Stats(); return nil })
+	badinput.Call(t, "nil Relay.Wake", func() []error { nilRelay.Wake(); return nil })
+	badinput.Call(t, "nil Outbox.Schema", func() []error { _ = nilOb.Schema(); return nil })
+	badinput.Call(t, "FailAll(nil)", func() []error { return outbox.FailAll(nil, errors.New("x")) })
 
 	if c := e.counts(); c != (outbox.Counts{}) {
 		t.Fatalf("bad input wrote events: %+v", c)

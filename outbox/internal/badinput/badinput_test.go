@@ -3,15 +3,10 @@ package badinput
 // Bad input on every public entry point of the outbox's adapters: nil, zero and
 // typed-nil values, and credentials in their URLs. None may panic; each returns an
 // error that matches skiplock.ErrInvalid; no credential reaches an error or a log.
-//
-// These tests live apart from package outbox's so that its tests import no broker's
-// client: a module that imports outbox, and not the adapters, then records no broker
-// module in its go.sum (go mod tidy reads the tests of the packages it imports).
 
 import (
 	"bytes"
 	"context"
-	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -20,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/outbox"
 	"github.com/skiplock/skiplock/outbox/amqppub"
 	"github.com/skiplock/skiplock/outbox/kafkapub"
@@ -35,90 +29,61 @@ func TestBadInputEveryAdapterEntryPoint(t *testing.T) {
 	msgs := []outbox.Message{{ID: "0190c0de-0000-7000-8000-000000000001", Destination: "d", Payload: []byte(`{}`)}}
 	cases := map[string]func() []error{
 		// webhookpub
-		"webhookpub.New(zero)":   func() []error { return ignore(webhookpub.New(webhookpub.Config{})) },
-		"webhookpub.New(no URL)": func() []error { return ignore(webhookpub.New(webhookpub.Config{Secrets: []string{"k"}})) },
+		"webhookpub.New(zero)":   func() []error { return Ignore(webhookpub.New(webhookpub.Config{})) },
+		"webhookpub.New(no URL)": func() []error { return Ignore(webhookpub.New(webhookpub.Config{Secrets: []string{"k"}})) },
 		"webhookpub.New(bad URL)": func() []error {
-			return ignore(webhookpub.New(webhookpub.Config{Secrets: []string{"k"}, DefaultURL: "::"}))
+			return Ignore(webhookpub.New(webhookpub.Config{Secrets: []string{"k"}, DefaultURL: "::"}))
 		},
 		"webhookpub.New(empty secret)": func() []error {
-			return ignore(webhookpub.New(webhookpub.Config{Secrets: []string{""}, DefaultURL: "https://x"}))
+			return Ignore(webhookpub.New(webhookpub.Config{Secrets: []string{""}, DefaultURL: "https://x"}))
 		},
-		"webhookpub.ParseSecrets(nil)": func() []error { return ignore(webhookpub.ParseSecrets(nil)) },
-		"webhookpub.Verify(nil)":       func() []error { return one(webhookpub.Verify(nil, nil, nil, 0)) },
+		"webhookpub.ParseSecrets(nil)": func() []error { return Ignore(webhookpub.ParseSecrets(nil)) },
+		"webhookpub.Verify(nil)":       func() []error { return One(webhookpub.Verify(nil, nil, nil, 0)) },
 		"nil webhookpub.Publish":       func() []error { return (*webhookpub.Publisher)(nil).Publish(ctx, msgs) },
 		"zero webhookpub.Publish":      func() []error { return (&webhookpub.Publisher{}).Publish(ctx, msgs) },
-		"nil webhookpub.Close":         func() []error { return one((*webhookpub.Publisher)(nil).Close()) },
-		"zero webhookpub.Close":        func() []error { return one((&webhookpub.Publisher{}).Close()) },
+		"nil webhookpub.Close":         func() []error { return One((*webhookpub.Publisher)(nil).Close()) },
+		"zero webhookpub.Close":        func() []error { return One((&webhookpub.Publisher{}).Close()) },
 		"webhookpub.Publish(nil ctx)":  func() []error { return webhookPub(t).Publish(nilCtx, msgs) },
-		"amqppub.New(zero)":            func() []error { return ignore(amqppub.New(amqppub.Config{})) },
-		"amqppub.New(bad URL)":         func() []error { return ignore(amqppub.New(amqppub.Config{URL: "http://x"})) },
+		"amqppub.New(zero)":            func() []error { return Ignore(amqppub.New(amqppub.Config{})) },
+		"amqppub.New(bad URL)":         func() []error { return Ignore(amqppub.New(amqppub.Config{URL: "http://x"})) },
 		"nil amqppub.Publish":          func() []error { return (*amqppub.Publisher)(nil).Publish(ctx, msgs) },
 		"zero amqppub.Publish":         func() []error { return (&amqppub.Publisher{}).Publish(ctx, msgs) },
-		"nil amqppub.Close":            func() []error { return one((*amqppub.Publisher)(nil).Close()) },
-		"zero amqppub.Close":           func() []error { return one((&amqppub.Publisher{}).Close()) },
+		"nil amqppub.Close":            func() []error { return One((*amqppub.Publisher)(nil).Close()) },
+		"zero amqppub.Close":           func() []error { return One((&amqppub.Publisher{}).Close()) },
 		"amqppub.Publish(nil ctx)":     func() []error { return amqpPub(t).Publish(nilCtx, msgs) },
-		"kafkapub.New(zero)":           func() []error { return ignore(kafkapub.New(kafkapub.Config{})) },
-		"kafkapub.New(empty broker)":   func() []error { return ignore(kafkapub.New(kafkapub.Config{SeedBrokers: []string{""}})) },
+		"kafkapub.New(zero)":           func() []error { return Ignore(kafkapub.New(kafkapub.Config{})) },
+		"kafkapub.New(empty broker)":   func() []error { return Ignore(kafkapub.New(kafkapub.Config{SeedBrokers: []string{""}})) },
 		"kafkapub.New(nil option)": func() []error {
-			return ignore(kafkapub.New(kafkapub.Config{SeedBrokers: []string{"127.0.0.1:1"}, Options: []kgo.Opt{nil}}))
+			return Ignore(kafkapub.New(kafkapub.Config{SeedBrokers: []string{"127.0.0.1:1"}, Options: []kgo.Opt{nil}}))
 		},
 		"kafkapub.New(conflicting option)": func() []error {
-			return ignore(kafkapub.New(kafkapub.Config{SeedBrokers: []string{"127.0.0.1:1"}, Options: []kgo.Opt{kgo.RequiredAcks(kgo.LeaderAck())}}))
+			return Ignore(kafkapub.New(kafkapub.Config{SeedBrokers: []string{"127.0.0.1:1"}, Options: []kgo.Opt{kgo.RequiredAcks(kgo.LeaderAck())}}))
 		},
 		"nil kafkapub.Publish":      func() []error { return (*kafkapub.Publisher)(nil).Publish(ctx, msgs) },
 		"zero kafkapub.Publish":     func() []error { return (&kafkapub.Publisher{}).Publish(ctx, msgs) },
-		"nil kafkapub.Close":        func() []error { return one((*kafkapub.Publisher)(nil).Close()) },
-		"zero kafkapub.Close":       func() []error { return one((&kafkapub.Publisher{}).Close()) },
+		"nil kafkapub.Close":        func() []error { return One((*kafkapub.Publisher)(nil).Close()) },
+		"zero kafkapub.Close":       func() []error { return One((&kafkapub.Publisher{}).Close()) },
 		"kafkapub.Publish(nil ctx)": func() []error { return kafkaPub(t).Publish(nilCtx, msgs) },
-		"natspub.New(zero)":         func() []error { return ignore(natspub.New(natspub.Config{})) },
+		"natspub.New(zero)":         func() []error { return Ignore(natspub.New(natspub.Config{})) },
 		"natspub.New(typed-nil Conn)": func() []error {
-			return ignore(natspub.New(natspub.Config{Conn: (*nats.Conn)(nil)}))
+			return Ignore(natspub.New(natspub.Config{Conn: (*nats.Conn)(nil)}))
 		},
 		"natspub.New(nil option)": func() []error {
-			return ignore(natspub.New(natspub.Config{URL: "nats://127.0.0.1:1", Options: []nats.Option{nil}}))
+			return Ignore(natspub.New(natspub.Config{URL: "nats://127.0.0.1:1", Options: []nats.Option{nil}}))
 		},
 		"nil natspub.Publish":      func() []error { return (*natspub.Publisher)(nil).Publish(ctx, msgs) },
 		"zero natspub.Publish":     func() []error { return (&natspub.Publisher{}).Publish(ctx, msgs) },
-		"nil natspub.Close":        func() []error { return one((*natspub.Publisher)(nil).Close()) },
-		"zero natspub.Close":       func() []error { return one((&natspub.Publisher{}).Close()) },
+		"nil natspub.Close":        func() []error { return One((*natspub.Publisher)(nil).Close()) },
+		"zero natspub.Close":       func() []error { return One((&natspub.Publisher{}).Close()) },
 		"natspub.Publish(nil ctx)": func() []error { return natsPub(t).Publish(nilCtx, msgs) },
 	}
-	for name, fn := range cases {
-		errs := call(t, name, fn)
-		if len(errs) == 0 {
-			continue // panicked, reported
-		}
-		for i, err := range errs {
-			if !errors.Is(err, skiplock.ErrInvalid) {
-				t.Errorf("%s: result %d is %v, want an error matching skiplock.ErrInvalid", name, i, err)
-			}
-		}
-	}
+	RequireInvalid(t, cases)
 
 	// Calls that return no error must not panic either.
-	call(t, "webhookpub.Sign(nil)", func() []error { _ = webhookpub.Sign(nil, "", 0, nil); return nil })
-	call(t, "nil StatusError.Error", func() []error { _ = (*webhookpub.StatusError)(nil).Error(); return nil })
-	call(t, "nil kafkapub.Client", func() []error { _ = (*kafkapub.Publisher)(nil).Client(); return nil })
+	Call(t, "webhookpub.Sign(nil)", func() []error { _ = webhookpub.Sign(nil, "", 0, nil); return nil })
+	Call(t, "nil StatusError.Error", func() []error { _ = (*webhookpub.StatusError)(nil).Error(); return nil })
+	Call(t, "nil kafkapub.Client", func() []error { _ = (*kafkapub.Publisher)(nil).Client(); return nil })
 }
-
-// call runs fn, turning a panic into a test failure, and returns fn's errors.
-func call(t *testing.T, name string, fn func() []error) []error {
-	t.Helper()
-	var errs []error
-	func() {
-		defer func() {
-			if p := recover(); p != nil {
-				t.Errorf("%s panicked: %v", name, p)
-				errs = nil
-			}
-		}()
-		errs = fn()
-	}()
-	return errs
-}
-
-func one(err error) []error                { return []error{err} }
-func ignore[T any](_ T, err error) []error { return []error{err} }
 
 // Usable publishers that make no network call until Publish, for the nil-context
 // cases; each is closed when the test ends.
