@@ -1,6 +1,41 @@
 // Package skiplock turns the PostgreSQL an application already runs into its job
 // queue (and, with package outbox, its transactional outbox).
 //
+// # A first run
+//
+// A job's arguments are a type whose Kind names the job; a worker takes them decoded.
+// The job is enqueued in the application's own transaction, so it exists if and only
+// if that transaction commits; a started Client claims and works it, and Stop lets
+// running jobs finish before handing the rest back to the queue:
+//
+//	type SendEmail struct {
+//		OrderID int    `json:"order_id"`
+//		To      string `json:"to"`
+//	}
+//
+//	func (SendEmail) Kind() string { return "send_email" }
+//
+//	workers := skiplock.NewWorkers()
+//	err := skiplock.AddWorker(workers, skiplock.WorkFunc[SendEmail](
+//		func(ctx context.Context, job *skiplock.Job, a SendEmail) error {
+//			return mailer.Send(ctx, a.To, job.IdempotencyKey()) // an error retries with backoff
+//		}), nil)
+//	client, err := skiplock.NewClient(pool, skiplock.Config{ // pool: a *pgxpool.Pool, migrated by skiplock.Migrate
+//		Queues:  map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 50}},
+//		Workers: workers,
+//	})
+//	err = client.Start(ctx) // fails at once on a missing or outdated schema
+//
+//	tx, err := pool.Begin(ctx)
+//	// … the business change in tx …
+//	res, err := client.EnqueueTx(ctx, tx, SendEmail{OrderID: 42, To: "ana@example.com"},
+//		&skiplock.EnqueueOpts{DeduplicationKey: "order-42"})
+//	err = tx.Commit(ctx) // the job exists from here on; res.Duplicate reports a repeated key
+//
+//	err = client.Stop(ctx) // on shutdown: drain, then hand unstarted jobs back
+//
+// The package's Example runs this flow against a database.
+//
 // # Model
 //
 // A job is a row of the jobs table. It is written by EnqueueTx in the caller's own
@@ -23,7 +58,8 @@
 // the reclaimer with the same backoff as a failed attempt, or failed once attempts
 // are exhausted, so a job that crashes its worker never spins.
 //
-// States and transitions are described in docs/state_machine.md.
+// States and transitions are described in docs/state_machine.md; the packages and
+// what each owns in docs/architecture.md.
 //
 // # Guarantees
 //
@@ -42,6 +78,54 @@
 //
 // A started client holds one dedicated LISTEN connection (none with PollOnly) and
 // otherwise borrows pool connections only for single statements: at most one claim
-// per queue, the heartbeater, the completer and one maintenance service at a time —
-// a handful, independent of MaxWorkers.
+// per queue, the heartbeater, the completer, and one per maintenance service while
+// that service runs — a handful, independent of MaxWorkers. Each maintenance service
+// (reclaimer, retention, partitions, scheduler, rate-window sweeper, horizon watch) runs
+// under its own advisory lock: however many clients are started, a service runs in
+// one of them at a time, while different services may run at once.
+//
+// # Packages
+//
+//   - outbox: the transactional outbox (Outbox.Write in the caller's transaction),
+//     the Relay that publishes events, Inbox for idempotent consumers, Admin.
+//   - outbox/webhookpub, outbox/amqppub, outbox/kafkapub, outbox/natspub: one
+//     publisher each for signed webhooks, RabbitMQ, Kafka and NATS JetStream;
+//     outbox/outboxtest holds their conformance suite and an in-memory publisher.
+//   - skiplocktest: helpers for the application's own tests: a throwaway PostgreSQL,
+//     a migrated schema per test, RequireEnqueued, Work, Drain, FakeClock.
+//   - metrics (Prometheus), metrics/otelmetrics (OpenTelemetry metrics) and health
+//     (/healthz and /readyz).
+//   - tracing: one OpenTelemetry trace from the enqueue through every attempt to the
+//     broker.
+//   - dashboard: the web dashboard, an http.Handler.
+//   - cmd/skiplock: the command-line tool (migrations, relay, jobs, schedules, limits,
+//     the dashboard, the benchmarks).
+//
+// # The Client's methods
+//
+// Every exported method of Client, by purpose (a test keeps this list complete):
+//
+//   - Enqueueing: [Client.Enqueue], [Client.EnqueueTx], [Client.EnqueueMany],
+//     [Client.EnqueueManyTx], [Client.EnqueueRaw], [Client.EnqueueRawTx].
+//   - Working and its lifecycle: [Client.Start], [Client.Stop],
+//     [Client.StopAndCancel], [Client.Close], [Client.CheckSchema],
+//     [Client.CompleteTx], [Client.Manual].
+//   - Jobs: [Client.JobGet], [Client.JobList], [Client.JobsByTx], [Client.JobRetry],
+//     [Client.JobCancel], [Client.JobDelete], [Client.JobRunNow].
+//   - Queues: [Client.QueueList], [Client.QueuePause], [Client.QueueResume].
+//   - Limits: [Client.LimitSet], [Client.LimitDelete], [Client.LimitList],
+//     [Client.LimitUsages].
+//   - Schedules: [Client.ScheduleAdd], [Client.ScheduleUpdate], [Client.ScheduleGet],
+//     [Client.ScheduleList], [Client.SchedulePause], [Client.ScheduleResume],
+//     [Client.ScheduleTrigger], [Client.ScheduleDelete].
+//   - Flows: [Client.EnqueueFlow], [Client.EnqueueFlowTx], [Client.FlowTree],
+//     [Client.Children].
+//   - Batches: [Client.BatchOpen], [Client.BatchOpenTx], [Client.BatchAdd],
+//     [Client.BatchAddTx], [Client.BatchSeal], [Client.BatchSealTx], [Client.BatchGet],
+//     [Client.BatchList], [Client.BatchMembers].
+//   - Statistics and observation: [Client.Stats], [Client.Throughput],
+//     [Client.Counters], [Client.Operations], [Client.Subscribe].
+//   - Storage: [Client.RunRetention], [Client.Partitions].
+//   - The client itself: [Client.ID], [Client.Schema], [Client.Pool], [Client.Clock],
+//     [Client.MaxPayloadBytes].
 package skiplock

@@ -18,7 +18,6 @@ func TestHostClockRule(t *testing.T) {
 	t.Parallel()
 	allowed := func(path string) bool {
 		return strings.HasPrefix(path, "internal/hostclock/") || strings.HasPrefix(path, "cmd/") ||
-			strings.HasPrefix(path, "internal/bench/") ||
 			strings.HasPrefix(path, "tools/") || strings.HasSuffix(path, "_test.go")
 	}
 	fset := token.NewFileSet()

@@ -6,7 +6,7 @@ import (
 	"runtime/pprof"
 	"time"
 
-	"github.com/skiplock/skiplock/internal/bench"
+	"github.com/skiplock/skiplock/cmd/skiplock/internal/bench"
 	"github.com/skiplock/skiplock/internal/pgcluster"
 	"github.com/spf13/cobra"
 )

@@ -57,7 +57,7 @@ func (c *Coalescer) SetChannel(channel string) { c.channel = channel }
 // notification or poll (docs/runtime.md); carrying a NOTIFY in every such
 // transaction instead serialises their commits on NOTIFY's lock, which raises the
 // pickup latency of every job (the chaos suite's mvcc-pin scenario measured it;
-// docs/benchmarks.md).
+// docs/benchmarks-archive.md, "Concurrent enqueues: the NOTIFY after the commit").
 //
 // An own insert that announces queues carries the NOTIFY inside its transaction only
 // while no other such insert of this client is in flight; otherwise it announces them

@@ -3,7 +3,8 @@ package engine
 // The claim cursor: each producer resumes its claims where its last claim ended
 // instead of at the head of the ready index, so a snapshot held open elsewhere (which
 // stops vacuum) does not make every claim walk the entries of every job claimed since
-// (store.claimBranch has the mechanism; docs/benchmarks.md, W10, the measurements).
+// (store.claimBranch has the mechanism; docs/benchmarks-archive.md, "W10: a pinned xmin
+// horizon", the measurements).
 //
 // The cursor is only a starting point, never a promise that nothing lies behind it.
 // Three things bring a producer back:

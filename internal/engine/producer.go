@@ -46,7 +46,7 @@ type claimResult struct {
 // produce keeps one claim statement at a time in flight for its queue. A claim locks
 // and rewrites each row it takes, which makes it the costliest statement per job;
 // one claim at a time, overlapping the completion writes, amortises each statement's
-// commit over larger claims than two concurrent ones would (docs/benchmarks.md).
+// commit over larger claims than two concurrent ones would (docs/benchmarks-archive.md).
 // The claim runs in its own goroutine so that the producer keeps hearing NOTIFY
 // wake-ups and freed places while it is in flight.
 func (e *Engine) produce(p *producer) {

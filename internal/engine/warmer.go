@@ -6,7 +6,7 @@ package engine
 //
 // A backend's first run of the claim parses it and plans it with cold catalog caches
 // (jobs, its indexes, the queue and limit tables), many times a warm run's cost
-// (docs/benchmarks.md has the measurements). The pool hands the producer the
+// (docs/benchmarks-archive.md, "The targets again, and W6's cold claims"). The pool hands the producer the
 // connection it used last, and another only when that one is busy, so a worker meets
 // a cold connection at random moments long after it started, and the jobs of that
 // claim, and those notified while it runs, wait for it. A claim of no jobs and an

@@ -14,7 +14,7 @@ import (
 // HorizonWatch warns when one transaction holds the database's vacuum horizon for
 // longer than After: while it does, every job claimed or finished leaves a dead tuple
 // vacuum cannot remove, the jobs table and its indexes only grow, and enqueues and
-// claims slow down (docs/benchmarks.md, W10). The queue keeps working through it —
+// claims slow down (W10 in docs/benchmarks.md). The queue keeps working through it —
 // claims resume from their cursor — but only the operator can end the cause, so the
 // warning names it: the session's pid, application and state, or the prepared
 // transaction or replication slot.

@@ -32,9 +32,9 @@ type Reclaimer struct {
 	// every running version left since vacuum last removed one has an entry there.
 	// While a snapshot held open elsewhere (a forgotten BEGIN, a long report, a
 	// replication slot) stops vacuum, that is an entry for every job that ran since
-	// it began: 240,000 entries cost a pass 110–140 ms and as many buffer reads
-	// (docs/benchmarks.md), every ReclaimInterval, growing for as long as the
-	// snapshot is held. So a pass that found every expired lease it could see
+	// it began, each costing the pass a buffer read, every ReclaimInterval, growing
+	// for as long as the snapshot is held (docs/benchmarks-archive.md has the
+	// measurements). So a pass that found every expired lease it could see
 	// (it listed fewer than a batch) leaves the floor at its own time less
 	// reclaimFloorMargin, and the next pass starts there.
 	//

@@ -46,13 +46,11 @@ var heard atomic.Pointer[func(channel, payload string)]
 // receives, from that listener's goroutine, just before its OnNotify; nil removes it.
 // f must not block.
 //
-// It exists for the bench: W6 times each notification's arrival at the library's own
-// listener. It used to LISTEN on a connection of its own, but a commit that notifies
-// signals and wakes every listening backend, so that probe was one more process for
-// each measured job's commit to wake on a 2-core machine, which the peers' harnesses
-// do not add (W6 without it: p50 and p99 each lower in 6 of 8 alternated pairs, a
-// small effect beside the hour's noise; docs/benchmarks.md). And the stage it times
-// is now the one the claim follows from.
+// It exists for the bench, which times each notification's arrival at the library's
+// own listener. A probe that LISTENed on a connection of its own would be one more
+// backend for every notifying commit to signal and wake, a cost the peers' harnesses
+// do not add (docs/benchmarks-archive.md, "W6 heard at the library's own listener");
+// and the stage it times is the one the claim follows from.
 func SetHeard(f func(channel, payload string)) {
 	if f == nil {
 		heard.Store(nil)

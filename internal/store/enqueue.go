@@ -53,8 +53,8 @@ func uniqueKeyExpr(key, periodUS string) string {
 //
 // Each insert comes in two variants: with sequence keys it first takes the sequences'
 // advisory locks (sequenceLock); without, it takes none and is as lean as before
-// sequences existed (with the lock's CTE always present, W1 medians fell from about
-// 2,700 to 2,340 jobs/s on this machine; with the variants they are back within noise).
+// sequences existed (with the lock's CTE always present, every one-by-one enqueue paid
+// for it, and W1 measurably slowed).
 
 // insertSQL is the one-job insert.
 func insertSQL(sequence bool) string {

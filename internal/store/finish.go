@@ -29,8 +29,8 @@ func historyAppend(j, outcome, errText string) string {
 
 // finishUpdate is the fenced UPDATE that applies outcomes from the relation o.
 // (A redundant "j.id = ANY($2)" was tried to steer the planner to the primary key; it
-// let the planner nest a 1,000-element ANY inside a loop over the outcomes, 20× slower
-// on the outbox's equivalent statement. A plain join on id measured best.)
+// let the planner nest a 1,000-element ANY inside a loop over the outcomes, quadratic
+// in the batch. A plain join on id plans best.)
 // retry → pending after the delay, or failed once attempts are exhausted;
 // snooze → pending after the delay with the claim's attempt given back.
 func finishUpdate(o string) string {

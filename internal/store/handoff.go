@@ -50,10 +50,10 @@ const bucketSig = `string_agg(quote_literal(b.scope) || quote_literal(b.target) 
 // Why no CTE here joins another. The statement runs its generic plan, in which every
 // CTE is estimated at a row or so; joined to each other, CTEs were read as nested
 // loops, every row of one against every row of the other. That cost the square of
-// the predecessors: a claim of successors for 400 running jobs took 78 ms, with
-// 160,000 to 173,000 pairs compared in each of four joins (BenchmarkClaimSuccessors;
-// docs/benchmarks.md, "Successor claims"), and now takes 11 ms. So a job's signature is a window over its
-// own bucket rows (bucketSig); what one relation needs from another is carried over
+// the predecessors, every pair compared in each of four joins
+// (BenchmarkClaimSuccessors; docs/benchmarks-archive.md, "Successor claims: linear in
+// the running jobs"). So a job's signature is a window over its own bucket rows
+// (bucketSig); what one relation needs from another is carried over
 // by a window over both in one UNION ALL, partitioned by the shared key (a bucket,
 // a signature), the giving side sorted first; and a successor is paired with its
 // predecessor by grouping both on (signature, rank). Sorts and aggregates cost

@@ -4,7 +4,7 @@ package store
 // it; the oldest snapshot or transaction id still open in the database — a session
 // idle in a transaction, a long report, a prepared transaction, a replication slot's
 // xmin — is the horizon. While one is held, every job claimed or finished since
-// leaves a tuple nobody can remove (docs/benchmarks.md, W10), so the operator needs
+// leaves a tuple nobody can remove (W10 in docs/benchmarks.md), so the operator needs
 // to know what holds it, and for how long.
 //
 // Time here is the database's now(), not the injected clock: the holder's

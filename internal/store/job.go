@@ -105,17 +105,17 @@ func scanJob(row pgx.Row) (*Job, error) {
 // appends destinations for (nil: none).
 //
 // It is the claim's decoding, so it allocates little: jobs come from chunks, and one
-// destination slice serves every row. Per row, scanning into a fresh Job through a
-// fresh destination slice, grown by an append, cost three allocations of ~400 bytes
-// before pgx's own; a claim decodes up to 1,000 rows, and in B1 and W5 the decoding
-// was the largest share of the Go side's time, most of it allocation and the
-// collections it causes (docs/benchmarks.md). A chunk stays reachable while any of its jobs is: the runtime
-// copies what it keeps (fromRow), so chunks live no longer than the claim's decoding.
+// destination slice serves every row. Scanning each row into a fresh Job through a
+// fresh destination slice, grown by an append, cost several allocations per row
+// before pgx's own; a claim decodes up to 1,000 rows, and the decoding was the
+// largest share of the Go side's time, most of it allocation and the collections it
+// causes (docs/benchmarks-archive.md, "The claim's token and the Go side's share"). A
+// chunk stays reachable while any of its jobs is: the runtime copies what it keeps
+// (fromRow), so chunks live no longer than the claim's decoding.
 //
-// Chunks double from one job (376 bytes) up to 256. A first chunk of 16 cost every
-// claim 6 KB, most of it unused when a notification brings one job: in W6 (200
-// claims a second of one job each) that was 29% of all the bench process allocated.
-// Doubling from one costs a claim of 1,000 rows four more allocations.
+// Chunks double from one job up to 256. A larger first chunk would be mostly unused
+// when a notification brings one job — the common claim at a low, steady rate —
+// while doubling from one costs a claim of 1,000 rows only a few more allocations.
 func collectJobRows(rows pgx.Rows, err error, extra func(d []any, j *Job) []any) ([]*Job, error) {
 	if err != nil {
 		return nil, err

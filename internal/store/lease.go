@@ -33,9 +33,9 @@ const claimToken = `gen_random_uuid() AS token`
 // One token per claim statement (claimToken), shared by the jobs it takes. Fencing
 // needs a token that no earlier claim of the same job held, and every fenced write
 // matches (id, lease_token), never the token alone, so jobs of one claim sharing it
-// changes nothing a write can match. A token per row called gen_random_uuid() for each
-// job, a call into OpenSSL's random generator that cost ~5 µs: a fifth of the claim
-// statement's time (pg_stat_statements over B1, alternated: 19.5–22.9 → 14.9–15.6 ms per 1,000).
+// changes nothing a write can match. A token per row would call gen_random_uuid(),
+// OpenSSL's random generator, once per job: a large share of the claim statement's
+// time (docs/benchmarks-archive.md, "The claim's token and the Go side's share").
 const claimSet = `SET status = 'running',
     attempts = j.attempts + 1,
     lease_until = t.now + $4::bigint * interval '1 microsecond',
@@ -59,8 +59,8 @@ type leaseStatements struct {
 // after that. But while any session holds an older snapshot (a transaction left idle,
 // a long report, a replication slot), neither vacuum nor that marking can act, and
 // each claim visits the heap for every job claimed since the snapshot was taken:
-// pickup latency grows with the pin (about 110 ns a claimed job, 11 ms after 100,000;
-// docs/benchmarks.md, W10). Starting at the floor, with the priority an equality
+// pickup latency grows with the pin, linearly in the jobs claimed since it began (W10
+// in docs/benchmarks.md). Starting at the floor, with the priority an equality
 // (branch b), the index scan begins where the live jobs are, and the dead entries
 // before it are never read; in the other branches run_at >= floor is checked on the
 // index entry, without a heap visit.
@@ -174,10 +174,10 @@ FROM t LEFT JOIN LATERAL (
 		// held reads the listed jobs in the statement's snapshot; the lock rechecks
 		// them on the latest row. Every held job comes back once, and once more if it
 		// was renewed (collectRenewals): a join of the two under the plan guard, which
-		// then ruled out hash and merge joins, was a nested loop over both lists, 6× the
-		// statement. Each read of jobs is bounded by the leases' ids (idIn, planguard.go).
-		// The lock and the second read cost about 45% over a plain UPDATE
-		// (BenchmarkHeartbeat: 11–13 ms for 1,000 leases against 8), once a tick.
+		// then ruled out hash and merge joins, was a nested loop over both lists,
+		// quadratic in the leases. Each read of jobs is bounded by the leases' ids
+		// (idIn, planguard.go). The lock and the second read cost less than a plain
+		// UPDATE's own work, once a tick (BenchmarkHeartbeat compares the two).
 		heartbeat: b.addGuarded(planGuardByID, "heartbeat", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now, `+asyncCommit+`),
 held AS MATERIALIZED (

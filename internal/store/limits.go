@@ -42,8 +42,8 @@ func sequenceReady(a string) string {
 // any queue while some kind has one — and picks the limited claim at its next
 // refresh. It is a one-time filter (two primary-key probes of a small table), so it
 // cannot change the claim's plan. (A per-row "kind <> ALL(kind limits)" test made the
-// planner misjudge the claim's selectivity and sort the whole queue: B1 fell from
-// about 55,000 to 25,000 jobs/s.)
+// planner misjudge the claim's selectivity and sort the whole queue, on every claim
+// of every queue.)
 const unlimited = `NOT EXISTS (SELECT 1 FROM {{s}}.limits l WHERE (l.scope = 'queue' AND l.target = $2) OR l.scope = 'kind')`
 
 // bucketsOf selects one row per job of relation cand (columns id, queue, kind, ckey,
@@ -79,16 +79,16 @@ func bucketsOf(cand string) string {
 // the jobs holding slots (held, which the statement must define) and the first $5
 // candidates together, one row each (<p>_u), and sums them per wide limit, and per
 // key in one hashed aggregate per scope; a bucket fails when it has candidates and
-// more jobs than its limit. On a copy of W9's state (700 candidates, 1,100 jobs
-// holding slots) the evaluation fell from 8.2 to 2.7 ms and the claim from 19.6 to
-// 12.0 ms; W9 went from 0.56–0.63× W5 to a median of 0.84× (docs/benchmarks.md).
-// With a rate limit, whose window each bucket must read anyway, it compares the
-// buckets' rows of <p>_cb, as the ranking does.
+// more jobs than its limit. Hashed aggregates read each job once, where joining
+// per-bucket rows read it once per bucket (W9 in docs/benchmarks.md measures what a
+// limited claim costs; docs/benchmarks-archive.md, "W9: a cheaper check that no limit
+// binds", what this change bought). With a rate limit, whose window each bucket must
+// read anyway, it compares the buckets' rows of <p>_cb, as the ranking does.
 //
-// Measured on W9 (1,000 keys, head of 150): one row per candidate and bucket, with the
-// running count joined by hash and the rate window read once per rate-limited bucket,
-// cost about a third of a first version that collected distinct buckets and probed
-// limit_windows for each.
+// One row per candidate and bucket, with the running count joined by hash and the
+// rate window read once per rate-limited bucket: a first version that collected
+// distinct buckets and probed limit_windows for each did a probe per bucket and was
+// slower under W9's many keys.
 func limitEval(p, cand string) string {
 	return p + `_x AS MATERIALIZED (` + bucketsOf(cand) + `),
 ` + p + `_ws AS MATERIALIZED (
@@ -165,8 +165,8 @@ func limitEval(p, cand string) string {
 // primary key, whatever the table's statistics say (a join let a drained table's
 // plan read the whole primary key; planguard.go, TestEveryStatementPlansBounded).
 // MATERIALIZED, so the map is built once: as a subquery in the UPDATE's FROM, a
-// generic plan that took succ for one row re-aggregated it for every job updated (a
-// claim of successors for 400 running jobs: 11 → 151 ms).
+// generic plan that took succ for one row re-aggregated it for every job updated,
+// quadratic in the successors claimed.
 const (
 	successorMap   = `sm AS MATERIALIZED (SELECT jsonb_object_agg(s.id::text, jsonb_build_array(s.pred, s.ptoken)) AS m FROM succ s)`
 	successorSlots = `slot_of = (sm.m -> j.id::text ->> 0)::uuid,
@@ -193,11 +193,11 @@ const (
 // signature, bucketSig), so it needs no room of its own — it holds no slot while its
 // predecessor runs under the recorded lease (holdsSlot), and its worker starts it
 // only once the predecessor's handler has returned. A slot then changes hands on the
-// worker, with no database round trip between one job and the next: with 50 slots
-// and 10 ms jobs, freeing a slot through the database (outcome committed, claim)
-// cost about 7 ms of every 17 ms cycle (docs/benchmarks.md, W9). Buckets with a rate
-// limit take no successors: a start is recorded at the claim, and a successor starts
-// later than that.
+// worker, with no database round trip between one job and the next: freeing a slot
+// through the database (outcome committed, then a claim) would idle the slot for a
+// large share of a short job's cycle (W9's binding limit in docs/benchmarks.md).
+// Buckets with a rate limit take no successors: a start is recorded at the claim, and
+// a successor starts later than that.
 func limitedClaimSQL() string {
 	return `
 WITH RECURSIVE
@@ -300,8 +300,8 @@ SELECT * FROM claimed`
 // serialises them). Written as a comparison of text, so that it does not imply the
 // predicate of the partial indexes of pending jobs: with j.status = 'pending', a plan
 // made while the table held a page of rows read the whole of jobs_group_ready_idx for
-// the few ids the claim updates (40 ms a claim of 10 among 300,000 pending jobs, against
-// 3 ms by the primary key); TestEveryStatementPlansBounded.
+// the few ids the claim updates, instead of probing the primary key for each;
+// TestEveryStatementPlansBounded.
 const stillPending = `j.status::text = 'pending'`
 
 // limRated is whether any limit that may govern queue $2's jobs has a rate.

@@ -102,15 +102,14 @@ func queryInsert[T any](ctx context.Context, s *Store, db DBTX, n *Notify, colle
 //
 // Why. A notifying commit holds PostgreSQL's database-wide NOTIFY lock from before
 // its commit record until that record is flushed, so notifying commits cannot share
-// a disk sync: each waits for the previous one's. Sampling pg_stat_activity during
-// W10 (800 enqueues a second, a pinned xmin horizon) found 0.4–2.2 backends waiting on
-// that lock on average; announced after the commit, none. Committed asynchronously,
-// the NOTIFY's transaction holds the lock for microseconds, and the inserts' commits
-// group freely: 16 concurrent enqueuers (W2) saw their p99 fall from 19–24 to
-// 12–15 ms. The listener is woken once the job's commit is durable, as before.
+// a disk sync: each waits for the previous one's, and concurrent enqueuers queue on
+// that lock. Committed asynchronously, the NOTIFY's transaction holds the lock only
+// briefly, and the inserts' commits group freely (docs/benchmarks-archive.md,
+// "Concurrent enqueues: the NOTIFY after the commit"). The listener is woken once the
+// job's commit is durable, as before.
 //
-// Why not always. The second transaction costs about 0.1 ms per enqueue (an xid and a
-// commit record): W6, one enqueue at a time, started its jobs that much later. So the
+// Why not always. The second transaction costs every enqueue an xid and a commit
+// record, which a lone enqueue would wait for before its job can start. So the
 // client asks for it only while another of its own inserts carrying the NOTIFY
 // inside its transaction is in flight — the case where the lock would be waited for.
 //

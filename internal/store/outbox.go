@@ -111,7 +111,7 @@ SELECT input.id FROM input ORDER BY input.ord`),
 		// token: a relay whose lease was taken over changes nothing. The CHECK
 		// outbox_token_only_unfinished makes a token match imply "unpublished and not
 		// dead"; saying so in the WHERE let the planner loop over the unpublished-events
-		// index once per outcome on a table without statistics (2.4k → 27k events/s).
+		// index once per outcome on a table without statistics.
 		//   published: published_at set, lease cleared.
 		//   retry:     due again after the delay, or dead once attempts are exhausted.
 		//   dead:      parked at once (permanent error, or the lease expired on the last attempt).

@@ -12,8 +12,7 @@ package store
 // rows it locked) or a hash join over one (the completion); the table then grows and
 // each statement reads all of it, until autovacuum or autoanalyze happens to run. Under
 // a snapshot held open elsewhere the table only grows, so the cost grew without bound
-// (W10 on the first cursor version: claims 1 → 26 ms in minutes, completion batches
-// scanning 31,000 rows to find 16; docs/benchmarks.md). An index plan is right at every
+// (W10 in docs/benchmarks.md holds such a snapshot). An index plan is right at every
 // size — on a tiny table it costs a few buffers more — so the guard makes it the only
 // plan the planner can cost as cheap, whatever the statistics when it was cached.
 //
@@ -21,8 +20,8 @@ package store
 // (plan_cache_mode = force_generic_plan). Left to choose, PostgreSQL re-planned the
 // completion at every run when its batches held one or a few outcomes — the steady
 // low-rate case — since a custom plan for a one-element array looks cheaper than
-// the generic one: planning took 0.22 ms against 0.11 ms of execution (pg_stat_statements
-// with track_planning, W6). With the guard's settings the generic plan is the index
+// the generic one, and planning then cost more than executing (pg_stat_statements with
+// track_planning shows both). With the guard's settings the generic plan is the index
 // plan a custom one would be, so planning it again buys nothing.
 //
 // The guard alone did not bound a join. The statements that write a batch by id
@@ -32,29 +31,29 @@ package store
 // nothing, a bulk enqueue rolled back, a relay that caught up — the cheapest-looking
 // join reads that "row" first: the whole primary key in id order, each entry compared
 // with every outcome. The guard forbade a sequential scan, not a full index scan, so
-// it allowed exactly that, and the plan stayed cached while the table filled again: in
-// a W10 run after a rolled-back insert of 800,000 jobs, completions of a few jobs took
-// up to 18 s and the queue stalled for a minute, until autoanalyze replaced the plan
-// (docs/benchmarks.md, "A drained table's statistics"). So each of these statements
+// it allowed exactly that, and the plan stayed cached while the table filled again:
+// completions of a few jobs read the whole index, and the queue stalled until
+// autoanalyze replaced the plan (docs/benchmarks-archive.md, "A drained table's
+// statistics"). So each of these statements
 // also restricts the table itself to its array (idIn): whichever side the planner puts
 // first, the table is read by an Index Cond on its primary key, one probe per id.
 //
 // Bounded is not yet linear. Left to nested loops, the planner paired the two bounded
-// sides by comparing every row with every outcome (a batch of 1,000 completions: 31 µs
-// a job against 11 before), or probed the primary key once per outcome with the whole
-// array as a second condition, which the index re-reads at every probe (a completion
-// with DeleteOnSuccess, six times slower). Hash joins were linear, but a hash join
-// yields rows in the order of the side it probes with, which may be the table's
-// physical order, and the completions must take their row locks in id order (idOrder;
+// sides by comparing every row with every outcome, quadratic in the batch, or probed
+// the primary key once per outcome with the whole array as a second condition, which
+// the index re-reads at every probe (slower still, for a completion with
+// DeleteOnSuccess). Hash joins were linear, but a hash join yields rows in the order
+// of the side it probes with, which may be the table's physical order, and the
+// completions must take their row locks in id order (idOrder;
 // TestMultiRowWritesLockInIDOrder moves a row so that the two orders differ). So these
 // statements run under planGuardByID: merge joins on and nested loops off. A merge
 // join reads each side once, sorted by id, and yields its rows in id order whichever
 // side leads; it needs no estimate to be right, so the drained table gets the same plan
-// (BenchmarkFinish: 9 µs a job on a drained table, against 2,069 and growing before).
+// (BenchmarkFinish runs a completion on a drained table).
 // Joins with no equality to merge on (the one-row CTE of the statement's time) still
 // take a nested loop, at the planner's "disabled" cost, which would push the
-// statement's estimate over jit_above_cost: JIT-compiling every run took 0.37 ms a
-// lease in a heartbeat of 1,000. JIT never pays for statements this short, so every
+// statement's estimate over jit_above_cost, and JIT-compiling a statement at every run
+// costs far more than running it. JIT never pays for statements this short, so every
 // guard turns it off.
 //
 // The same holds for every other statement that reads a growing table by id or key,
@@ -92,8 +91,8 @@ import (
 // merge joins instead of nested loops (see above). planGuardScans only forbids
 // sequential scans: the limited claims join their head window, the buckets of its jobs
 // and the running jobs several times over, and limited to nested loops those joins
-// compared every row with every other (a claim of successors for 400 running jobs: 11
-// → 151 ms). None JIT-compiles. planGuardKeep saves every setting any guard
+// compared every row with every other, quadratic in the running jobs. None
+// JIT-compiles. planGuardKeep saves every setting any guard
 // changes, for planGuardOff, and turns JIT off; planGuardSave adds what the three
 // share.
 const (

@@ -40,7 +40,7 @@ import (
 //     primary key as its outer side: guarded as it was, the completion of one job read
 //     every entry of the index, for as long as the connection kept the plan (18 s per
 //     completion, a minute of a stalled queue, in a W10 run after a rolled-back insert
-//     of 800,000 jobs; docs/benchmarks.md).
+//     of 800,000 jobs; docs/benchmarks-archive.md).
 //   - partitioned: the partitioned layout, new; and partitioned-drained, its current
 //     partition drained as above. Here the current partition is the legacy one (the
 //     converted table, which takes new jobs until the first period starts), analysed

@@ -5,11 +5,11 @@ package store
 // Job and event ids travel through the store as strings. Given a []string for a
 // uuid[] parameter, pgx first tries the binary format, fails, builds an error that
 // formats the whole slice (fmt with %q), and only then sends the array as text, which
-// the server parses element by element: 0.54 ms of Go time for 1,000 ids, where the
-// same ids through uuidArg take 0.13 ms (BenchmarkUUIDArg). A completion of 1,000 jobs
-// sends two such arrays (ids and tokens). In B1, the SQL ceiling with no runtime, the
-// Go side used more than half a core of the two, and this encoding was a sixth of it
-// (docs/benchmarks.md).
+// the server parses element by element: several times the Go time of the same ids
+// through uuidArg (BenchmarkUUIDArg). A completion sends two such arrays (ids and
+// tokens) per batch, so on the hot path this encoding was a visible share of the Go
+// side's CPU, which on a small machine is taken from the database
+// (docs/benchmarks-archive.md, "The claim's token and the Go side's share").
 
 import "github.com/jackc/pgx/v5/pgtype"
 

@@ -1,6 +1,6 @@
 // Command river runs the shapes of skiplock bench's W5 and W6 against River, so that
 // its figures sit beside skiplock's from the same machine and server
-// (docs/benchmarks.md, "Peers measured on this machine"). It is a module of its own,
+// (docs/benchmarks-archive.md, "Peers measured on this machine"). It is a module of its own,
 // so skiplock's module never depends on River; run it by hand:
 //
 //	go run . -url postgres://…/throwaway w5

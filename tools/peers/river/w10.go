@@ -1,6 +1,6 @@
 package main
 
-// W10 against River: the shape of skiplock bench's W10 (internal/bench/w10.go). A
+// W10 against River: the shape of skiplock bench's W10 (cmd/skiplock/internal/bench/w10.go). A
 // steady 800 inserts a second, open loop, while a session sits idle in a REPEATABLE
 // READ transaction that has read river_job and taken an xid, so that nothing River's
 // fetches and completions leave behind can be vacuumed. Three phases cut into windows

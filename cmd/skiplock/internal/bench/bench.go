@@ -165,7 +165,7 @@ func Select(spec string) ([]Workload, error) {
 // buffers and gave autovacuum work during later workloads: in the full bench W7 fell
 // from ~55k to ~45k jobs/s two thirds of the way through, and autovacuum was
 // vacuuming B1's 100,000 jobs during its last tenth, which ran at 76% of its first
-// (92–119% with the leftovers dropped; docs/benchmarks.md).
+// (92–119% with the leftovers dropped; docs/benchmarks-archive.md).
 func isolated(run func(context.Context, *Env) (*Result, error)) func(context.Context, *Env) (*Result, error) {
 	return func(ctx context.Context, e *Env) (*Result, error) {
 		e.created = nil
@@ -196,7 +196,7 @@ func (e *Env) schema(ctx context.Context, name string) (string, error) {
 // all of them are open. pgxpool.NewWithConfig returns before its MinConns are
 // connected, so without the wait the first statements of a timed run queued behind
 // the opening of the application's own connections: 60–100 ms of W5's 1.3 s on this
-// VM (docs/benchmarks.md, 2026-12-01 16:10). Opening them is the application's
+// VM (docs/benchmarks-archive.md, 2026-12-01 16:10). Opening them is the application's
 // setup, like the backlog checkpointed before the clock; what each statement costs
 // on its first use on a connection (parsing and planning against a cold catalog
 // cache, ~17 ms for the claim) is the queue's, and stays in the throughput
@@ -311,7 +311,7 @@ func (noop) Kind() string { return "noop" }
 // of one array with an atomic add. Keyed by id instead, in 64 locked maps of
 // 16-byte keys, the count was the handler's whole cost: a million random keys missed
 // the cache on every run (0.94 s of the process's CPU in W7, "The harness's own
-// exactly-once check" in docs/benchmarks.md). Measured jobs carry 0, 1, …; warm-up
+// exactly-once check" in docs/benchmarks-archive.md). Measured jobs carry 0, 1, …; warm-up
 // jobs −1, −2, …, counted from the array's end. A payload the tracker cannot read, or
 // an index outside the array, is counted as bad and fails verify; two jobs sharing a
 // slot leave one slot at two runs and another at none, which fails it too.

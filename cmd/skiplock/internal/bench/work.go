@@ -129,7 +129,7 @@ func runW5(ctx context.Context, e *Env) (*Result, error) {
 	// 1.3 × graphile-worker 0.18's 28,713 jobs/s, measured beside skiplock in the same
 	// conditions on the machine issue #16 was filed from. The line is that machine's: on
 	// another, measure the peer with tools/peers/graphile-worker and judge by 1.3× its
-	// figure (docs/benchmarks.md, "Peers measured on this machine").
+	// figure (docs/benchmarks-archive.md, "Peers measured on this machine").
 	r.judgeBy("≥ 37,000 jobs/s", atLeast(37000))
 	e.w5 = r.JobsPerSec
 	r.Extra["concurrency"] = W5Workers

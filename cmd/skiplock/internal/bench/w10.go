@@ -21,7 +21,7 @@ package bench
 // 46–95 ms; in two of them the windows from 60 s on (and, in one, from 30 s on) were
 // at 10–17 ms. Against such a baseline the rule was meaningless or, in the bench's own
 // words, inconclusive. Measured after the warm-up, the baseline is the lower, steadier
-// one, so the 2× bound is the stricter for it, not the looser (docs/benchmarks.md).
+// one, so the 2× bound is the stricter for it, not the looser (docs/benchmarks-archive.md).
 //
 // W10C, the control, runs the same timeline with no pin: its middle phase
 // ("control") is judged by the same rule, so a pin run's figures can be set beside
@@ -128,7 +128,7 @@ type W10Window struct {
 	// on the schema's tables in the window (pg_stat_user_tables). Each one changes the
 	// table's statistics in pg_class, which invalidates every connection's cached plans
 	// on that table: each connection re-plans its statements at their next run, all
-	// within milliseconds (docs/benchmarks.md, "Autovacuum's passes: every connection
+	// within milliseconds (docs/benchmarks-archive.md, "Autovacuum's passes: every connection
 	// re-plans at once").
 	Passes int64 `json:"passes"`
 }
