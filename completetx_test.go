@@ -215,3 +215,56 @@ func TestMetadataAndEnqueueHooks(t *testing.T) {
 		t.Error("a hook's error did not refuse the enqueue")
 	}
 }
+
+// A handler whose CompleteTx committed and that then returns an error succeeded: the
+// completion stands, so the runtime reports a success (the event carries the
+// handler's error), not a lost lease. One whose CompleteTx rolled back is retried.
+func TestCompleteTxThenAnErrorIsASuccess(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{})
+	ws := skiplock.NewWorkers()
+	var c *skiplock.Client
+	late := errors.New("a cleanup after the commit failed")
+	e.must(ws.AddHandler("committed", func(ctx context.Context, job *skiplock.Job) error {
+		if err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error { return c.CompleteTx(ctx, tx, job) }); err != nil {
+			return err
+		}
+		return late
+	}, nil))
+	e.must(ws.AddHandler("rolledback", func(ctx context.Context, job *skiplock.Job) error {
+		tx, err := e.pool.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if err := c.CompleteTx(ctx, tx, job); err != nil {
+			return err
+		}
+		if err := tx.Rollback(ctx); err != nil {
+			return err
+		}
+		return late
+	}, &skiplock.WorkerOpts{MaxAttempts: 1}))
+	c = e.newClient(skiplock.Config{Workers: ws, Queues: map[string]skiplock.QueueConfig{"default": {MaxWorkers: 2}}})
+	events, unsub := c.Subscribe()
+	defer unsub()
+	enqueueKind(e, c, "committed", 3)
+	enqueueKind(e, c, "rolledback", 1)
+	startClient(t, c)
+	kinds := map[string]skiplock.EventKind{}
+	for i := 0; i < 4; i++ {
+		ev := nextEvent(t, events, 30*time.Second)
+		if ev.Job.Kind == "committed" && (ev.Kind != skiplock.EventSucceeded || !errors.Is(ev.Err, late)) {
+			t.Errorf("a committed CompleteTx, then an error: event %s (%v), want succeeded carrying the handler's error", ev.Kind, ev.Err)
+		}
+		kinds[ev.Job.Kind] = ev.Kind
+	}
+	if kinds["rolledback"] != skiplock.EventFailed {
+		t.Errorf("a rolled-back CompleteTx, then an error: event %s, want failed (its only attempt)", kinds["rolledback"])
+	}
+	if p := c.Counters(); p.LeaseLost != 0 || p.Succeeded != 3 || p.Failed != 1 {
+		t.Errorf("counters: lease lost %d, succeeded %d, failed %d; want 0, 3, 1", p.LeaseLost, p.Succeeded, p.Failed)
+	}
+	if got := scalar[int64](e, "SELECT count(*) FROM "+e.q("jobs")+" WHERE kind = 'committed' AND status = 'succeeded'"); got != 3 {
+		t.Errorf("%d committed jobs succeeded, want 3", got)
+	}
+}

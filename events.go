@@ -26,7 +26,9 @@ type Event struct {
 	Kind EventKind
 	// Job as claimed (State is the state the job is now in, for written outcomes).
 	Job *Job
-	// Err is what the handler returned (nil on success).
+	// Err is what the handler returned: nil on success, except for a handler that
+	// returned an error after its CompleteTx committed — the completion stands, so
+	// the event is EventSucceeded and Err says what the handler returned.
 	Err error
 	// RunDuration is how long the handler ran.
 	RunDuration time.Duration

@@ -184,6 +184,10 @@ func (c *Client) jobDone(d engine.Done) {
 	} else {
 		job.State = JobState(d.Status)
 		ev.Kind = c.count(d.Action, d.Status)
+		if ev.Kind == EventSucceeded && d.Err != nil {
+			c.failures.notice("completed_then_failed", "skiplock: the handler returned an error after its CompleteTx committed; the completion stands and the job succeeded",
+				"job_id", job.ID, "kind", job.Kind, "attempt", job.Attempt, "error", d.Err)
+		}
 	}
 	c.emit(ev)
 }

@@ -202,7 +202,13 @@ func (e *Engine) recognise(ctx context.Context, batch []*flight, res map[store.L
 		if f.row.AttemptedAt != nil {
 			claimedAt = *f.row.AttemptedAt
 		}
-		if st, ok := ownOutcome(f.outcome, f.row.Attempts, claimedAt, row, found, e.cfg.DeleteOnSuccess); ok {
+		st, ok := ownOutcome(f.outcome, f.row.Attempts, claimedAt, row, found, e.cfg.DeleteOnSuccess)
+		if !ok && f.inTx {
+			// The handler's CompleteTx committed the job's completion and the handler
+			// then returned an error: the completion stands, and the job succeeded.
+			st, ok = ownOutcome(store.Outcome{Action: store.ActionComplete}, f.row.Attempts, claimedAt, row, found, e.cfg.DeleteOnSuccess)
+		}
+		if ok {
 			res[f.outcome.Lease] = st
 		}
 	}
