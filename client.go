@@ -262,21 +262,3 @@ var ErrSchemaNewer = errors.New("skiplock: schema is newer than this skiplock")
 func wrapPgError(err error) error {
 	return pgerr.Wrap(err, func(reason string) error { return invalid("payload", "%s", reason) }, ErrNotMigrated)
 }
-
-// minLevel passes on only records at or above its level.
-type minLevel struct {
-	slog.Handler
-	level slog.Level
-}
-
-func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= h.level && h.Handler.Enabled(ctx, l)
-}
-
-func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
-	return minLevel{h.Handler.WithAttrs(as), h.level}
-}
-
-func (h minLevel) WithGroup(name string) slog.Handler {
-	return minLevel{h.Handler.WithGroup(name), h.level}
-}
