@@ -110,11 +110,14 @@ func TestBadInputEveryEntryPoint(t *testing.T) {
 		"NewRelay(typed-nil RetryPolicy)": func() []error {
 			return ignore(ob.NewRelay(memorypub.New(), outbox.RelayConfig{RetryPolicy: (*skiplock.ExponentialBackoff)(nil)}))
 		},
-		"nil Relay.Run":      func() []error { return one(nilRelay.Run(ctx)) },
-		"nil Relay.RunOnce":  func() []error { _, _, err := nilRelay.RunOnce(ctx); return one(err) },
-		"zero Relay.Run":     func() []error { return one((&outbox.Relay{}).Run(ctx)) },
-		"zero Relay.RunOnce": func() []error { _, _, err := (&outbox.Relay{}).RunOnce(ctx); return one(err) },
-		"Relay.Run(nil ctx)": func() []error { return one(e.relay(memorypub.New(), outbox.RelayConfig{}).Run(nilCtx)) },
+		"nil Relay.Start":      func() []error { return one(nilRelay.Start(ctx)) },
+		"nil Relay.Stop":       func() []error { return one(nilRelay.Stop(ctx)) },
+		"nil Relay.RunOnce":    func() []error { _, _, err := nilRelay.RunOnce(ctx); return one(err) },
+		"zero Relay.Start":     func() []error { return one((&outbox.Relay{}).Start(ctx)) },
+		"zero Relay.Stop":      func() []error { return one((&outbox.Relay{}).Stop(ctx)) },
+		"zero Relay.RunOnce":   func() []error { _, _, err := (&outbox.Relay{}).RunOnce(ctx); return one(err) },
+		"Relay.Start(nil ctx)": func() []error { return one(e.relay(memorypub.New(), outbox.RelayConfig{}).Start(nilCtx)) },
+		"Relay.Stop(nil ctx)":  func() []error { return one(e.relay(memorypub.New(), outbox.RelayConfig{}).Stop(nilCtx)) },
 		"Relay.RunOnce(nil ctx)": func() []error {
 			_, _, err := e.relay(memorypub.New(), outbox.RelayConfig{}).RunOnce(nilCtx)
 			return one(err)
