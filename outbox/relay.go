@@ -1,8 +1,9 @@
 package outbox
 
-// The relay: Relay, its constructor and Run's claim/publish/mark loop. A batch is
-// claimed under a lease, published with one Publish call, and its outcomes are
-// recorded by the marker (relay_mark.go).
+// The relay: Relay, its constructor, its lifecycle (Start, Stop, the shape of
+// Client's) and the claim/publish/mark loop. A batch is claimed under a lease,
+// published with one Publish call, and its outcomes are recorded by mark
+// (relay_mark.go).
 
 import (
 	"context"
