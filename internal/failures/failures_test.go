@@ -5,31 +5,15 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/skiplock/skiplock/internal/failures"
 )
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func newReporter() (*failures.Reporter, *syncBuf) {
-	buf := &syncBuf{}
+// newReporter returns a reporter logging into a buffer; the reporter logs on the
+// caller's goroutine, so the tests' single goroutine needs no lock.
+func newReporter() (*failures.Reporter, *bytes.Buffer) {
+	buf := &bytes.Buffer{}
 	return failures.New(slog.New(slog.NewTextHandler(buf, nil))), buf
 }
 
@@ -106,7 +90,7 @@ func TestNoticeRateLimitedPerKey(t *testing.T) {
 // With no logger, the reporter writes to slog.Default() at Warn and above, read when
 // the reporter is made. Not parallel: it swaps the process-wide default logger.
 func TestDefaultLoggerIsSlogDefaultAtWarn(t *testing.T) {
-	buf := &syncBuf{}
+	buf := &bytes.Buffer{}
 	old := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	defer slog.SetDefault(old)
