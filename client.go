@@ -1,7 +1,6 @@
 package skiplock
 
 import (
-	"context"
 	"errors"
 	"log/slog"
 	"sync"
@@ -92,22 +91,4 @@ var ErrSchemaNewer = errors.New("skiplock: schema is newer than this skiplock")
 // wrapPgError turns PostgreSQL errors a caller can act on into typed errors.
 func wrapPgError(err error) error {
 	return pgerr.Wrap(err, func(reason string) error { return invalid("payload", "%s", reason) }, ErrNotMigrated)
-}
-
-// minLevel passes on only records at or above its level.
-type minLevel struct {
-	slog.Handler
-	level slog.Level
-}
-
-func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= h.level && h.Handler.Enabled(ctx, l)
-}
-
-func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
-	return minLevel{h.Handler.WithAttrs(as), h.level}
-}
-
-func (h minLevel) WithGroup(name string) slog.Handler {
-	return minLevel{h.Handler.WithGroup(name), h.level}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	ifailures "github.com/skiplock/skiplock/internal/failures"
 	"github.com/skiplock/skiplock/internal/ident"
 )
 
@@ -165,7 +166,7 @@ func (c *Config) withDefaults() (Config, error) {
 		cfg.ID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.New(minLevel{slog.Default().Handler(), slog.LevelWarn})
+		cfg.Logger = ifailures.DefaultLogger()
 	}
 	if cfg.MaxPayloadBytes == 0 {
 		cfg.MaxPayloadBytes = DefaultMaxPayload

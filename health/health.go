@@ -4,8 +4,10 @@
 //	GET /readyz   200 when every queue's oldest due pending job is younger than
 //	              Options.MaxOldestDue (and, if set, the outbox lag is below
 //	              Options.MaxOutboxLag), and none of this process's claims,
-//	              heartbeats, completions or maintenance runs has kept failing for
-//	              Options.MaxFailing; 503 otherwise, with the reasons
+//	              heartbeats, completions or maintenance runs (nor those of the
+//	              Options.Components, such as an outbox relay's claims, publishes
+//	              and marks) has kept failing for Options.MaxFailing; 503
+//	              otherwise, with the reasons
 //
 // Both answer JSON. /readyz reads only the partial indexes of live jobs and the
 // outbox's unpublished index (no finished-job counts), so probing it often is cheap.
@@ -35,10 +37,21 @@ type Options struct {
 	// may keep failing before /readyz fails with an "operation_failing" reason.
 	// Default 30s.
 	MaxFailing time.Duration
+	// Components are more parts of this process whose repeating operations /readyz
+	// checks beside the client's, with the same MaxFailing: an *outbox.Relay, say
+	// (its operations are "relay:claim", "relay:publish" and "relay:mark"). Nil
+	// entries are skipped. Default: none.
+	Components []Component
 	// Queues limits the check to these queues. Default: every queue with jobs.
 	Queues []string
 	// Timeout bounds each probe's database work. Default 3s.
 	Timeout time.Duration
+}
+
+// Component is anything that reports its repeating operations as
+// skiplock.Client.Operations does; *outbox.Relay is one.
+type Component interface {
+	Operations() []skiplock.OperationStatus
 }
 
 // Reason is one failed readiness check.
@@ -129,7 +142,13 @@ func Check(ctx context.Context, c *skiplock.Client, opts Options) (Report, int) 
 			Message: fmt.Sprintf("outbox: the oldest unpublished event was written %s ago (threshold %s); %d unpublished",
 				s.Outbox.OldestUnpublishedAge.Round(time.Second), opts.MaxOutboxLag, s.Outbox.Unpublished)})
 	}
-	for _, op := range c.Operations() {
+	ops := c.Operations()
+	for _, comp := range opts.Components {
+		if comp != nil {
+			ops = append(ops, comp.Operations()...)
+		}
+	}
+	for _, op := range ops {
 		if op.Failing && !op.FailingSince.IsZero() {
 			since := hostclock.Since(op.FailingSince)
 			if since < opts.MaxFailing {

@@ -3,6 +3,7 @@ package health_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +13,8 @@ import (
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/health"
 	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/outbox"
+	"github.com/skiplock/skiplock/outbox/outboxtest/memorypub"
 	"github.com/skiplock/skiplock/skiplocktest"
 )
 
@@ -132,5 +135,46 @@ CREATE TRIGGER refuse BEFORE UPDATE ON "`+schema+`".jobs FOR EACH ROW EXECUTE FU
 	}
 	if code, _ := get(t, health.Handler(c, health.Options{MaxFailing: time.Hour}), "/readyz"); code != 200 {
 		t.Fatalf("readyz with a failure shorter than MaxFailing: %d", code)
+	}
+}
+
+// An outbox relay given as a component makes /readyz fail while its publishes keep
+// failing, with its operation as the reason; the client alone stays ready.
+func TestReadyzChecksARelayComponent(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: pgtest.Schema(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ob, err := outbox.New(c, outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := memorypub.New()
+	pub.SetFailure(func(outbox.Message) error { return errors.New("broker unreachable") })
+	relay, err := ob.NewRelay(pub, outbox.RelayConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := health.Options{MaxFailing: time.Nanosecond, Components: []health.Component{nil, relay}}
+	if code, rep := get(t, health.Handler(c, opts), "/readyz"); code != 200 {
+		t.Fatalf("readyz before the relay failed: %d %+v", code, rep)
+	}
+	if _, err := ob.Write(ctx, pool, outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "paid", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, failed, err := relay.RunOnce(ctx); err != nil || failed != 1 {
+		t.Fatalf("RunOnce: failed %d, %v", failed, err)
+	}
+	code, rep := get(t, health.Handler(c, opts), "/readyz")
+	if code != http.StatusServiceUnavailable || len(rep.Reasons) != 1 || rep.Reasons[0].Check != "operation_failing" ||
+		rep.Reasons[0].Operation != "relay:publish" || !strings.Contains(rep.Reasons[0].Message, "broker unreachable") {
+		t.Fatalf("readyz while the relay's publishes fail: %d %+v", code, rep)
+	}
+	if code, rep := get(t, health.Handler(c, health.Options{MaxFailing: time.Nanosecond}), "/readyz"); code != 200 {
+		t.Fatalf("readyz without the relay as a component: %d %+v", code, rep)
 	}
 }

@@ -36,6 +36,8 @@
 //	skiplock_operation_failures_total{operation}     counter: failed claims, heartbeats, completions, maintenance runs
 //	skiplock_operation_failing{operation}            gauge: 1 while the operation keeps failing; alert on it
 //	skiplock_outbox_<outcome>_total                  counters of the relays added with AddRelay
+//	skiplock_outbox_operation_failures_total{relay,operation}  counter: a relay's failed claims, publishes, marks
+//	skiplock_outbox_operation_failing{relay,operation}         gauge: 1 while that operation keeps failing
 //	skiplock_job_run_duration_seconds{queue,kind,outcome}   histogram
 //	skiplock_job_queue_wait_seconds{queue,kind}             histogram: from due (run_at) to start
 //
@@ -221,6 +223,8 @@ func New(c *skiplock.Client, opts Options) *Metrics {
 	for _, n := range []string{"published", "retried", "dead", "lease_lost", "errors"} {
 		d("outbox_"+n+"_total", "Outbox events "+n+" by this process's relays (errors: failed statements).", "relay")
 	}
+	d("outbox_operation_failures_total", "Failed attempts of a relay's repeating operations (relay:claim, relay:publish, relay:mark).", "relay", "operation")
+	d("outbox_operation_failing", "1 while the relay operation's latest attempt failed.", "relay", "operation")
 	m.run = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: opts.Namespace, Name: "job_run_duration_seconds",
 		Help: "Handler run time of the jobs this process ran.", Buckets: opts.RunBuckets, ConstLabels: opts.ConstLabels},
 		[]string{"queue", "kind", "outcome"})
@@ -344,14 +348,18 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	counter("jobs_throttled_total", p.Throttled)
 	counter("limit_handoffs_total", p.Handoffs)
 	counter("limit_handoffs_returned_total", p.HandoffsReturned)
-	for _, op := range m.c.Operations() {
-		counter("operation_failures_total", op.Failures, op.Operation)
-		failing := 0.0
-		if op.Failing {
-			failing = 1
+	operations := func(prefix string, ops []skiplock.OperationStatus, labels ...string) {
+		for _, op := range ops {
+			failing := 0.0
+			if op.Failing {
+				failing = 1
+			}
+			l := append(labels[:len(labels):len(labels)], op.Operation)
+			counter(prefix+"operation_failures_total", op.Failures, l...)
+			gauge(prefix+"operation_failing", failing, l...)
 		}
-		gauge("operation_failing", failing, op.Operation)
 	}
+	operations("", m.c.Operations())
 	m.mu.Lock()
 	relays := make(map[string]*outbox.Relay, len(m.relays))
 	for k, v := range m.relays {
@@ -365,6 +373,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		counter("outbox_dead_total", st.Dead, name)
 		counter("outbox_lease_lost_total", st.LeaseLost, name)
 		counter("outbox_errors_total", st.Errors, name)
+		operations("outbox_", r.Operations(), name)
 	}
 	m.run.Collect(ch)
 	m.wait.Collect(ch)

@@ -2,6 +2,7 @@ package metrics_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/pgtest"
 	"github.com/skiplock/skiplock/metrics"
+	"github.com/skiplock/skiplock/outbox"
+	"github.com/skiplock/skiplock/outbox/outboxtest/memorypub"
 	"github.com/skiplock/skiplock/skiplocktest"
 )
 
@@ -219,4 +222,42 @@ skiplock_stats_up 1
 		}
 	}
 	t.Fatal("no skiplock_jobs_throttled_total")
+}
+
+// A relay added with AddRelay exports its failing operations under its name.
+func TestCollectorRelayOperations(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c, _ := newClient(t, skiplock.Config{})
+	ob, err := outbox.New(c, outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := memorypub.New()
+	pub.SetFailure(func(outbox.Message) error { return errors.New("broker unreachable") })
+	r, err := ob.NewRelay(pub, outbox.RelayConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ob.Write(ctx, c.Pool(), outbox.Event{AggregateType: "order", AggregateID: "1", EventType: "paid", Payload: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, failed, err := r.RunOnce(ctx); err != nil || failed != 1 {
+		t.Fatalf("RunOnce: failed %d, %v", failed, err)
+	}
+	m := metrics.New(c, metrics.Options{MinInterval: time.Hour})
+	defer m.Close()
+	m.AddRelay("kafka", r)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP skiplock_outbox_operation_failing 1 while the relay operation's latest attempt failed.
+# TYPE skiplock_outbox_operation_failing gauge
+skiplock_outbox_operation_failing{operation="relay:publish",relay="kafka"} 1
+# HELP skiplock_outbox_operation_failures_total Failed attempts of a relay's repeating operations (relay:claim, relay:publish, relay:mark).
+# TYPE skiplock_outbox_operation_failures_total counter
+skiplock_outbox_operation_failures_total{operation="relay:publish",relay="kafka"} 1
+`), "skiplock_outbox_operation_failing", "skiplock_outbox_operation_failures_total"); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -12,10 +12,6 @@ import (
 	"github.com/skiplock/skiplock/internal/store"
 )
 
-// ErrNotFound is returned when an event id matches no event (or none in the state an
-// operation needs, such as Requeue of an event that is not dead).
-var ErrNotFound = errors.New("outbox: event not found")
-
 // Admin inspects and repairs the outbox: read events, list and requeue dead ones,
 // and apply retention. Get one from Outbox.Admin: it uses the outbox's schema, and
 // its clock for requeues and retention cut-offs. It is a small value, safe to copy

@@ -84,11 +84,14 @@ func TestBadInputEveryEntryPoint(t *testing.T) {
 		"NewRelay(typed-nil RetryPolicy)": func() []error {
 			return badinput.Ignore(ob.NewRelay(memorypub.New(), outbox.RelayConfig{RetryPolicy: (*skiplock.ExponentialBackoff)(nil)}))
 		},
-		"nil Relay.Run":      func() []error { return badinput.One(nilRelay.Run(ctx)) },
-		"nil Relay.RunOnce":  func() []error { _, _, err := nilRelay.RunOnce(ctx); return badinput.One(err) },
-		"zero Relay.Run":     func() []error { return badinput.One((&outbox.Relay{}).Run(ctx)) },
-		"zero Relay.RunOnce": func() []error { _, _, err := (&outbox.Relay{}).RunOnce(ctx); return badinput.One(err) },
-		"Relay.Run(nil ctx)": func() []error { return badinput.One(e.relay(memorypub.New(), outbox.RelayConfig{}).Run(nilCtx)) },
+		"nil Relay.Start":      func() []error { return badinput.One(nilRelay.Start(ctx)) },
+		"nil Relay.Stop":       func() []error { return badinput.One(nilRelay.Stop(ctx)) },
+		"nil Relay.RunOnce":    func() []error { _, _, err := nilRelay.RunOnce(ctx); return badinput.One(err) },
+		"zero Relay.Start":     func() []error { return badinput.One((&outbox.Relay{}).Start(ctx)) },
+		"zero Relay.Stop":      func() []error { return badinput.One((&outbox.Relay{}).Stop(ctx)) },
+		"zero Relay.RunOnce":   func() []error { _, _, err := (&outbox.Relay{}).RunOnce(ctx); return badinput.One(err) },
+		"Relay.Start(nil ctx)": func() []error { return badinput.One(e.relay(memorypub.New(), outbox.RelayConfig{}).Start(nilCtx)) },
+		"Relay.Stop(nil ctx)":  func() []error { return badinput.One(e.relay(memorypub.New(), outbox.RelayConfig{}).Stop(nilCtx)) },
 		"Relay.RunOnce(nil ctx)": func() []error {
 			_, _, err := e.relay(memorypub.New(), outbox.RelayConfig{}).RunOnce(nilCtx)
 			return badinput.One(err)

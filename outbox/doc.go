@@ -12,6 +12,7 @@
 //	ob, err := outbox.New(client, outbox.Config{})
 //	id, err := ob.Write(ctx, tx, outbox.Event{...})
 //	relay, err := ob.NewRelay(publisher, outbox.RelayConfig{})
+//	err = relay.Start(ctx) // … relay.Stop(ctx), as Client.Start and Client.Stop
 //	first, err := ob.Inbox().Claim(ctx, tx, "billing", msg.ID)
 //	err = ob.Admin().RequeueDead(ctx, pool)
 //
@@ -27,10 +28,10 @@
 //
 // # Relaying
 //
-// A Relay loops: claim up to BatchSize due events (FOR UPDATE SKIP LOCKED, oldest
-// first) and lease them under a fresh relay token, counting the attempt; hand them
-// to Publisher.Publish in one call; then record each outcome with one statement
-// fenced by the tokens:
+// A started Relay (Start and Stop have Client's shape) loops: claim up to BatchSize
+// due events (FOR UPDATE SKIP LOCKED, oldest first) and lease them under a fresh
+// relay token, counting the attempt; hand them to Publisher.Publish in one call;
+// then record each outcome with one statement fenced by the tokens:
 //
 //	outbox row:  pending ──claim──▶ leased ──publish ok, mark──▶ published ──retention──▶ deleted
 //	                ▲                 │  │
@@ -51,6 +52,12 @@
 // batch with a retryable error; error texts are stored through one policy (valid
 // UTF-8, no NUL, at most 16 KiB); and an outcome the database refuses for good is
 // split off so the others are recorded (see Relay.RunOnce).
+//
+// A relay's repeating failures (claims, whole-batch publishes, marks) are reported
+// as the client's are: logged once and then at most every 30s with a count,
+// listed by Relay.Operations, and checked by /readyz when the relay is one of
+// health.Options.Components. Its errors match the root's: errors.Is(err,
+// skiplock.ErrNotFound) for a missing event, skiplock.ErrInvalid for bad input.
 //
 // # Ordering
 //

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -60,8 +61,9 @@ func ExampleOutbox_Write() {
 	}
 }
 
-// Run a relay until SIGINT; it finishes the batch in flight before returning.
-func ExampleRelay_Run() {
+// Run a relay until SIGINT: Start returns once it runs, and Stop finishes the
+// batches in flight (within its context's deadline) before returning.
+func ExampleRelay_Start() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
@@ -74,7 +76,13 @@ func ExampleRelay_Run() {
 	if err != nil {
 		panic(err)
 	}
-	if err := relay.Run(ctx); err != nil {
+	if err := relay.Start(ctx); err != nil {
+		panic(err)
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := relay.Stop(sctx); err != nil {
 		panic(err)
 	}
 }

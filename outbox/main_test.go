@@ -66,7 +66,7 @@ func (e *env) relay(pub outbox.Publisher, cfg outbox.RelayConfig) *outbox.Relay 
 	return e.relayOn(e.ob, pub, cfg)
 }
 
-// dbRelay returns a relay on the database's clock: Run's loops need real time to
+// dbRelay returns a relay on the database's clock: a started relay's loops need real time to
 // pass between polls.
 func (e *env) dbRelay(pub outbox.Publisher, cfg outbox.RelayConfig) *outbox.Relay {
 	e.t.Helper()

@@ -188,10 +188,11 @@ func TestOrderedConcurrentWritersAndRelays(t *testing.T) {
 	pub := memorypub.New()
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
-	var relays sync.WaitGroup
+	var relays []*outbox.Relay
 	for range 3 {
 		r := e.dbRelay(pub, outbox.RelayConfig{OrderedByAggregate: true, PollInterval: 10 * time.Millisecond})
-		relays.Go(func() { _ = r.Run(ctx) })
+		e.must(r.Start(ctx))
+		relays = append(relays, r)
 	}
 
 	var mu sync.Mutex
@@ -227,8 +228,9 @@ func TestOrderedConcurrentWritersAndRelays(t *testing.T) {
 	if err := pub.WaitFor(wctx, writers*perWriter); err != nil {
 		t.Fatalf("published %d of %d: %v", pub.Count(), writers*perWriter, err)
 	}
-	cancel()
-	relays.Wait()
+	for _, r := range relays {
+		e.must(r.Stop(e.ctx))
+	}
 
 	msgs := pub.Messages()
 	if len(msgs) != writers*perWriter || len(byID(msgs)) != writers*perWriter {

@@ -1,22 +1,24 @@
 package outbox
 
-// The relay: Relay, its constructor and Run's claim/publish/mark loop. A batch is
-// claimed under a lease, published with one Publish call, and its outcomes are
-// recorded by the marker (relay_mark.go).
+// The relay: Relay, its constructor, its lifecycle (Start, Stop, the shape of
+// Client's) and the claim/publish/mark loop. A batch is claimed under a lease,
+// published with one Publish call, and its outcomes are recorded by mark
+// (relay_mark.go).
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/failures"
 	"github.com/skiplock/skiplock/internal/hostclock"
 	"github.com/skiplock/skiplock/internal/notify"
+	"github.com/skiplock/skiplock/internal/safetext"
 	"github.com/skiplock/skiplock/internal/store"
 )
 
@@ -34,6 +36,13 @@ type Relay struct {
 	pub Publisher
 	cfg RelayConfig
 	log *slog.Logger
+
+	// fails reports the repeating operations (relay:claim, relay:publish,
+	// relay:mark): rate-limited log lines, counts, Operations.
+	fails *failures.Reporter
+
+	mu  sync.Mutex
+	run *relayRun // non-nil from Start until the run has stopped
 
 	wakeMu sync.Mutex
 	wakes  []chan struct{}
@@ -61,11 +70,12 @@ func (o *Outbox) NewRelay(pub Publisher, cfg RelayConfig) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Relay{o: o, pub: pub, cfg: c, log: c.Logger}, nil
+	return &Relay{o: o, pub: pub, cfg: c, log: c.Logger, fails: failures.New(c.Logger)}, nil
 }
 
-// Wake makes every waiting loop of Run poll now. It is what the LISTEN connection
-// calls on a notification; call it yourself if you learn of new events another way.
+// Wake makes every waiting loop of a started relay poll now. It is what the LISTEN
+// connection calls on a notification; call it yourself if you learn of new events
+// another way.
 func (r *Relay) Wake() {
 	if r == nil {
 		return
@@ -91,23 +101,77 @@ func (r *Relay) usable(ctx context.Context) error {
 	return nil
 }
 
-// Run relays until ctx ends, then finishes the marks of the batches in flight and
-// returns nil. Claim and mark errors (the database is down, say) are logged and
-// retried at the poll interval; they do not stop Run. A schema that is reachable
-// but not migrated for this build (a misspelt schema name, most often) does: Run
-// returns skiplock.ErrNotMigrated or skiplock.ErrSchemaNewer at once, instead of
-// logging the same failed claim at every poll.
-func (r *Relay) Run(ctx context.Context) error {
+// relayRun is one started run of a relay, from Start to the end of its stop.
+type relayRun struct {
+	stopLoops context.CancelFunc // no new claims; a publish in flight is cancelled
+	hard      context.CancelFunc // the marks in flight are cancelled
+	stopped   chan struct{}      // closed once every loop and the listener returned
+}
+
+// stop stops the run and waits for it, as Relay.Stop documents.
+func (run *relayRun) stop(ctx context.Context) error {
+	run.stopLoops()
+	select {
+	case <-run.stopped:
+		return nil
+	case <-ctx.Done():
+	}
+	run.hard()
+	<-run.stopped
+	return fmt.Errorf("outbox: stopping relay: %w", ctx.Err())
+}
+
+// Start checks the schema and starts the relay's Concurrency claim/publish/mark
+// loops (and, unless PollOnly, its LISTEN connection); it returns once they run. The
+// relay runs until Stop, or until ctx ends: ending ctx (a signal.NotifyContext on
+// SIGTERM, say) is a graceful stop bounded by StopTimeout, as Stop with that
+// timeout. This is Client.Start's shape.
+//
+// Claim, publish and mark failures (the database or the broker is down, say) do not
+// stop a started relay: they are retried at the poll interval, logged once and then
+// at most every 30s, and reported by Operations. A schema that is reachable but not
+// migrated for this build (a misspelt schema name, most often) does: Start returns
+// skiplock.ErrNotMigrated or skiplock.ErrSchemaNewer instead of failing the same
+// claim at every poll. Start on a running relay returns ErrRelayStarted.
+func (r *Relay) Start(ctx context.Context) error {
 	if err := r.usable(ctx); err != nil {
 		return err
 	}
-	// Bounded: a connection that stalls must not hold Run before its loops start
-	// (they time their statements out and retry).
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("outbox: starting relay: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.run != nil {
+		return ErrRelayStarted
+	}
+	// Bounded: a connection that stalls must not hold Start (the loops time their
+	// statements out and retry).
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.LeaseDuration)
 	err := r.o.client.CheckSchema(cctx)
 	cancel()
 	if errors.Is(err, skiplock.ErrNotMigrated) || errors.Is(err, skiplock.ErrSchemaNewer) {
-		return fmt.Errorf("outbox: relay: %w", err)
+		return fmt.Errorf("outbox: starting relay: %w", err)
+	}
+	base := context.WithoutCancel(ctx)
+	loopCtx, stopLoops := context.WithCancel(base)
+	hardCtx, hard := context.WithCancel(base)
+	run := &relayRun{stopLoops: stopLoops, hard: hard, stopped: make(chan struct{})}
+
+	var listener *notify.Listener
+	if !r.cfg.PollOnly {
+		listener, err = notify.New(notify.Config{
+			ConnConfig: r.o.pool.Config().ConnConfig.Copy(),
+			Channels:   []string{Channel(r.o.schema)},
+			OnNotify:   func(string, string) { r.Wake() },
+			OnConnect:  r.Wake, // notifications sent while disconnected are lost: poll now
+			Logger:     r.log,
+		})
+		if err != nil {
+			stopLoops()
+			hard()
+			return fmt.Errorf("outbox: starting the relay's listener: %w", err)
+		}
 	}
 	wakes := make([]chan struct{}, r.cfg.Concurrency)
 	r.wakeMu.Lock()
@@ -116,36 +180,60 @@ func (r *Relay) Run(ctx context.Context) error {
 		r.wakes = append(r.wakes, wakes[i])
 	}
 	r.wakeMu.Unlock()
-	defer func() {
-		r.wakeMu.Lock()
-		defer r.wakeMu.Unlock()
-		r.wakes = slicesDelete(r.wakes, wakes)
-	}()
 
 	var wg sync.WaitGroup
-	if !r.cfg.PollOnly {
-		lctx, stop := context.WithCancel(ctx)
-		defer stop()
-		l, err := notify.New(notify.Config{
-			ConnConfig: r.o.pool.Config().ConnConfig.Copy(),
-			Channels:   []string{Channel(r.o.schema)},
-			OnNotify:   func(string, string) { r.Wake() },
-			OnConnect:  r.Wake, // notifications sent while disconnected are lost: poll now
-			Logger:     r.log,
-		})
-		if err != nil {
-			return fmt.Errorf("outbox: starting the relay's listener: %w", err)
-		}
-		wg.Go(func() { _ = l.Run(lctx) })
-		defer wg.Wait()
-		defer stop()
+	if listener != nil {
+		wg.Go(func() { _ = listener.Run(loopCtx) })
 	}
-	var loops sync.WaitGroup
 	for i := range wakes {
-		loops.Go(func() { r.loop(ctx, wakes[i]) })
+		wg.Go(func() { r.loop(loopCtx, hardCtx, wakes[i]) })
 	}
-	loops.Wait()
+	go func() {
+		wg.Wait()
+		hard()
+		r.wakeMu.Lock()
+		r.wakes = slicesDelete(r.wakes, wakes)
+		r.wakeMu.Unlock()
+		r.mu.Lock()
+		r.run = nil
+		r.mu.Unlock()
+		close(run.stopped)
+		r.log.Info("outbox relay: stopped")
+	}()
+	go func() {
+		select {
+		case <-ctx.Done():
+			sctx, cancel := context.WithTimeout(context.Background(), r.cfg.StopTimeout)
+			defer cancel()
+			if err := run.stop(sctx); err != nil {
+				r.log.Warn("outbox relay: marks still running at the end of StopTimeout were cancelled; their events are claimed again once their lease expires",
+					"stop_timeout", r.cfg.StopTimeout)
+			}
+		case <-run.stopped:
+		}
+	}()
+	r.run = run
+	r.log.Info("outbox relay: started", "concurrency", r.cfg.Concurrency, "poll_only", r.cfg.PollOnly)
 	return nil
+}
+
+// Stop stops claiming, cancels the publish in flight (its events are given back
+// unpublished, without spending an attempt) and waits for the batches in flight to be
+// marked. If ctx ends first, the marks are cancelled — their events stay leased and
+// are claimed again once the lease expires, as after a crash — and Stop returns ctx's
+// error once the loops have returned. Stop on a relay that is not running returns
+// nil; a second concurrent Stop waits for the first. This is Client.Stop's shape.
+func (r *Relay) Stop(ctx context.Context) error {
+	if err := r.usable(ctx); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	run := r.run
+	r.mu.Unlock()
+	if run == nil {
+		return nil
+	}
+	return run.stop(ctx)
 }
 
 func slicesDelete(all, remove []chan struct{}) []chan struct{} {
@@ -164,14 +252,13 @@ func slicesDelete(all, remove []chan struct{}) []chan struct{} {
 	return out
 }
 
-func (r *Relay) loop(ctx context.Context, wake chan struct{}) {
+// loop claims, publishes and marks until ctx ends; hard cancels the marks of the
+// batch in flight.
+func (r *Relay) loop(ctx, hard context.Context, wake chan struct{}) {
 	for ctx.Err() == nil {
-		res, err := r.runOnce(ctx)
+		res, _ := r.runOnce(ctx, hard) // failures are reported (rate-limited) by runOnce
 		if ctx.Err() != nil {
 			return
-		}
-		if err != nil {
-			r.log.Warn("outbox relay: batch failed", "error", err)
 		}
 		if res.claimed > 0 {
 			// Drain: more may be due. A batch whose marks failed left its events
@@ -210,7 +297,10 @@ func (r *Relay) RunOnce(ctx context.Context) (published, failed int, err error) 
 	if err := r.usable(ctx); err != nil {
 		return 0, 0, err
 	}
-	res, err := r.runOnce(ctx)
+	hard, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer context.AfterFunc(ctx, func() { time.AfterFunc(r.cfg.StopTimeout, cancel) })()
+	res, err := r.runOnce(ctx, hard)
 	return res.published, res.failed, err
 }
 
@@ -218,7 +308,18 @@ type batchResult struct {
 	claimed, published, failed int
 }
 
-func (r *Relay) runOnce(ctx context.Context) (batchResult, error) {
+// The relay's repeating operations, as Operations reports them.
+const (
+	opClaim   = "relay:claim"
+	opPublish = "relay:publish"
+	opMark    = "relay:mark"
+)
+
+// runOnce claims, publishes and marks one batch, reporting each step's failure or
+// success to the relay's failure reporter. The marks run detached from ctx (they
+// record what already happened outside: a stop arriving now must not lose them) and
+// are cancelled only when hard ends.
+func (r *Relay) runOnce(ctx, hard context.Context) (batchResult, error) {
 	var res batchResult
 	evs, err := r.o.store.OutboxClaim(ctx, r.o.pool, r.o.now(), store.OutboxClaimParams{
 		Limit: r.cfg.BatchSize, Lease: r.cfg.LeaseDuration, Ordered: r.cfg.OrderedByAggregate,
@@ -228,8 +329,11 @@ func (r *Relay) runOnce(ctx context.Context) (batchResult, error) {
 			return res, nil
 		}
 		r.errs.Add(1)
-		return res, fmt.Errorf("claiming outbox events: %w", wrapDB(err, "outbox"))
+		err = fmt.Errorf("claiming outbox events: %w", wrapDB(err, "outbox"))
+		r.fails.Warn(opClaim, err, "retry_in", r.cfg.PollInterval)
+		return res, err
 	}
+	r.fails.OK(opClaim)
 	res.claimed = len(evs)
 	if len(evs) == 0 {
 		return res, nil
@@ -264,23 +368,23 @@ func (r *Relay) runOnce(ctx context.Context) (batchResult, error) {
 		for i, o := range sent {
 			outs = append(outs, r.outcome(o, attempts[i], errs[i], stopping))
 		}
+		if !stopping {
+			r.reportPublish(errs)
+		}
 	}
 
-	// The marks record what already happened outside: they must not be lost to a
-	// stop that arrives now. They run detached from ctx, and only once ctx has ended
-	// are they bounded, by StopTimeout.
 	mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	defer context.AfterFunc(ctx, func() { time.AfterFunc(r.cfg.StopTimeout, cancel) })()
+	defer context.AfterFunc(hard, cancel)()
 	if r.beforeMark != nil {
 		if err := r.beforeMark(mctx); err != nil {
 			r.errs.Add(1)
-			return res, fmt.Errorf("marking %d outbox event(s): %w", len(outs), err)
+			err = fmt.Errorf("marking %d outbox event(s): %w", len(outs), err)
+			r.fails.Warn(opMark, err)
+			return res, err
 		}
 	}
-	m := &marker{r: r, ctx: mctx, done: make(map[string]store.OutboxAction, len(outs)),
-		settled: make(map[string]bool, len(outs)), budget: 8*bits.Len(uint(len(outs))) + 8}
-	ferr := m.finish(outs)
+	m, ferr := r.mark(mctx, outs)
 	unrecorded := 0
 	for _, o := range outs {
 		if !m.settled[o.ID] {
@@ -300,7 +404,7 @@ func (r *Relay) runOnce(ctx context.Context) (batchResult, error) {
 		case store.OutboxDead:
 			res.failed++
 			r.dead.Add(1)
-			r.log.Warn("outbox relay: event parked as dead", "event_id", o.ID, "error", o.Error)
+			r.fails.Notice("relay:dead", "outbox relay: event parked as dead", "event_id", o.ID, "error", o.Error)
 		case store.OutboxRetry:
 			res.failed++
 			r.retried.Add(1)
@@ -315,13 +419,32 @@ func (r *Relay) runOnce(ctx context.Context) (batchResult, error) {
 		// The unrecorded events stay leased; after LeaseDuration another claim
 		// retries them (republishing those that were published: at-least-once).
 		r.errs.Add(1)
-		return res, fmt.Errorf("marking %d of %d outbox event(s): %w", unrecorded, len(outs), ferr)
+		err = fmt.Errorf("marking %d of %d outbox event(s): %w", unrecorded, len(outs), ferr)
 	case unrecorded > 0:
 		r.errs.Add(1)
-		return res, fmt.Errorf("marking outbox events: the database refused %d of %d outcome(s), left leased until their lease expires: %w",
-			unrecorded, len(outs), errors.Join(m.errs...))
+		err = fmt.Errorf("marking outbox events: the database refused %d of %d outcome(s), left leased until their lease expires: %w",
+			unrecorded, len(outs), errors.Join(m.refusals...))
 	}
+	if err != nil {
+		r.fails.Warn(opMark, err, "events", len(outs))
+		return res, err
+	}
+	r.fails.OK(opMark)
 	return res, nil
+}
+
+// reportPublish reports a batch none of whose messages the broker accepted (it is
+// down, or refuses everything) as a failure of relay:publish, and a batch with at
+// least one accepted message as a success. Single refused messages are the events'
+// business: they are retried or parked, not a failing relay.
+func (r *Relay) reportPublish(errs []error) {
+	for _, err := range errs {
+		if err == nil {
+			r.fails.OK(opPublish)
+			return
+		}
+	}
+	r.fails.Warn(opPublish, fmt.Errorf("publishing %d outbox event(s), none accepted: %s", len(errs), safetext.Error(errs[0])), "events", len(errs))
 }
 
 // publish calls the Publisher with a deadline of one lease (after it, another relay

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/failures"
 )
 
 // RelayConfig configures a Relay. The zero value is usable: every field has a
@@ -25,7 +26,7 @@ type RelayConfig struct {
 	// PollInterval is the safety-net poll when no notification arrives, jittered by
 	// ±10%. Default 1s.
 	PollInterval time.Duration
-	// Concurrency is how many claim/publish/mark loops Run runs at once, sharing the
+	// Concurrency is how many claim/publish/mark loops Start runs at once, sharing the
 	// Publisher and the LISTEN connection. Default 1.
 	Concurrency int
 	// OrderedByAggregate publishes the events of one aggregate (aggregate_type,
@@ -43,14 +44,18 @@ type RelayConfig struct {
 	// Default skiplock.ExponentialBackoff{} (1s doubling to 1h, +10% jitter), so
 	// 25 attempts span about 14 hours of broker outage before events are parked.
 	RetryPolicy skiplock.RetryPolicy
-	// Logger receives operational logs (never payloads). Default: discard.
+	// Logger receives operational logs (never payloads). Default: slog.Default() at
+	// level Warn and above, as skiplock.Config.Logger: failures are never silent,
+	// routine lines stay quiet. Repeating failures are logged once and then at most
+	// every 30s with a count of the repeats.
 	Logger *slog.Logger
 	// PollOnly disables the LISTEN connection (for PgBouncer in transaction pooling
 	// mode, where session-level LISTEN does not work). Default false.
 	PollOnly bool
-	// StopTimeout bounds the marks of the batch in flight when Run's context ends
+	// StopTimeout bounds the marks of the batches in flight when Start's context ends
 	// (they run on a fresh context, so a stopping relay still records what it
-	// published). Default 5s.
+	// published), and those of RunOnce when its context ends. Stop is bounded by its
+	// own context instead. Default 5s.
 	StopTimeout time.Duration
 }
 
@@ -81,9 +86,7 @@ func (c *RelayConfig) withDefaults() (RelayConfig, error) {
 	if cfg.RetryPolicy == nil {
 		cfg.RetryPolicy = skiplock.ExponentialBackoff{}
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
+	cfg.Logger = failures.Logger(cfg.Logger)
 	if cfg.StopTimeout == 0 {
 		cfg.StopTimeout = 5 * time.Second
 	}
@@ -110,4 +113,22 @@ func (r *Relay) Stats() RelayStats {
 		Published: r.published.Load(), Retried: r.retried.Load(), Dead: r.dead.Load(),
 		Released: r.released.Load(), LeaseLost: r.lost.Load(), Batches: r.batches.Load(), Errors: r.errs.Load(),
 	}
+}
+
+// Operations reports the relay's repeating operations that have failed at least once
+// since it was created, sorted by name: "relay:claim", "relay:publish" (a batch none
+// of whose messages the publisher accepted) and "relay:mark", in the type and with the
+// meaning of skiplock.Client.Operations. An operation with Failing set has not
+// succeeded since its last failure: give the relay to health.Options.Components and
+// /readyz reports it. Nil for a nil Relay.
+func (r *Relay) Operations() []skiplock.OperationStatus {
+	if r == nil || r.fails == nil {
+		return nil
+	}
+	ops := r.fails.Snapshot()
+	out := make([]skiplock.OperationStatus, len(ops))
+	for i, op := range ops {
+		out[i] = skiplock.OperationStatus(op)
+	}
+	return out
 }

@@ -1,15 +1,18 @@
 package outbox
 
-// Recording a batch's outcomes: turning each publish result into an outcome, and the
-// marker, which records them with token-fenced statements, splits a statement the
-// database refuses for good and retries a refused error text with a plain one.
+// Recording a batch's outcomes: turning each publish result into an outcome, and
+// mark, which records them with token-fenced statements through the one splitter
+// (internal/batchsplit): a statement the database refuses for good is split, and a
+// refused error text retried with a plain one.
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/batchsplit"
 	"github.com/skiplock/skiplock/internal/pgerr"
 	"github.com/skiplock/skiplock/internal/safetext"
 	"github.com/skiplock/skiplock/internal/store"
@@ -46,74 +49,56 @@ func isPermanent(err error) bool {
 	return errors.As(err, &p)
 }
 
-// marker records a batch's outcomes, splitting a statement the database refuses for
-// good (see RunOnce). budget bounds the statements one batch may take, so an error
-// that every row hits (a trigger that refuses all updates) costs a few dozen
-// statements, not two per event.
-type marker struct {
-	r       *Relay
-	ctx     context.Context
-	budget  int
-	done    map[string]store.OutboxAction // what the statements changed, by id
-	settled map[string]bool               // ids a successful statement covered (absent from done: lease lost)
-	errs    []error                       // why outcomes were refused
+// marks is what recording a batch's outcomes did.
+type marks struct {
+	done     map[string]store.OutboxAction // what the statements changed, by id
+	settled  map[string]bool               // ids a successful statement covered (absent from done: lease lost)
+	refusals []error                       // why outcomes were refused
 }
 
-// finish records outs; a non-nil error (retryable, or ctx ended) means the outcomes
-// not yet in m.done were not recorded.
-func (m *marker) finish(outs []store.OutboxOutcome) error {
-	err := m.statement(outs)
-	if err == nil || pgerr.Retryable(err) || m.ctx.Err() != nil {
-		return err
-	}
-	if len(outs) > 1 {
-		half := len(outs) / 2
-		if err := m.finish(outs[:half]); err != nil {
-			return err
-		}
-		return m.finish(outs[half:])
-	}
-	o := outs[0]
-	if o.Error != "" {
-		m.r.log.Warn("outbox relay: the database refused an event's outcome; recording it with a plain error text",
-			"event_id", o.ID, "outcome", string(o.Action), "error", o.Error, "db_error", safetext.Error(err))
-		o.Error = fallbackText(err)
-		if err = m.statement([]store.OutboxOutcome{o}); err == nil || pgerr.Retryable(err) || m.ctx.Err() != nil {
-			return err
-		}
-	}
-	m.r.log.Error("outbox relay: the database refused an event's outcome; it stays leased and will be claimed again",
-		"event_id", o.ID, "outcome", string(o.Action), "db_error", safetext.Error(err))
-	m.refuse(outs, err)
-	return nil
-}
-
-// statement runs one finish statement within the budget and keeps what it recorded.
-func (m *marker) statement(outs []store.OutboxOutcome) error {
-	if m.budget <= 0 {
-		m.refuse(outs, errors.New("too many refused statements in this batch; not split further"))
-		return nil
-	}
-	m.budget--
-	done, err := m.r.o.store.OutboxFinish(m.ctx, m.r.o.pool, m.r.o.now(), outs)
-	if err != nil {
-		return err
-	}
-	for id, a := range done {
-		m.done[id] = a
-	}
-	for _, o := range outs {
-		m.settled[o.ID] = true
-	}
-	return nil
-}
-
-func (m *marker) refuse(outs []store.OutboxOutcome, err error) {
-	if len(outs) == 1 {
-		m.errs = append(m.errs, fmt.Errorf("event %s: %w", outs[0].ID, err))
-	} else {
-		m.errs = append(m.errs, fmt.Errorf("events %s and %d more: %w", outs[0].ID, len(outs)-1, err))
-	}
+// mark records outs with token-fenced statements through the one splitter
+// (internal/batchsplit; see RunOnce): a statement the database refuses for good is
+// halved until the refused outcome is alone, which is tried once more with a plain
+// error text in place of the publisher's, and given up (left leased) if that is
+// refused too; the batch's statements are bounded by batchsplit.Budget. A non-nil
+// error (retryable, or ctx ended) means the outcomes not yet settled were not
+// recorded.
+func (r *Relay) mark(ctx context.Context, outs []store.OutboxOutcome) (*marks, error) {
+	m := &marks{done: make(map[string]store.OutboxAction, len(outs)), settled: make(map[string]bool, len(outs))}
+	err := batchsplit.Splitter[store.OutboxOutcome]{
+		Write: func(part []store.OutboxOutcome) error {
+			done, err := r.o.store.OutboxFinish(ctx, r.o.pool, r.o.now(), part)
+			if err != nil {
+				return err
+			}
+			maps.Copy(m.done, done)
+			for _, o := range part {
+				m.settled[o.ID] = true
+			}
+			return nil
+		},
+		Refused: func(err error) bool { return !pgerr.Retryable(err) && ctx.Err() == nil },
+		Fallback: func(o store.OutboxOutcome, refusal error) (store.OutboxOutcome, bool) {
+			if o.Error == "" {
+				return o, false // nothing of the publisher's to replace
+			}
+			o.Error = fallbackText(refusal)
+			return o, true
+		},
+		GiveUp: func(part []store.OutboxOutcome, err error) {
+			if len(part) == 1 {
+				m.refusals = append(m.refusals, fmt.Errorf("event %s: %w", part[0].ID, err))
+			} else {
+				m.refusals = append(m.refusals, fmt.Errorf("events %s and %d more: %w", part[0].ID, len(part)-1, err))
+			}
+		},
+		Log:  r.log,
+		Name: "outbox relay",
+		Attrs: func(o store.OutboxOutcome) []any {
+			return []any{"event_id", o.ID, "outcome", string(o.Action), "publisher_error", o.Error}
+		},
+	}.Run(outs)
+	return m, err
 }
 
 // fallbackText replaces a publisher's error text the database refused to store.

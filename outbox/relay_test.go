@@ -324,10 +324,11 @@ func TestRelayThreeConcurrentRelays(t *testing.T) {
 	pub := memorypub.New()
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
-	var wg sync.WaitGroup
+	var relays []*outbox.Relay
 	for range 3 {
 		r := e.dbRelay(pub, outbox.RelayConfig{BatchSize: 50, PollInterval: 20 * time.Millisecond})
-		wg.Go(func() { _ = r.Run(ctx) })
+		e.must(r.Start(ctx))
+		relays = append(relays, r)
 	}
 	const writers, perWriter = 4, 500
 	dbw := e.dbob // database clock, as the relays
@@ -352,8 +353,9 @@ func TestRelayThreeConcurrentRelays(t *testing.T) {
 	if err := pub.WaitFor(wctx, writers*perWriter); err != nil {
 		t.Fatalf("published %d of %d: %v", pub.Count(), writers*perWriter, err)
 	}
-	cancel()
-	wg.Wait()
+	for _, r := range relays {
+		e.must(r.Stop(e.ctx))
+	}
 	got := byID(pub.Messages())
 	if len(got) != writers*perWriter || pub.Count() != writers*perWriter {
 		t.Fatalf("%d messages, %d distinct, want %d once each", pub.Count(), len(got), writers*perWriter)
@@ -363,7 +365,8 @@ func TestRelayThreeConcurrentRelays(t *testing.T) {
 	}
 }
 
-// Stopping Run mid-publish still records what was published, on a fresh context.
+// Ending Start's context mid-publish is a graceful stop: it still records what was
+// published, on a fresh context, and a Stop after it waits for that.
 func TestRelayGracefulStopMarksInFlightBatch(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -372,17 +375,87 @@ func TestRelayGracefulStopMarksInFlightBatch(t *testing.T) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	pub.SetHook(func(context.Context, []outbox.Message) { cancel() }) // SIGTERM arrives during the publish
 	r := e.relay(pub, outbox.RelayConfig{PollOnly: true})
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	select {
-	case err := <-done:
-		e.must(err)
-	case <-time.After(time.Minute):
-		t.Fatal("Run did not return after its context ended")
-	}
+	e.must(r.Start(ctx))
+	<-ctx.Done()
+	sctx, scancel := context.WithTimeout(e.ctx, time.Minute)
+	defer scancel()
+	e.must(r.Stop(sctx))
 	if c := e.counts(); c.Published != 10 || pub.Count() != 10 {
 		t.Fatalf("after stop: %+v, published %d", c, pub.Count())
 	}
+}
+
+// Start returns once the relay runs and refuses a second Start with ErrRelayStarted
+// (which matches skiplock.ErrClientStarted too); Stop waits for the batch in flight
+// to be marked, a second Stop returns nil, and a stopped relay starts again.
+func TestRelayStartStop(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	r := e.relay(memorypub.New(), outbox.RelayConfig{PollInterval: 10 * time.Millisecond})
+	e.must(r.Stop(e.ctx)) // never started: nil
+	cancelled, cancel := context.WithCancel(e.ctx)
+	cancel()
+	if err := r.Start(cancelled); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Start with a cancelled context: %v", err)
+	}
+	stopped := make(chan error, 1)
+	var once sync.Once
+	pub := memorypub.New()
+	pub.SetHook(func(ctx context.Context, _ []outbox.Message) {
+		once.Do(func() {
+			// Stop arrives just after the first publish: it must wait until the
+			// batch is marked.
+			go func() { stopped <- r.Stop(e.ctx) }()
+			<-ctx.Done() // the stop has begun: it cancels the publish's context
+		})
+	})
+	r = e.relay(pub, outbox.RelayConfig{PollInterval: 10 * time.Millisecond, PollOnly: true})
+	e.writeN(e.ob, 5, 5)
+	e.must(r.Start(e.ctx))
+	if err := r.Start(e.ctx); !errors.Is(err, outbox.ErrRelayStarted) || !errors.Is(err, skiplock.ErrClientStarted) {
+		t.Fatalf("second Start: %v, want ErrRelayStarted", err)
+	}
+	e.must(<-stopped)
+	if s, c := r.Stats(), e.counts(); s.Published != 5 || c.Published != 5 {
+		t.Fatalf("Stop returned before the batch in flight was marked: %+v, %+v", s, c)
+	}
+	e.must(r.Stop(e.ctx)) // stopped: nil
+	// Started again, it publishes what is written next.
+	e.must(r.Start(e.ctx))
+	defer func() { e.must(r.Stop(e.ctx)) }()
+	e.writeN(e.ob, 2, 2)
+	r.Wake()
+	wctx, wcancel := context.WithTimeout(e.ctx, time.Minute)
+	defer wcancel()
+	if err := pub.WaitFor(wctx, 7); err != nil {
+		t.Fatalf("the restarted relay did not publish: %v, %+v", err, e.counts())
+	}
+}
+
+// Stop with a context that ends first cancels the marks in flight and returns the
+// context's error once the loops have returned.
+func TestRelayStopBoundedByContext(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.writeN(e.ob, 3, 3)
+	r := e.relay(memorypub.New(), outbox.RelayConfig{PollOnly: true, PollInterval: 10 * time.Millisecond})
+	marking := make(chan struct{})
+	outbox.SetBeforeMark(r, func(ctx context.Context) error {
+		close(marking)
+		<-ctx.Done() // a mark that hangs until it is cancelled
+		return ctx.Err()
+	})
+	e.must(r.Start(e.ctx))
+	<-marking
+	sctx, cancel := context.WithCancel(e.ctx)
+	cancel()
+	if err := r.Stop(sctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Stop with an ended context: %v, want context.Canceled", err)
+	}
+	if c := e.counts(); c.Published != 0 {
+		t.Fatalf("a cancelled mark recorded: %+v", c)
+	}
+	e.must(r.Stop(e.ctx)) // stopped: nil
 }
 
 // Cancellation during a publish that then fails gives the events back without
@@ -428,16 +501,10 @@ func TestRelayRefusesAnUnmigratedSchema(t *testing.T) {
 	e.must(err)
 	r, err := ob.NewRelay(memorypub.New(), outbox.RelayConfig{})
 	e.must(err)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(e.ctx) }()
-	select {
-	case err := <-done:
-		if !errors.Is(err, skiplock.ErrNotMigrated) || !strings.Contains(err.Error(), e.schema+"_misspelt") {
-			t.Fatalf("Run on an unmigrated schema: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run kept running on an unmigrated schema")
+	if err := r.Start(e.ctx); !errors.Is(err, skiplock.ErrNotMigrated) || !strings.Contains(err.Error(), e.schema+"_misspelt") {
+		t.Fatalf("Start on an unmigrated schema: %v", err)
 	}
+	e.must(r.Stop(e.ctx)) // not running: nil
 	if err := c.CheckSchema(e.ctx); !errors.Is(err, skiplock.ErrNotMigrated) {
 		t.Fatalf("CheckSchema on an unmigrated schema: %v", err)
 	}

@@ -80,7 +80,10 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	go func() { _ = relay.Run(ctx) }()
+	if err := relay.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = relay.Stop(context.Background()) }()
 
 	// In a request handler, under the request's span (from otelhttp, say):
 	//	client.Enqueue(r.Context(), confirmOrder{Order: 42}, nil)

@@ -71,7 +71,7 @@ func (p *publisher) Publish(ctx context.Context, msgs []outbox.Message) (errs []
 	}
 	out := make([]outbox.Message, len(msgs))
 	spans := make([]trace.Span, len(msgs))
-	// The relay's own context may carry a span (a Run wrapped in one); the parent
+	// The relay's own context may carry a span (a Start under one); the parent
 	// of a publish is the event's stored context, never that.
 	base := trace.ContextWithSpanContext(ctx, trace.SpanContext{})
 	for i := range msgs {

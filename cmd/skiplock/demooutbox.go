@@ -27,8 +27,6 @@ type demoOutbox struct {
 	relay    *outbox.Relay
 	hook     *webhookpub.Publisher
 	srv      *httptest.Server
-	cancel   context.CancelFunc
-	done     chan struct{}
 	received atomic.Int64
 	dups     atomic.Int64
 	badSig   atomic.Int64
@@ -48,7 +46,7 @@ func startDemoOutbox(ctx context.Context, client *skiplock.Client) (*demoOutbox,
 		return nil, err
 	}
 	pool := client.Pool()
-	o := &demoOutbox{outbox: ob, done: make(chan struct{})}
+	o := &demoOutbox{outbox: ob}
 	inbox := ob.Inbox()
 	o.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -78,9 +76,9 @@ func startDemoOutbox(ctx context.Context, client *skiplock.Client) (*demoOutbox,
 	if o.relay, err = ob.NewRelay(o.hook, outbox.RelayConfig{}); err != nil {
 		return nil, err
 	}
-	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	o.cancel = cancel
-	go func() { defer close(o.done); o.relay.Run(rctx) }()
+	if err := o.relay.Start(context.WithoutCancel(ctx)); err != nil {
+		return nil, err
+	}
 	return o, nil
 }
 
@@ -120,8 +118,7 @@ func (o *demoOutbox) drain(want int64, within time.Duration) {
 }
 
 func (o *demoOutbox) stop() {
-	o.cancel()
-	<-o.done
+	_ = o.relay.Stop(context.Background())
 	o.hook.Close()
 	o.srv.Close()
 }

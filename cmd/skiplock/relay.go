@@ -143,15 +143,12 @@ func newRelayCmd(db *dbFlags) *cobra.Command {
 		if err != nil {
 			return fmt.Errorf("relay: %w", err)
 		}
+		if err := r.Start(ctx); err != nil {
+			return fmt.Errorf("relay: %w", err)
+		}
 		log.Info("relay started", "schema", schema, "to", target, "ordered", f.ordered, "batch", f.batch, "concurrency", f.concurrency)
-
-		statsDone := make(chan struct{})
-		go func() {
-			defer close(statsDone)
-			logStats(ctx, r, f.every, log)
-		}()
-		err = r.Run(ctx)
-		<-statsDone
+		logStats(ctx, r, f.every, log)           // until ctx ends, which begins the relay's graceful stop
+		err = r.Stop(context.WithoutCancel(ctx)) // waits for that stop (bounded by the relay's StopTimeout)
 		s := r.Stats()
 		log.Info("relay stopped", "published", s.Published, "retried", s.Retried, "dead", s.Dead, "released", s.Released,
 			"lease_lost", s.LeaseLost)

@@ -42,6 +42,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/failures"
 	"github.com/skiplock/skiplock/internal/hostclock"
 	"github.com/skiplock/skiplock/internal/redact"
 	"github.com/skiplock/skiplock/outbox"
@@ -72,8 +73,10 @@ type Config struct {
 	// connection name "skiplock-outbox").
 	AMQPConfig *amqp.Config
 
-	// Logger receives connection events (dial, loss, redial) at info level and
-	// failed publishes at debug level. Default: none (discarded).
+	// Logger receives a lost channel at warn level, dials at info level and failed
+	// publishes at debug level. Default: slog.Default() at level Warn
+	// and above, as skiplock.Config.Logger and outbox.RelayConfig.Logger, so the
+	// debug lines stay quiet until you pass a logger of your own.
 	Logger *slog.Logger
 }
 
@@ -112,10 +115,7 @@ func New(cfg Config) (*Publisher, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 30 * time.Second
 	}
-	p := &Publisher{cfg: cfg, log: cfg.Logger}
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
+	p := &Publisher{cfg: cfg, log: failures.Logger(cfg.Logger)}
 	return p, nil
 }
 
@@ -125,7 +125,7 @@ func (p *Publisher) connect() error {
 	if p.ch != nil {
 		select {
 		case err := <-p.chClosed:
-			p.log.Info("amqppub: channel closed", "err", err)
+			p.log.Warn("amqppub: channel closed; redialling", "err", err)
 			p.dropLocked()
 		default:
 			if p.ch.IsClosed() || p.conn.IsClosed() {

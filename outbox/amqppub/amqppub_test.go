@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -521,4 +522,17 @@ func BenchmarkPublish(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// With no Logger, the publisher logs to slog.Default() at Warn and above (a lost
+// channel), not to a discard handler.
+func TestNilLoggerIsSlogDefault(t *testing.T) {
+	t.Parallel()
+	p, err := New(Config{URL: defaultTestURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.log.Enabled(context.Background(), slog.LevelWarn) || p.log.Enabled(context.Background(), slog.LevelDebug) {
+		t.Fatal("the default logger is not slog.Default() at Warn")
+	}
 }

@@ -56,6 +56,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/failures"
 	"github.com/skiplock/skiplock/outbox"
 )
 
@@ -87,7 +88,9 @@ type Config struct {
 	// unless you accept losing or duplicating records.
 	Options []kgo.Opt
 
-	// Logger receives failed publishes at debug level. Default: none (discarded).
+	// Logger receives failed publishes at debug level. Default: slog.Default() at level Warn
+	// and above, as skiplock.Config.Logger and outbox.RelayConfig.Logger, so the
+	// debug lines stay quiet until you pass a logger of your own.
 	// To see the client's own logs, pass kgo.WithLogger in Options.
 	Logger *slog.Logger
 }
@@ -139,10 +142,7 @@ func New(cfg Config) (*Publisher, error) {
 	if err != nil {
 		return nil, &skiplock.ValidationError{Field: "kafkapub.Config.Options", Reason: fmt.Sprintf("creating the client: %v", err)}
 	}
-	p := &Publisher{cfg: cfg, client: client, log: cfg.Logger}
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
+	p := &Publisher{cfg: cfg, client: client, log: failures.Logger(cfg.Logger)}
 	return p, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -346,4 +347,18 @@ func BenchmarkPublish(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// With no Logger, the publisher logs to slog.Default() at Warn and above, not to a
+// discard handler.
+func TestNilLoggerIsSlogDefault(t *testing.T) {
+	t.Parallel()
+	p, err := New(Config{SeedBrokers: []string{"127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if !p.log.Enabled(context.Background(), slog.LevelWarn) || p.log.Enabled(context.Background(), slog.LevelDebug) {
+		t.Fatal("the default logger is not slog.Default() at Warn")
+	}
 }

@@ -52,6 +52,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/failures"
 	"github.com/skiplock/skiplock/internal/hostclock"
 	"github.com/skiplock/skiplock/internal/redact"
 	"github.com/skiplock/skiplock/outbox"
@@ -92,7 +93,9 @@ type Config struct {
 	// Default: 4000.
 	MaxPending int
 
-	// Logger receives failed publishes at debug level. Default: none (discarded).
+	// Logger receives failed publishes at debug level. Default: slog.Default() at level Warn
+	// and above, as skiplock.Config.Logger and outbox.RelayConfig.Logger, so the
+	// debug lines stay quiet until you pass a logger of your own.
 	Logger *slog.Logger
 }
 
@@ -131,10 +134,7 @@ func New(cfg Config) (*Publisher, error) {
 	if cfg.MaxPending == 0 {
 		cfg.MaxPending = 4000
 	}
-	p := &Publisher{cfg: cfg, nc: cfg.Conn, log: cfg.Logger}
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
+	p := &Publisher{cfg: cfg, nc: cfg.Conn, log: failures.Logger(cfg.Logger)}
 	if p.nc == nil {
 		opts := append([]nats.Option{
 			nats.Name("skiplock-outbox"),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -363,4 +364,14 @@ func BenchmarkPublish(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// With no Logger, the publisher logs to slog.Default() at Warn and above, not to a
+// discard handler.
+func TestNilLoggerIsSlogDefault(t *testing.T) {
+	t.Parallel()
+	p := newEnv(t, nil).pub(t, Config{})
+	if !p.log.Enabled(context.Background(), slog.LevelWarn) || p.log.Enabled(context.Background(), slog.LevelDebug) {
+		t.Fatal("the default logger is not slog.Default() at Warn")
+	}
 }

@@ -53,6 +53,7 @@ import (
 	"time"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/failures"
 	"github.com/skiplock/skiplock/internal/hostclock"
 	"github.com/skiplock/skiplock/internal/redact"
 	"github.com/skiplock/skiplock/outbox"
@@ -92,7 +93,9 @@ type Config struct {
 	// UserAgent is sent as the user-agent header. Default: "skiplock-webhook".
 	UserAgent string
 
-	// Logger receives debug logs of failed deliveries. Default: none (discarded).
+	// Logger receives debug logs of failed deliveries. Default: slog.Default() at level Warn
+	// and above, as skiplock.Config.Logger and outbox.RelayConfig.Logger, so the
+	// debug lines stay quiet until you pass a logger of your own.
 	Logger *slog.Logger
 }
 
@@ -152,10 +155,7 @@ func New(cfg Config) (*Publisher, error) {
 	if p.cfg.UserAgent == "" {
 		p.cfg.UserAgent = "skiplock-webhook"
 	}
-	p.log = cfg.Logger
-	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
-	}
+	p.log = failures.Logger(cfg.Logger)
 
 	dialer := &net.Dialer{Timeout: p.cfg.Timeout, KeepAlive: 30 * time.Second}
 	if cfg.DenyPrivateNetworks {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -648,5 +649,19 @@ func TestUnsendableHeaderIsPermanent(t *testing.T) {
 	}
 	if errs[2] != nil {
 		t.Fatalf("UTF-8 header value: %v", errs[2])
+	}
+}
+
+// With no Logger, the publisher logs to slog.Default() at Warn and above, not to a
+// discard handler.
+func TestNilLoggerIsSlogDefault(t *testing.T) {
+	t.Parallel()
+	p, err := New(Config{DefaultURL: "http://127.0.0.1:1/hook", Secrets: []string{testSecret}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if !p.log.Enabled(context.Background(), slog.LevelWarn) || p.log.Enabled(context.Background(), slog.LevelDebug) {
+		t.Fatal("the default logger is not slog.Default() at Warn")
 	}
 }

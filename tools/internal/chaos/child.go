@@ -197,8 +197,12 @@ func runRelayChild(ctx context.Context, spec childSpec, log *slog.Logger) error 
 	if err != nil {
 		return fmt.Errorf("creating relay: %w", err)
 	}
+	if err := r.Start(ctx); err != nil {
+		return err
+	}
 	say("ready")
-	return r.Run(ctx)
+	<-ctx.Done()
+	return r.Stop(context.WithoutCancel(ctx)) // waits for the graceful stop ending ctx began
 }
 
 func runMigratorChild(ctx context.Context, spec childSpec) error {
