@@ -156,7 +156,7 @@ func (c *Client) engineConfig() engine.Config {
 		PollInterval: c.cfg.PollInterval, PollOnly: c.cfg.PollOnly, FetchLimit: c.cfg.FetchLimit,
 		CompletionBatchSize: c.cfg.CompletionBatchSize, CompletionBatchDelay: c.cfg.CompletionBatchDelay,
 		DeleteOnSuccess: c.cfg.DeleteOnSuccess, LeaseLost: ErrLeaseLost,
-		Failures: engineFailures{c.failures}, Counters: &c.metrics.engine, Background: background,
+		Failures: c.failures.r, Counters: &c.metrics.engine, Background: background,
 		Hooks: engine.Hooks{
 			Adopt:   func(row *store.Job) any { return fromRow(row) },
 			Timeout: func(job any) time.Duration { return c.jobTimeout(job.(*Job)) },
@@ -200,9 +200,3 @@ func (c *Client) stopped() {
 	c.mu.Unlock()
 	c.log.Info("skiplock: client stopped", "worker_id", c.cfg.ID)
 }
-
-// engineFailures hands the client's failure reporter to the engine.
-type engineFailures struct{ f *failures }
-
-func (e engineFailures) Warn(op string, err error, attrs ...any) { e.f.warn(op, err, attrs...) }
-func (e engineFailures) OK(op string)                            { e.f.ok(op) }

@@ -2,10 +2,10 @@ package engine
 
 import (
 	"context"
-	"math/bits"
 	"time"
 
 	"github.com/skiplock/skiplock/internal/backoff"
+	"github.com/skiplock/skiplock/internal/batchsplit"
 	"github.com/skiplock/skiplock/internal/hostclock"
 	"github.com/skiplock/skiplock/internal/pgerr"
 	"github.com/skiplock/skiplock/internal/safetext"
@@ -50,33 +50,40 @@ func (e *Engine) complete() {
 // one retrying can fix (the database is unreachable, restarting, overloaded): the
 // writes are fenced, so retrying after an ambiguous failure is safe. A failure that
 // retrying can never fix (the server refused the statement's data) is one outcome's
-// doing, not the batch's: the batch is split so every other outcome is written at
-// once, and the offending outcome is written with a safe fallback (see fallback).
+// doing, not the batch's: the splitter (internal/batchsplit) halves the batch so
+// every other outcome is written at once, and writes the offending outcome once more
+// as its fallback (see fallback); one refused even so, or left when the splitter's
+// statement budget is spent, is dropped — its lease expires and the reclaimer
+// retries the job like a crashed run.
 func (e *Engine) flush(batch []*flight) {
-	budget := splitBudget(len(batch))
-	e.flushSplit(batch, false, false, &budget)
+	s := batchsplit.Splitter[*flight]{
+		Write: e.writeBatch,
+		Fallback: func(f *flight, refusal error) (*flight, bool) {
+			f.outcome = fallback(f.outcome, refusal)
+			return f, true
+		},
+		GiveUp: func(fs []*flight, _ error) {
+			for _, f := range fs {
+				e.retire(f, nil)
+			}
+		},
+		Log:  e.cfg.Log,
+		Name: "skiplock",
+		Attrs: func(f *flight) []any {
+			return []any{"job_id", f.row.ID, "kind", f.row.Kind, "action", string(f.outcome.Action)}
+		},
+	}
+	_ = s.Run(batch) // writeBatch returns no error but a refusal
 }
 
-// splitBudget bounds the statements flush spends on a batch of n: an error every
-// outcome hits (a trigger that refuses all updates) costs a few dozen statements, not
-// two per job.
-func splitBudget(n int) int { return 8*bits.Len(uint(n)) + 8 }
-
-// flushSplit is flush for part of a batch. ambiguous says an earlier attempt at these
-// outcomes failed in a way that may have committed; fellBack says the outcomes are
-// already fallbacks, so a refusal drops them instead of splitting again.
-func (e *Engine) flushSplit(batch []*flight, ambiguous, fellBack bool, budget *int) {
-	if *budget <= 0 {
-		e.cfg.Log.Error("skiplock: the database keeps refusing these outcomes; their leases will expire and the reclaimer will retry the jobs",
-			"jobs", len(batch))
-		for _, f := range batch {
-			e.retire(f, nil)
-		}
-		return
-	}
-	*budget--
-	outs := make([]store.Outcome, len(batch))
-	for i, f := range batch {
+// writeBatch writes the outcomes of fs with one statement, retried while the failure
+// is one retrying can fix, and retires each flight with the state its outcome left.
+// It returns the server's refusal, for the splitter to isolate; nil once every
+// flight is retired (also when a stop cut the retries short: their outcomes are
+// dropped, and the reclaimer retries the jobs).
+func (e *Engine) writeBatch(fs []*flight) error {
+	outs := make([]store.Outcome, len(fs))
+	for i, f := range fs {
 		outs[i] = f.outcome
 	}
 	fail := backoff.Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Jitter: hostclock.Jitter}
@@ -84,77 +91,55 @@ func (e *Engine) flushSplit(batch []*flight, ambiguous, fellBack bool, budget *i
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.bgCtx), 30*time.Second)
 		began := hostclock.Now()
 		res, err := Finish(ctx, e.cfg.Store, e.cfg.Pool, e.now(), e.cfg.DeleteOnSuccess, outs)
-		if err == nil && (ambiguous || anyCompletedInTx(batch)) {
+		if err == nil && recheck(fs) {
 			// An earlier attempt, or the handler's own transaction (CompleteTx), may
 			// have written the outcome already: the fenced write then matched nothing.
-			err = e.recognise(ctx, batch, res)
+			err = e.recognise(ctx, fs, res)
 		}
 		cancel()
 		if err == nil {
 			e.cfg.Failures.OK("completion")
-			e.cfg.Counters.FlushNanos.Add(int64(hostclock.Since(began)))
-			e.cfg.Counters.Flushes.Add(1)
-			e.cfg.Counters.Flushed.Add(int64(len(outs)))
-			for _, f := range batch {
+			m := e.cfg.Counters
+			m.FlushNanos.Add(int64(hostclock.Since(began)))
+			m.Flushes.Add(1)
+			m.Flushed.Add(int64(len(outs)))
+			for _, f := range fs {
 				if st, ok := res[f.outcome.Lease]; ok {
 					e.retire(f, &st)
 				} else {
 					e.retire(f, nil)
 				}
 			}
-			return
+			return nil
 		}
 		if !pgerr.Retryable(err) {
-			e.refused(batch, err, ambiguous, fellBack, budget)
-			return
+			return err
 		}
-		ambiguous = true
+		for _, f := range fs {
+			f.ambiguous = true // the failed attempt may have committed
+		}
 		wait := fail.Next()
-		e.cfg.Failures.Warn("completion", err, "jobs", len(batch), "retry_in", wait)
+		e.cfg.Failures.Warn("completion", err, "jobs", len(fs), "retry_in", wait)
 		if !hostclock.Sleep(e.bgCtx, wait) {
-			e.cfg.Log.Error("skiplock: stopping with unwritten outcomes; their jobs will be reclaimed and run again", "jobs", len(batch))
-			for _, f := range batch {
+			e.cfg.Log.Error("skiplock: stopping with unwritten outcomes; their jobs will be reclaimed and run again", "jobs", len(fs))
+			for _, f := range fs {
 				e.retire(f, nil)
 			}
-			return
+			return nil
 		}
 	}
 }
 
-// anyCompletedInTx reports whether a handler of the batch completed its job with
-// CompleteTx.
-func anyCompletedInTx(batch []*flight) bool {
-	for _, f := range batch {
-		if f.inTx {
+// recheck reports whether a write of fs must read back the rows it did not change:
+// an earlier attempt at one of them may have committed, or a handler completed its
+// job with CompleteTx.
+func recheck(fs []*flight) bool {
+	for _, f := range fs {
+		if f.ambiguous || f.inTx {
 			return true
 		}
 	}
 	return false
-}
-
-// refused handles a batch the server refused with an error retrying cannot fix. A
-// batch of several is halved and each half written on its own, so a poison outcome
-// costs log2(batch) extra statements and delays no other outcome behind it. A single
-// outcome is written once more as its fallback; if even that is refused, its lease is
-// left to expire and the reclaimer retries the job like a crashed run.
-func (e *Engine) refused(batch []*flight, err error, ambiguous, fellBack bool, budget *int) {
-	if len(batch) > 1 {
-		half := len(batch) / 2
-		e.flushSplit(batch[:half], ambiguous, fellBack, budget)
-		e.flushSplit(batch[half:], ambiguous, fellBack, budget)
-		return
-	}
-	f := batch[0]
-	if fellBack {
-		e.cfg.Log.Error("skiplock: the database refused a job's fallback outcome; its lease will expire and the reclaimer will retry it",
-			"job_id", f.row.ID, "kind", f.row.Kind, "error", err)
-		e.retire(f, nil)
-		return
-	}
-	e.cfg.Log.Error("skiplock: the database refused a job's outcome; writing a fallback",
-		"job_id", f.row.ID, "kind", f.row.Kind, "action", string(f.outcome.Action), "sqlstate", pgerr.Code(err), "error", err)
-	f.outcome = fallback(f.outcome, err)
-	e.flushSplit(batch, ambiguous, true, budget)
 }
 
 // fallback is the outcome written for a job whose own outcome the database refused.

@@ -19,11 +19,10 @@ func (e *Engine) FlushForTest(rows []*store.Job, jobs []any, outs []store.Outcom
 	for i, row := range rows {
 		f := newFlight(row, jobs[i], p)
 		f.st.Store(int32(returned))
-		f.outcome = outs[i]
+		f.outcome, f.ambiguous = outs[i], ambiguous
 		batch[i] = f
 		e.inflight[row.ID] = f
 		e.jobsWG.Add(1)
 	}
-	budget := splitBudget(len(batch))
-	e.flushSplit(batch, ambiguous, false, &budget)
+	e.flush(batch)
 }

@@ -89,7 +89,10 @@ type flight struct {
 	err     error
 	inTx    bool
 	runDur  time.Duration
-	wait    time.Duration
+	// ambiguous: a failed attempt to write the outcome may have committed (owned by
+	// the completer).
+	ambiguous bool
+	wait      time.Duration
 }
 
 func newFlight(row *store.Job, job any, p *producer) *flight {
