@@ -632,6 +632,12 @@ func TestScheduleBadInput(t *testing.T) {
 		{with(func(p *skiplock.PeriodicJob) { p.Spec = "" }), "spec"},
 		{with(func(p *skiplock.PeriodicJob) { p.Spec = "CRON_TZ=Europe/Berlin 0 6 * * *" }), "spec"},
 		{with(func(p *skiplock.PeriodicJob) { p.Spec = "0 0 30 2 *" }), "spec"}, // never
+		// @every: whole seconds, at least one (the cron parser would round these to 1s).
+		{with(func(p *skiplock.PeriodicJob) { p.Spec = "@every -5s" }), "spec"},
+		{with(func(p *skiplock.PeriodicJob) { p.Spec = "@every 0s" }), "spec"},
+		{with(func(p *skiplock.PeriodicJob) { p.Spec = "@every 500ms" }), "spec"},
+		{with(func(p *skiplock.PeriodicJob) { p.Spec = "@every 1500ms" }), "spec"},
+		{with(func(p *skiplock.PeriodicJob) { p.Spec = "@every soon" }), "spec"},
 		{with(func(p *skiplock.PeriodicJob) { p.Timezone = "Mars/Olympus_Mons" }), "timezone"},
 		{with(func(p *skiplock.PeriodicJob) { p.Timezone = "Local" }), "timezone"},
 		{with(func(p *skiplock.PeriodicJob) { p.Name = "" }), "name"},

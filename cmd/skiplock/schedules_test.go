@@ -75,6 +75,8 @@ func TestSchedulesCommands(t *testing.T) {
 		{[]string{"schedules", "add", "x", "--spec", "@hourly", "--kind", "k", "--misfire", "often"},
 			`"often" is not one of: skip, run_once, catch_up`},
 		{[]string{"schedules", "add", "x", "--spec", "every day", "--kind", "k"}, "invalid spec"},
+		{[]string{"schedules", "add", "x", "--spec", "@every -5s", "--kind", "k"}, "whole number of seconds, at least 1s"},
+		{[]string{"schedules", "add", "x", "--spec", "@every 1500ms", "--kind", "k"}, "whole number of seconds, at least 1s"},
 		{[]string{"schedules", "add", "x", "--spec", "@hourly", "--timezone", "Mars/Base", "--kind", "k"}, "invalid timezone"},
 		{[]string{"schedules", "add", "bad name", "--spec", "@hourly", "--kind", "k"}, "invalid name"},
 		{[]string{"schedules", "show"}, "want one schedule name, got 0 arguments"},

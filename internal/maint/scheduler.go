@@ -321,6 +321,9 @@ func ParseSpec(spec, tz string) (*Spec, error) {
 	if strings.TrimSpace(spec) == "" {
 		return nil, &SpecError{"spec", "must not be empty"}
 	}
+	if err := checkEvery(spec); err != nil {
+		return nil, err
+	}
 	sched, err := parser.Parse(spec)
 	if err != nil {
 		return nil, &SpecError{"spec", fmt.Sprintf("%q: %v", spec, err)}
@@ -334,6 +337,25 @@ func ParseSpec(spec, tz string) (*Spec, error) {
 		return &Spec{real: &real, wall: &wall, loc: loc}, nil
 	}
 	return nil, &SpecError{"spec", fmt.Sprintf("%q: unsupported schedule type %T", spec, sched)}
+}
+
+// checkEvery refuses an @every interval that is not a whole number of seconds of at
+// least one: the cron parser would round it silently (a negative or sub-second one
+// up to 1s, 1500ms down to 1s), so the schedule would fire at another pace than the
+// one written.
+func checkEvery(spec string) error {
+	rest, ok := strings.CutPrefix(strings.TrimSpace(spec), "@every ")
+	if !ok {
+		return nil
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(rest))
+	if err != nil {
+		return &SpecError{"spec", fmt.Sprintf("%q: %v", spec, err)}
+	}
+	if d < time.Second || d%time.Second != 0 {
+		return &SpecError{"spec", fmt.Sprintf("%q: an @every interval is a whole number of seconds, at least 1s", spec)}
+	}
+	return nil
 }
 
 // Interval returns the interval of an @every spec, 0 for a cron spec.
