@@ -135,7 +135,7 @@ func (c *Client) BatchAddTx(ctx context.Context, tx DB, batchID string, jobs []E
 	}
 	if int(n) != len(jobs) {
 		if _, gerr := c.store.BatchGet(ctx, tx, batchID); errors.Is(gerr, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("adding to batch %s: %w", batchID, ErrNotFound)
+			return nil, fmt.Errorf("adding to batch %s: %w", batchID, ErrBatchNotFound)
 		}
 		return nil, fmt.Errorf("adding to batch %s: %w", batchID, ErrBatchSealed)
 	}
@@ -204,7 +204,7 @@ func (c *Client) BatchSealTx(ctx context.Context, tx DB, batchID string) error {
 		return fmt.Errorf("sealing batch %s: %w", batchID, wrapPgError(err))
 	}
 	if !found {
-		return fmt.Errorf("sealing batch %s: %w", batchID, ErrNotFound)
+		return fmt.Errorf("sealing batch %s: %w", batchID, ErrBatchNotFound)
 	}
 	return nil
 }
@@ -255,7 +255,7 @@ func (c *Client) BatchGet(ctx context.Context, batchID string) (*BatchInfo, erro
 	}
 	r, err := c.store.BatchGet(ctx, c.pool, batchID)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("getting batch %s: %w", batchID, ErrNotFound)
+		return nil, fmt.Errorf("getting batch %s: %w", batchID, ErrBatchNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("getting batch %s: %w", batchID, wrapPgError(err))

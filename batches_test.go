@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -244,14 +245,19 @@ func TestBatchRefusesBadInput(t *testing.T) {
 		}
 	}
 	missing := "00000000-0000-7000-8000-000000000000"
-	if _, err := e.client.BatchAdd(e.ctx, missing, []skiplock.EnqueueParams{{Kind: "k", Payload: []byte(`{}`)}}); !errors.Is(err, skiplock.ErrNotFound) {
-		t.Errorf("adding to no batch: %v", err)
-	}
-	if _, err := e.client.BatchSeal(e.ctx, missing); !errors.Is(err, skiplock.ErrNotFound) {
-		t.Errorf("sealing no batch: %v", err)
-	}
-	if _, err := e.client.BatchGet(e.ctx, missing); !errors.Is(err, skiplock.ErrNotFound) {
-		t.Errorf("getting no batch: %v", err)
+	for name, err := range map[string]error{
+		"adding to": func() error {
+			_, err := e.client.BatchAdd(e.ctx, missing, []skiplock.EnqueueParams{{Kind: "k", Payload: []byte(`{}`)}})
+			return err
+		}(),
+		"sealing": func() error { _, err := e.client.BatchSeal(e.ctx, missing); return err }(),
+		"getting": func() error { _, err := e.client.BatchGet(e.ctx, missing); return err }(),
+	} {
+		// It matches ErrNotFound, and says that the batch, not a job, is missing.
+		if !errors.Is(err, skiplock.ErrBatchNotFound) || !errors.Is(err, skiplock.ErrNotFound) ||
+			!strings.Contains(err.Error(), "batch not found") || strings.Contains(err.Error(), "job") {
+			t.Errorf("%s no batch: %v, want ErrBatchNotFound (an ErrNotFound) saying the batch is missing", name, err)
+		}
 	}
 	if _, ok := skiplock.BatchResultOf(nil); ok {
 		t.Error("BatchResultOf(nil) ok")

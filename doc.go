@@ -112,7 +112,8 @@
 //     [Client.CompleteTx], [Client.Manual].
 //   - Jobs: [Client.JobGet], [Client.JobList], [Client.JobsByTx], [Client.JobRetry],
 //     [Client.JobCancel], [Client.JobDelete], [Client.JobRunNow].
-//   - Queues: [Client.QueueList], [Client.QueuePause], [Client.QueueResume].
+//   - Queues: [Client.QueueList], [Client.QueueGet], [Client.QueuePause], [Client.QueuePauseAhead],
+//     [Client.QueueResume].
 //   - Limits: [Client.LimitSet], [Client.LimitDelete], [Client.LimitList],
 //     [Client.LimitUsages].
 //   - Schedules: [Client.ScheduleAdd], [Client.ScheduleUpdate], [Client.ScheduleGet],

@@ -103,3 +103,10 @@ func checkDB(ctx context.Context, db DB) error {
 	}
 	return nil
 }
+
+// notFoundError is a not-found error that names what is missing (a schedule, a
+// batch, a queue) and matches ErrNotFound.
+type notFoundError struct{ msg string }
+
+func (e *notFoundError) Error() string        { return e.msg }
+func (e *notFoundError) Is(target error) bool { return target == ErrNotFound }

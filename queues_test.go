@@ -3,6 +3,7 @@ package skiplock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,7 +29,7 @@ func TestQueuePauseAcrossClients(t *testing.T) {
 		startClient(t, c)
 		clients = append(clients, c)
 	}
-	e.must(e.client.QueuePause(e.ctx, "mail"))
+	e.must(e.client.QueuePauseAhead(e.ctx, "mail")) // before its first job
 	const n = 60
 	for range n {
 		_, err := e.client.EnqueueRaw(e.ctx, "k", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "mail"})
@@ -73,12 +74,39 @@ func TestQueuePauseAcrossClients(t *testing.T) {
 	_ = clients
 }
 
-// Pausing a queue no client serves yet works, and bad names are refused.
+// One rule for the queue verbs: a queue nothing names is refused with
+// ErrQueueNotFound (an ErrNotFound), pause and resume alike, so a misspelt name
+// changes nothing; QueuePauseAhead pauses one ahead of its first job, after which its
+// setting names it. Resuming an active queue is a no-op. Bad names are refused.
 func TestQueuePauseBadInput(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, skiplock.Config{})
-	e.must(e.client.QueuePause(e.ctx, "nobody_serves_this"))
-	e.must(e.client.QueuePause(e.ctx, "nobody_serves_this")) // idempotent
+	for name, err := range map[string]error{
+		"QueuePause":  e.client.QueuePause(e.ctx, "nobody_serves_this"),
+		"QueueResume": e.client.QueueResume(e.ctx, "nobody_serves_this"),
+		"QueueGet":    func() error { _, err := e.client.QueueGet(e.ctx, "nobody_serves_this"); return err }(),
+	} {
+		if !errors.Is(err, skiplock.ErrQueueNotFound) || !errors.Is(err, skiplock.ErrNotFound) || !strings.Contains(err.Error(), "misspelt?") {
+			t.Errorf("%s of a queue nothing names: %v, want ErrQueueNotFound", name, err)
+		}
+	}
+	if qs, err := e.client.QueueList(e.ctx); err != nil || len(qs) != 0 {
+		t.Fatalf("a refused pause wrote a setting: %+v %v", qs, err)
+	}
+	e.must(e.client.QueuePauseAhead(e.ctx, "nobody_serves_this"))
+	e.must(e.client.QueuePause(e.ctx, "nobody_serves_this")) // idempotent, and known by its setting now
+	if q, err := e.client.QueueGet(e.ctx, "nobody_serves_this"); err != nil || !q.Paused {
+		t.Errorf("QueueGet after a pause ahead: %+v %v", q, err)
+	}
+	e.must(e.client.QueueResume(e.ctx, "nobody_serves_this"))
+	e.must(e.client.QueueResume(e.ctx, "nobody_serves_this")) // resuming an active queue: a no-op
+	if _, err := e.client.Enqueue(e.ctx, emailArgs{To: "a"}, &skiplock.EnqueueOpts{Queue: "with_jobs"}); err != nil {
+		t.Fatal(err)
+	}
+	if q, err := e.client.QueueGet(e.ctx, "with_jobs"); err != nil || q.Paused || q.Name != "with_jobs" {
+		t.Errorf("QueueGet of an active queue with a job: %+v %v", q, err)
+	}
+	e.must(e.client.QueuePause(e.ctx, "with_jobs"))
 	for _, bad := range []string{"", "bad name", "x;drop"} {
 		if err := e.client.QueuePause(e.ctx, bad); !errors.Is(err, skiplock.ErrInvalid) {
 			t.Errorf("QueuePause(%q): %v", bad, err)

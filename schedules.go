@@ -65,13 +65,12 @@ const (
 // matches ErrNotFound too.
 var ErrScheduleNotFound error = &notFoundError{"skiplock: schedule not found"}
 
+// ErrBatchNotFound is returned for a batch id that matches no batch. It matches
+// ErrNotFound too.
+var ErrBatchNotFound error = &notFoundError{"skiplock: batch not found"}
+
 // ErrScheduleExists is returned by ScheduleAdd for a name that is taken.
 var ErrScheduleExists = errors.New("skiplock: schedule exists")
-
-type notFoundError struct{ msg string }
-
-func (e *notFoundError) Error() string        { return e.msg }
-func (e *notFoundError) Is(target error) bool { return target == ErrNotFound }
 
 // PeriodicJob defines a schedule: a job to enqueue at every fire time of a cron spec.
 // Declare schedules in Config.Periodic, or add them at run time with ScheduleAdd.

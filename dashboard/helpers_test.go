@@ -92,7 +92,7 @@ func seed(t *testing.T) *fixture {
 	must(t, err)
 	f.jobs[skiplock.StateWaiting] = b.OnComplete
 	must(t, c.QueuePause(ctx, "paused"))
-	must(t, c.QueuePause(ctx, "idle")) // paused, and no jobs
+	must(t, c.QueuePauseAhead(ctx, "idle")) // paused, and no jobs
 	_, err = c.ScheduleAdd(ctx, skiplock.PeriodicJob{Name: "nightly", Spec: "@daily", Kind: "build_report",
 		Payload: []byte(`{"month":"current","key":"` + secret + `"}`), Queue: "reports"})
 	must(t, err)

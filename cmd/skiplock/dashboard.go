@@ -65,9 +65,9 @@ the worker role's grants, outbox requeues the relay role's.`,
 				return usagef(cmd, "dashboard: --basic-auth wants user:password")
 			}
 		}
-		host, _, err := net.SplitHostPort(listen)
+		host, err := listenHost(cmd, "listen", listen)
 		if err != nil {
-			return usagef(cmd, "dashboard: --listen %q: %v", listen, err)
+			return err
 		}
 		if token == "" && basicAuth == "" && !loopback(host) {
 			return usagef(cmd, "dashboard: --listen %s is reachable beyond this host: give --token or --basic-auth (or listen on 127.0.0.1)", listen)

@@ -474,3 +474,19 @@ func withClient(db *dbFlags, f func(cmd *cobra.Command, c *skiplock.Client, args
 		return f(cmd, c, args)
 	}
 }
+
+// listenHost checks a listen address flag (host:port, the host optional, the port a
+// number from 0 to 65535) before anything starts, so a wrong value is a usage error
+// (exit 2) rather than a failure to listen; it returns the host.
+func listenHost(cmd *cobra.Command, flag, addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		if n, perr := strconv.ParseUint(port, 10, 16); perr != nil || (port != "0" && n == 0) {
+			err = fmt.Errorf("port %q is not a number from 0 to 65535", port)
+		}
+	}
+	if err != nil {
+		return "", usagef(cmd, "%s: --%s %q: want host:port, such as 127.0.0.1:8080 or :9187 (%v)", pathOf(cmd), flag, addr, err)
+	}
+	return host, nil
+}

@@ -39,6 +39,9 @@ metrics with skiplock_stats_up 0.`,
 	durationFlag(cmd, &maxOutboxLag, "max-outbox-lag", 0, "/readyz fails when the oldest unpublished outbox event is older (0: not checked)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
+		if _, err := listenHost(cmd, "addr", addr); err != nil {
+			return err
+		}
 		// No ping: the pool connects on the first probe or scrape, and again after
 		// an outage, so the endpoints report the database's state rather than the
 		// process failing to start.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -70,55 +71,54 @@ func newQueuesListCmd(db *dbFlags) *cobra.Command {
 }
 
 func newQueuePauseCmd(db *dbFlags, pause bool) *cobra.Command {
+	var ahead bool
 	e := eachName{group: "queues", verb: "resume", what: "queue",
 		short: "resume paused queues: every client claims their jobs again at once",
-		check: ident.ValidateQueue, prepare: queuesPaused, act: func(cmd *cobra.Command, c *skiplock.Client, name string) error {
+		check: ident.ValidateQueue, prepare: queuesKnown(false, nil), act: func(cmd *cobra.Command, c *skiplock.Client, name string) error {
 			return invalidAsUsage(cmd, c.QueueResume(cmd.Context(), name))
 		}}
 	if pause {
-		// A queue no job names yet can be paused, ahead of its first job.
-		e.verb, e.short, e.prepare = "pause", "pause queues for every client: no new claims (running jobs finish; enqueue still works)", nil
+		e.verb, e.short = "pause", "pause queues for every client: no new claims (running jobs finish; enqueue still works)"
+		e.prepare = queuesKnown(true, &ahead)
 		e.act = func(cmd *cobra.Command, c *skiplock.Client, name string) error {
-			return invalidAsUsage(cmd, c.QueuePause(cmd.Context(), name))
+			return invalidAsUsage(cmd, c.QueuePauseAhead(cmd.Context(), name))
 		}
 	}
-	return newEachNameCmd(db, e)
+	cmd := newEachNameCmd(db, e)
+	if pause {
+		cmd.Flags().BoolVar(&ahead, "ahead", false, "also pause queues nothing names yet (no job, schedule, limit or setting), ahead of their first job")
+	}
+	return cmd
 }
 
-// queuesPaused checks that every queue to resume is paused: resuming an active queue
-// would do nothing, and a misspelt name would look like success. It says which
-// names no job and no setting knows.
-func queuesPaused(cmd *cobra.Command, c *skiplock.Client, names []string) error {
-	ctx := cmd.Context()
-	settings, err := c.QueueList(ctx)
-	if err != nil {
-		return err
-	}
-	known := map[string]bool{} // queues with settings: paused or not
-	paused := map[string]bool{}
-	for _, q := range settings {
-		known[q.Name], paused[q.Name] = true, q.Paused
-	}
-	var problems []string
-	for _, name := range names {
-		if paused[name] {
-			continue
-		}
-		if !known[name] {
-			jobs, err := c.JobList(ctx, skiplock.ListParams{Queue: name, Limit: 1})
-			if err != nil {
+// queuesKnown checks every name before the first action, as the library's
+// QueuePause and QueueResume do: a queue nothing names is refused (misspelt?) unless
+// ahead is set (pause --ahead). Resuming a queue that is not paused changes nothing:
+// it is said on stderr, and the command goes on.
+func queuesKnown(pause bool, ahead *bool) func(cmd *cobra.Command, c *skiplock.Client, names []string) error {
+	return func(cmd *cobra.Command, c *skiplock.Client, names []string) error {
+		var unknown []string
+		for _, name := range names {
+			q, err := c.QueueGet(cmd.Context(), name)
+			switch {
+			case errors.Is(err, skiplock.ErrQueueNotFound):
+				if !pause || !*ahead {
+					unknown = append(unknown, name)
+				}
+			case err != nil:
 				return err
+			case !pause && !q.Paused:
+				fmt.Fprintf(cmd.ErrOrStderr(), "queue %s is not paused; resuming it changes nothing\n", name)
 			}
-			known[name] = len(jobs) > 0
 		}
-		if known[name] {
-			problems = append(problems, fmt.Sprintf("queue %s is not paused", name))
-		} else {
-			problems = append(problems, fmt.Sprintf("queue %s is not paused, and no job or setting names it (misspelt?)", name))
+		if len(unknown) == 0 {
+			return nil
 		}
+		hint := ""
+		if pause {
+			hint = " (to pause a queue ahead of its first job, add --ahead)"
+		}
+		return fmt.Errorf("queues %s: no job, schedule, limit or setting names queue %s: misspelt?%s",
+			map[bool]string{true: "pause", false: "resume"}[pause], strings.Join(unknown, ", "), hint)
 	}
-	if len(problems) > 0 {
-		return fmt.Errorf("queues resume: %s", strings.Join(problems, "; "))
-	}
-	return nil
 }

@@ -5,10 +5,12 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 type queueStatements struct {
-	pause, resume, list stmt
+	pause, resume, list, known stmt
 }
 
 func newQueueStatements(b *builder) queueStatements {
@@ -33,6 +35,18 @@ u AS (
 SELECT count(*), (SELECT pg_notify($3, $2)) IS NULL FROM u`),
 
 		list: b.add("queue_list", `SELECT name, paused_at, updated_at FROM {{s}}.queues ORDER BY name`),
+
+		// A queue is known when something names it: a setting, a schedule, a limit,
+		// or a job that is not finished yet. Each probe reads an index (the running
+		// jobs through the reclaimer's partial index, bounded by how many run), so a
+		// misspelt name on a large table costs a few index probes, not a scan.
+		known: b.addGuarded(planGuardOn, "queue_known", `
+SELECT EXISTS (SELECT 1 FROM {{s}}.queues WHERE name = $1)
+    OR EXISTS (SELECT 1 FROM {{s}}.schedules WHERE queue = $1)
+    OR EXISTS (SELECT 1 FROM {{s}}.limits WHERE scope = 'queue' AND target = $1)
+    OR EXISTS (SELECT 1 FROM {{s}}.jobs WHERE queue = $1 AND status = 'pending')
+    OR EXISTS (SELECT 1 FROM {{s}}.jobs WHERE queue = $1 AND status > 'cancelled')
+    OR EXISTS (SELECT 1 FROM {{s}}.jobs WHERE queue = $1 AND status = 'running')`),
 	}
 }
 
@@ -74,4 +88,14 @@ func (s *Store) QueueSettings(ctx context.Context, db DBTX) ([]QueueSetting, err
 		out = append(out, q)
 	}
 	return out, rows.Err()
+}
+
+// QueueKnown reports whether a setting, a schedule, a limit or an unfinished job
+// names the queue.
+func (s *Store) QueueKnown(ctx context.Context, db DBTX, name string) (bool, error) {
+	return guardedRow(ctx, db, s.queues.known, func(r pgx.Row) (bool, error) {
+		var known bool
+		err := r.Scan(&known)
+		return known, err
+	}, name)
 }
