@@ -45,7 +45,9 @@ func TestFromRowMapsEveryColumn(t *testing.T) {
 	}
 	// Columns that are not the Job's to carry.
 	notMapped := map[string]string{
-		"Unblocks": "a claim's own result, read by the producer from the row",
+		"Unblocks":  "a claim's own result, read by the engine from the row",
+		"SlotOf":    "a successor's predecessor (a limit slot's handoff), read by the engine from the row",
+		"SlotToken": "the predecessor's lease, read by the engine with SlotOf",
 	}
 	// Fields of the Job that no column fills.
 	notFromRow := map[string]string{
