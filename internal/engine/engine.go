@@ -29,6 +29,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -213,7 +214,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		return ErrStarted
 	}
 	if err := e.refreshLimits(ctx); err != nil {
-		return err
+		return fmt.Errorf("skiplock: reading limits: %w", err)
 	}
 	base := context.WithoutCancel(ctx)
 	e.fetchCtx, e.stopFetch = context.WithCancel(base)
@@ -241,6 +242,9 @@ func (e *Engine) Start(ctx context.Context) error {
 			},
 		})
 		if err != nil {
+			e.stopFetch()
+			e.cancelJobs(err)
+			e.stopBg()
 			return err
 		}
 		e.listener = l
