@@ -42,12 +42,14 @@ func TestFromRowMapsEveryColumn(t *testing.T) {
 		Unblocks:         true,
 		SlotOf:           new("01a2408a-0000-7000-8000-000000000000"),
 		SlotToken:        new("slot"),
+		Rated:            true,
 	}
 	// Columns that are not the Job's to carry.
 	notMapped := map[string]string{
 		"Unblocks":  "a claim's own result, read by the engine from the row",
 		"SlotOf":    "a successor's predecessor (a limit slot's handoff), read by the engine from the row",
 		"SlotToken": "the predecessor's lease, read by the engine with SlotOf",
+		"Rated":     "a rate limit counted the claim as a start, read by the engine from the row",
 	}
 	// Fields of the Job that no column fills.
 	notFromRow := map[string]string{

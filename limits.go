@@ -48,6 +48,14 @@ type Limit struct {
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
 }
 
+// RateStartSlack is how long after its claim a job under a rate limit may start its
+// handler. A rate limit holds on handler starts — no window of length Per holds more
+// than Rate of them — because a claim counts the starts of Per plus this slack, and a
+// job whose handler cannot start within the slack of its claim (every worker busy) is
+// handed back to pending with its attempt given back. A limit of Rate per Per thus
+// runs at most Rate per (Per + RateStartSlack): 5 per second is at most 5 per 1.05 s.
+const RateStartSlack = store.RateStartSlack
+
 // MaxLimit bounds Limit.MaxRunning and Limit.Rate.
 const MaxLimit = 1_000_000
 

@@ -136,8 +136,9 @@ func TestLimitsNoHeadOfLineBlocking(t *testing.T) {
 	}
 }
 
-// A rate limit is an exact sliding window, and a concurrency slot is freed by its
-// lease running out even before the reclaimer runs (fake clock, manual claims).
+// A rate limit is an exact sliding window (its period plus RateStartSlack: see
+// TestRateLimitHoldsOnHandlerStarts), and a concurrency slot is freed by its lease
+// running out even before the reclaimer runs (fake clock, manual claims).
 func TestLimitsRateWindowAndLeaseExpiry(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, skiplock.Config{LeaseDuration: 30 * time.Second})
@@ -165,8 +166,8 @@ func TestLimitsRateWindowAndLeaseExpiry(t *testing.T) {
 	claim("r", 0)
 	e.clock.Advance(30 * time.Second)
 	claim("r", 0)
-	e.clock.Advance(30*time.Second - time.Microsecond)
-	claim("r", 0) // the first ten started 1µs less than a minute ago
+	e.clock.Advance(30*time.Second + skiplock.RateStartSlack - time.Microsecond)
+	claim("r", 0) // the first ten started 1µs less than a minute and the slack ago
 	e.clock.Advance(time.Microsecond)
 	claim("r", 10)
 	use, err := e.client.LimitUsages(e.ctx)
@@ -344,4 +345,82 @@ func TestLimitsBadInputAndList(t *testing.T) {
 	if !ok || again {
 		t.Errorf("LimitDelete: first %v, second %v", ok, again)
 	}
+}
+
+// A rate limit holds on handler starts, not only on claims: in no window of the
+// limit's period did more handlers start than its rate, over a run whose handlers
+// take uneven times (so that a claimed job waits for a worker a varying while), with
+// prefetch on. Before, a batch claimed a period after the previous one started its
+// handlers sooner after its claim than the previous batch's last one had, and up to
+// twice the rate started within one period.
+func TestRateLimitHoldsOnHandlerStarts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{})
+	const (
+		rate = 4
+		per  = 400 * time.Millisecond
+		jobs = 36
+	)
+	e.must(e.client.LimitSet(e.ctx, skiplock.Limit{Queue: "rated", Rate: rate, Per: per}))
+	var mu sync.Mutex
+	var starts []time.Time
+	done := make(chan struct{}, jobs)
+	ws := skiplock.NewWorkers()
+	e.must(ws.AddHandler("k", func(ctx context.Context, job *skiplock.Job) error {
+		mu.Lock()
+		starts = append(starts, time.Now())
+		n := len(starts)
+		mu.Unlock()
+		// Uneven work: every third handler holds its worker for a while, so the jobs
+		// claimed behind it wait locally.
+		if n%3 == 0 {
+			select {
+			case <-time.After(60 * time.Millisecond):
+			case <-ctx.Done():
+			}
+		}
+		done <- struct{}{}
+		return nil
+	}, nil))
+	c := e.newClient(skiplock.Config{Workers: ws, Clock: realClock{}, PollInterval: 50 * time.Millisecond,
+		Queues: map[string]skiplock.QueueConfig{"rated": {MaxWorkers: 2, MaxPrefetch: 8, PrefetchWindow: time.Second}}})
+	for range jobs {
+		_, err := c.EnqueueRaw(e.ctx, "k", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "rated"})
+		e.must(err)
+	}
+	startClient(t, c)
+	for i := 0; i < jobs; i++ {
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("%d of %d jobs ran", i, jobs)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
+	worst, at := 0, 0
+	for i := range starts {
+		n := 0
+		for j := i; j < len(starts) && starts[j].Sub(starts[i]) < per; j++ {
+			n++
+		}
+		if n > worst {
+			worst, at = n, i
+		}
+	}
+	if worst > rate {
+		t.Errorf("%d handlers started within %s from start %d (rate %d per %s); starts: %v",
+			worst, per, at, rate, per, offsets(starts))
+	}
+	waitFor(t, 30*time.Second, "every job's success to be written", func() bool { return c.Counters().Succeeded == jobs })
+}
+
+// offsets lists each time's distance from the first, for a failure message.
+func offsets(ts []time.Time) []time.Duration {
+	out := make([]time.Duration, len(ts))
+	for i, t := range ts {
+		out[i] = t.Sub(ts[0]).Round(time.Millisecond)
+	}
+	return out
 }

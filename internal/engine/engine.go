@@ -83,6 +83,8 @@ type Config struct {
 type Failures interface {
 	Warn(op string, err error, attrs ...any)
 	OK(op string)
+	// Notice logs msg at Warn unless a notice with the same key was logged recently.
+	Notice(key, msg string, attrs ...any)
 }
 
 // Hooks is what only the public package knows.
@@ -132,6 +134,9 @@ type Counters struct {
 	Throttled                    atomic.Int64
 	Handoffs, HandoffsReturned   atomic.Int64
 	Warmed                       atomic.Int64
+	// LateStarts counts the jobs under a rate limit handed back because their
+	// handler could not start within store.RateStartSlack of their claim.
+	LateStarts atomic.Int64
 }
 
 // ErrShutdown is the cause a handler's context is cancelled with when a stop cuts

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"time"
 
 	"github.com/skiplock/skiplock/internal/hostclock"
 	"github.com/skiplock/skiplock/internal/store"
@@ -49,6 +50,15 @@ func (e *Engine) handBack(f *flight, active bool) {
 func (e *Engine) execute(f *flight) {
 	hooks := &e.cfg.Hooks
 	f.started = hostclock.Now()
+	if late := e.lateForRate(f); late > 0 {
+		// A rate limit counted this start at the claim; starting now could put more
+		// starts than the limit in one window of its period (store.RateStartSlack).
+		e.cfg.Failures.Notice("rate_late", "skiplock: a job under a rate limit could not start within its slack of the claim; handed back to pending with its attempt given back",
+			"job_id", f.row.ID, "kind", f.row.Kind, "late_by", late, "slack", store.RateStartSlack)
+		e.cfg.Counters.LateStarts.Add(1)
+		e.handBack(f, false) // the executor's loop vacates its place
+		return
+	}
 	ctx, cancel := context.WithCancelCause(e.jobsCtx)
 	if timeout := hooks.Timeout(f.job); timeout > 0 {
 		deadline := f.started.Add(timeout)
@@ -107,4 +117,20 @@ func (e *Engine) retire(f *flight, status *string) {
 	}
 	f.p.cap.durable(handedOn)
 	e.jobsWG.Done()
+}
+
+// lateForRate is how late a job under a rate limit would start now, past its claim's
+// time plus store.RateStartSlack (0: in time, or no rate limit counted it). The
+// claim's time is the injected clock's or the database's, so now is read from the
+// same clock: the injected one, else the host's, which must agree with the
+// database's to well within the slack.
+func (e *Engine) lateForRate(f *flight) time.Duration {
+	if f.startBy.IsZero() {
+		return 0
+	}
+	now := f.started
+	if e.cfg.Clock != nil {
+		now = e.cfg.Clock.Now()
+	}
+	return max(now.Sub(f.startBy), 0)
 }

@@ -67,6 +67,11 @@ type flight struct {
 	p        *producer
 	unblocks bool // its outcome can make a job ready behind a claim cursor (cursor.go)
 	slotOf   store.Lease
+	// startBy, for a job whose start a rate limit counted at its claim, is the latest
+	// its handler may start (zero: no bound): store.RateStartSlack after the claim's
+	// time (attempted_at: the injected clock's, else the database's, which the host's
+	// must agree with; docs/limits.md).
+	startBy time.Time
 
 	st atomic.Int32 // a state
 
@@ -95,8 +100,12 @@ type flight struct {
 	wait      time.Duration
 }
 
+// newFlight is the flight of a job claimed as row.
 func newFlight(row *store.Job, job any, p *producer) *flight {
 	f := &flight{row: row, job: job, p: p, unblocks: row.Unblocks}
+	if row.Rated && row.AttemptedAt != nil {
+		f.startBy = row.AttemptedAt.Add(store.RateStartSlack)
+	}
 	if row.SlotOf != nil && row.SlotToken != nil {
 		f.slotOf = store.Lease{ID: *row.SlotOf, Token: *row.SlotToken}
 	}

@@ -158,7 +158,7 @@ UPDATE {{s}}.jobs AS j
 FROM t, sm
 WHERE j.id = ANY(ARRAY(SELECT id FROM succ)) AND ` + stillPending + ` AND t.async IS NOT NULL
   AND $5::int IS NOT NULL -- the free slots asked for: a claim of successors takes none
-RETURNING ` + claimReturns + `, j.slot_of, j.slot_token`
+RETURNING ` + claimReturns + `, j.slot_of, j.slot_token, false AS rated`
 }
 
 // ClaimSuccessors takes successors for p.Preds only (successorClaimSQL), under the

@@ -54,6 +54,9 @@ type Job struct {
 	// of this running job (under this lease) of the same worker, and must not start
 	// before that job's handler returned.
 	SlotOf, SlotToken *string
+	// Rated is set by limited claims only: a rate limit counted the job's start at
+	// its claim, so its handler must start within RateStartSlack of it.
+	Rated bool
 }
 
 // jobColumns lists what statements returning jobs select, in scanJob's order.

@@ -87,7 +87,7 @@ func limitedClaimed(br pgx.BatchResults) ([]*Job, error) {
 	}
 	rows, err := br.Query()
 	jobs, err := collectJobRows(rows, err, func(d []any, j *Job) []any {
-		return append(d, &j.Unblocks, &j.SlotOf, &j.SlotToken)
+		return append(d, &j.Unblocks, &j.SlotOf, &j.SlotToken, &j.Rated)
 	})
 	if err != nil {
 		return nil, err

@@ -18,6 +18,8 @@ package store
 
 import (
 	"context"
+	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -95,7 +97,7 @@ func limitEval(p, cand string) string {
   SELECT b.scope, b.target, b.bkey, coalesce((
            SELECT sum(x.n) FROM {{s}}.limit_windows w, unnest(w.starts, w.counts) AS x(at, n)
            WHERE w.scope = b.scope AND w.target = b.target AND w.key = b.bkey
-             AND x.at > (SELECT now FROM t) - b.per_us * interval '1 microsecond'), 0) AS n
+             AND x.at > (SELECT now FROM t) - ` + rateWindow("b.per_us") + `), 0) AS n
   FROM (SELECT DISTINCT scope, target, bkey, per_us FROM ` + p + `_x WHERE rate IS NOT NULL) b
 ),
 ` + p + `_cb AS MATERIALIZED (
@@ -277,7 +279,7 @@ claimed AS (
     ` + successorSlots + `
   FROM t, sm
   WHERE j.id = ANY(ARRAY(SELECT id FROM pick UNION ALL SELECT id FROM succ)) AND ` + stillPending + ` AND t.async IS NOT NULL
-  RETURNING ` + claimReturns + `, j.slot_of, j.slot_token
+  RETURNING ` + claimReturns + `, j.slot_of, j.slot_token, j.id IN (SELECT r.id FROM rated r) AS rated
 ),
 logged AS (
   INSERT INTO {{s}}.limit_windows AS w (scope, target, key, per_us, starts, counts)
@@ -287,12 +289,31 @@ logged AS (
   ON CONFLICT (scope, target, key) DO UPDATE SET
     per_us = excluded.per_us,
     starts = ARRAY(SELECT x.at FROM unnest(w.starts, w.counts) AS x(at, n)
-                   WHERE x.at > excluded.starts[1] - excluded.per_us * interval '1 microsecond' ORDER BY x.at) || excluded.starts,
+                   WHERE x.at > excluded.starts[1] - ` + rateWindow("excluded.per_us") + ` ORDER BY x.at) || excluded.starts,
     counts = ARRAY(SELECT x.n FROM unnest(w.starts, w.counts) AS x(at, n)
-                   WHERE x.at > excluded.starts[1] - excluded.per_us * interval '1 microsecond' ORDER BY x.at) || excluded.counts
+                   WHERE x.at > excluded.starts[1] - ` + rateWindow("excluded.per_us") + ` ORDER BY x.at) || excluded.counts
   RETURNING 1
 )
 SELECT * FROM claimed`
+}
+
+// RateStartSlack is how late after its claim a job under a rate limit may start its
+// handler: a claim counts the starts of the limit's period plus this slack, and the
+// engine hands back (to pending, its attempt given back) a rate-limited job whose
+// handler could not start within it. A claim's start is recorded at the claim, and
+// the handler starts a little later (the claim's round trip, an executor coming
+// free); a later batch may start sooner after its claim than an earlier one did, so
+// counting claims over the period alone let the handlers' starts exceed the limit in
+// some window of the period. Counting over the period plus the slack, with every
+// start within the slack of its claim, holds the limit on handler starts in every
+// window of the period, at the cost of a limit that is slightly slower than its
+// figure (rate per period + slack; docs/limits.md).
+const RateStartSlack = 50 * time.Millisecond
+
+// rateWindow is the span over which a claim counts a rate limit's recorded starts:
+// the period (the column perUS, in microseconds) plus RateStartSlack, as an interval.
+func rateWindow(perUS string) string {
+	return "(" + perUS + " + " + strconv.FormatInt(RateStartSlack.Microseconds(), 10) + ") * interval '1 microsecond'"
 }
 
 // stillPending is the limited claims' re-check that a job they chose is still pending
@@ -390,13 +411,13 @@ d AS MATERIALIZED (
 SELECT
   (SELECT count(*) FROM d),
   f.priority, f.run_at,
-  (SELECT (extract(epoch FROM min(o.oldest + w.per_us * interval '1 microsecond') - (SELECT now FROM t)) * 1000000)::bigint
+  (SELECT (extract(epoch FROM min(o.oldest + `+rateWindow("w.per_us")+`) - (SELECT now FROM t)) * 1000000)::bigint
    FROM {{s}}.limit_windows w
    JOIN {{s}}.limits l ON l.scope = w.scope AND l.target = w.target
      AND (l.key = w.key OR (l.key = '*' AND w.key <> ''))
    CROSS JOIN LATERAL (
      SELECT min(x.at) AS oldest, sum(x.n) AS n FROM unnest(w.starts, w.counts) AS x(at, n)
-     WHERE x.at > (SELECT now FROM t) - w.per_us * interval '1 microsecond') o
+     WHERE x.at > (SELECT now FROM t) - `+rateWindow("w.per_us")+`) o
    WHERE ((w.scope = 'queue' AND w.target = $2) OR w.scope = 'kind') AND l.rate IS NOT NULL
      AND o.n >= l.rate)
 FROM (SELECT 1) one
@@ -470,7 +491,7 @@ ORDER BY b.scope DESC, b.target, b.lkey, b.bkey`),
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
 DELETE FROM {{s}}.limit_windows w
 USING t
-WHERE w.starts[array_upper(w.starts, 1)] <= t.now - w.per_us * interval '1 microsecond'
+WHERE w.starts[array_upper(w.starts, 1)] <= t.now - `+rateWindow("w.per_us")+`
    OR NOT EXISTS (SELECT 1 FROM {{s}}.limits l WHERE l.scope = w.scope AND l.target = w.target AND l.rate IS NOT NULL)`),
 	}
 }
