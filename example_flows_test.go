@@ -27,13 +27,13 @@ func ExampleClient_EnqueueFlow() {
 	ctx := context.Background()
 	pool, schema := exampleDB()
 	defer pool.Close()
-	var client *skiplock.Client
 	done := make(chan struct{})
 	workers := skiplock.NewWorkers()
 	skiplock.AddWorker(workers, skiplock.WorkFunc[Resize](func(ctx context.Context, job *skiplock.Job, a Resize) error {
 		return job.SetOutput(map[string]string{"url": fmt.Sprintf("https://cdn.example/%d.jpg", a.Width)})
 	}), nil)
 	skiplock.AddWorker(workers, skiplock.WorkFunc[Publish](func(ctx context.Context, job *skiplock.Job, a Publish) error {
+		client, _ := skiplock.ClientFromContext(ctx) // the client running this handler
 		children, err := client.Children(ctx, job.ID)
 		if err != nil {
 			return err
@@ -46,7 +46,7 @@ func ExampleClient_EnqueueFlow() {
 		close(done)
 		return nil
 	}), nil)
-	client, _ = skiplock.NewClient(pool, skiplock.Config{Schema: schema, Workers: workers,
+	client, _ := skiplock.NewClient(pool, skiplock.Config{Schema: schema, Workers: workers,
 		Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 2}}})
 	defer client.Close()
 

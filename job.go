@@ -64,6 +64,7 @@ type Job struct {
 	completedInTx bool      // CompleteTx wrote this claim's completion in the handler's transaction
 	output        []byte    // SetOutput's JSON, written with the success
 	claimedAt     time.Time // the claim's attempted_at: tells this claim from a later one of the same attempt
+	client        *Client   // the client that claimed the job, for ClientFromContext (nil for jobs read otherwise)
 }
 
 // IdempotencyKey is stable across every attempt of this job: pass it to external APIs
@@ -115,6 +116,14 @@ func fromRow(r *store.Job) *Job {
 	if r.LastError != nil {
 		j.LastError = *r.LastError
 	}
+	return j
+}
+
+// claimed maps a row this client claimed: the job knows its client, so the handler's
+// context carries both in one value (ClientFromContext).
+func (c *Client) claimed(r *store.Job) *Job {
+	j := fromRow(r)
+	j.client = c
 	return j
 }
 
