@@ -2,7 +2,6 @@ package skiplock_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/skiplock/skiplock"
@@ -39,8 +38,10 @@ func ExampleClient_EnqueueFlow() {
 			return err
 		}
 		for _, c := range children {
-			var out struct{ URL string }
-			json.Unmarshal(c.Output, &out)
+			out, err := skiplock.ChildOutput[struct{ URL string }](c) // ErrNoOutput if it recorded none
+			if err != nil {
+				return err
+			}
 			fmt.Println(a.Album, "has", out.URL, "("+c.State+")")
 		}
 		close(done)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/skiplock/skiplock/internal/hostclock"
@@ -221,18 +222,67 @@ type Child struct {
 	Kind  string   `json:"kind"`
 	Queue string   `json:"queue"`
 	State JobState `json:"state"`
-	// Output is what the child's handler recorded with SetOutput (succeeded only).
+	// Output is what the child's handler recorded with SetOutput (succeeded only);
+	// ChildOutput decodes it.
 	Output json.RawMessage `json:"output,omitempty"`
 	// LastError is the child's last error (failed, cancelled, or retried).
 	LastError string `json:"last_error,omitempty"`
 	Attempt   int    `json:"attempt"`
 }
 
+// ErrNoOutput is matched (errors.Is) by ChildOutput's error for a child that recorded
+// no output: it has not succeeded (failed, cancelled), or its handler never called
+// SetOutput.
+var ErrNoOutput = errors.New("skiplock: child has no output")
+
+// ChildOutputError is ChildOutput's error: which child, and why its output is not a
+// T — Err matches ErrNoOutput when there is none, else it is the JSON decoding error
+// (a *json.UnmarshalTypeError for a value of the wrong shape, say).
+type ChildOutputError struct {
+	ID    string   // the child's id
+	Kind  string   // the child's kind
+	State JobState // the child's state
+	Type  string   // the Go type asked for
+	Err   error
+}
+
+func (e *ChildOutputError) Error() string {
+	return fmt.Sprintf("skiplock: output of child %s (%s, %s) as %s: %v", e.ID, e.Kind, e.State, e.Type, e.Err)
+}
+
+// Unwrap gives ErrNoOutput or the decoding error.
+func (e *ChildOutputError) Unwrap() error { return e.Err }
+
+// ChildOutput decodes the output child recorded (SetOutput) into a T, as a parent's
+// handler reads its children:
+//
+//	children, err := client.Children(ctx, job.ID)
+//	for _, c := range children {
+//		thumb, err := skiplock.ChildOutput[Thumbnail](c)
+//		…
+//	}
+//
+// It decodes as encoding/json does (fields the output has and T lacks are ignored). The
+// error is a *ChildOutputError naming the child: one matching ErrNoOutput when the
+// child recorded no output, else the decoding error of an output of the wrong shape.
+func ChildOutput[T any](child Child) (T, error) {
+	var v T
+	if len(child.Output) == 0 {
+		return v, &ChildOutputError{ID: child.ID, Kind: child.Kind, State: child.State, Type: reflect.TypeFor[T]().String(), Err: ErrNoOutput}
+	}
+	if err := json.Unmarshal(child.Output, &v); err != nil {
+		var zero T
+		return zero, &ChildOutputError{ID: child.ID, Kind: child.Kind, State: child.State, Type: reflect.TypeFor[T]().String(), Err: err}
+	}
+	return v, nil
+}
+
 // MaxChildren bounds what Children returns.
 const MaxChildren = MaxFlowJobs
 
 // Children returns the children of the job parentID, oldest first, with their states
-// and outputs: what a parent's handler reads (call it with job.ID). Under the
+// and outputs: what a parent's handler reads (call it with job.ID; ClientFromContext
+// gives the client, ChildOutput decodes an output). Under the
 // IgnoreFailed policy the failed and cancelled children are left out. A child that
 // was deleted (JobDelete) is missing. ErrNotFound if no job has the id.
 func (c *Client) Children(ctx context.Context, parentID string) ([]Child, error) {

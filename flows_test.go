@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -47,7 +48,6 @@ type flowRig struct {
 func newFlowRig(t *testing.T, cfg skiplock.Config) *flowRig {
 	t.Helper()
 	r := &flowRig{runs: map[string][][]skiplock.Child{}}
-	var client *skiplock.Client
 	ws := skiplock.NewWorkers()
 	if err := skiplock.AddWorker(ws, skiplock.WorkFunc[leafArgs](func(ctx context.Context, job *skiplock.Job, a leafArgs) error {
 		switch {
@@ -61,6 +61,10 @@ func newFlowRig(t *testing.T, cfg skiplock.Config) *flowRig {
 		t.Fatal(err)
 	}
 	if err := skiplock.AddWorker(ws, skiplock.WorkFunc[parentArgs](func(ctx context.Context, job *skiplock.Job, a parentArgs) error {
+		client, ok := skiplock.ClientFromContext(ctx)
+		if !ok {
+			return errors.New("no client in the handler's context")
+		}
 		kids, err := client.Children(ctx, job.ID)
 		if err != nil {
 			return err
@@ -77,7 +81,6 @@ func newFlowRig(t *testing.T, cfg skiplock.Config) *flowRig {
 		cfg.Queues = map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 4}}
 	}
 	r.env = newEnv(t, cfg)
-	client = r.client
 	return r
 }
 
@@ -124,11 +127,54 @@ func TestFlowParentRunsAfterChildrenAndReadsOutputs(t *testing.T) {
 		t.Fatalf("parent runs %v", runs)
 	}
 	for i, c := range runs[0] {
-		var out struct{ Double int }
-		r.must(json.Unmarshal(c.Output, &out))
+		out, err := skiplock.ChildOutput[struct{ Double int }](c)
+		r.must(err)
 		if c.State != skiplock.StateSucceeded || c.ID != res.Children[i].ID || out.Double != 2*(i+1) {
 			t.Fatalf("child %d as the parent saw it: %+v", i, c)
 		}
+	}
+}
+
+// ChildOutput decodes a child's output into the type asked for, and names the child
+// when it has none (it failed) or one of another shape.
+func TestChildOutputDecodesOrNamesTheChild(t *testing.T) {
+	t.Parallel()
+	r := newFlowRig(t, skiplock.Config{})
+	res, err := r.client.EnqueueFlow(r.ctx, skiplock.Flow{Args: parentArgs{Name: "root"}, OnChildFailure: skiplock.RunParent,
+		Children: []skiplock.Flow{leaf(21), leaf(2, failing)}})
+	r.must(err)
+	skiplocktest.Drain(r.ctx, t, r.client)
+	runs := r.runs[res.ID]
+	if len(runs) != 1 || len(runs[0]) != 2 {
+		t.Fatalf("parent runs %v", runs)
+	}
+	ok, failed := runs[0][0], runs[0][1]
+
+	type double struct{ Double int }
+	if got, err := skiplock.ChildOutput[double](ok); err != nil || got.Double != 42 {
+		t.Errorf("ChildOutput of a succeeded child = %+v, %v; want 42", got, err)
+	}
+	if got, err := skiplock.ChildOutput[map[string]int](ok); err != nil || got["double"] != 42 {
+		t.Errorf("ChildOutput as a map = %v, %v", got, err)
+	}
+
+	_, err = skiplock.ChildOutput[double](failed)
+	var coe *skiplock.ChildOutputError
+	if !errors.Is(err, skiplock.ErrNoOutput) || !errors.As(err, &coe) || coe.ID != failed.ID ||
+		coe.State != skiplock.StateFailed || coe.Kind != "leaf" || coe.Type != "skiplock_test.double" {
+		t.Errorf("ChildOutput of a failed child: %v (%+v); want ErrNoOutput naming child %s", err, coe, failed.ID)
+	}
+
+	got, err := skiplock.ChildOutput[struct{ Double string }](ok)
+	var typeErr *json.UnmarshalTypeError
+	if !errors.As(err, &typeErr) || !errors.As(err, &coe) || coe.ID != ok.ID || errors.Is(err, skiplock.ErrNoOutput) || got.Double != "" {
+		t.Errorf("ChildOutput into the wrong shape = %+v, %v; want a JSON type error naming child %s", got, err, ok.ID)
+	}
+	if msg := fmt.Sprint(err); !strings.Contains(msg, ok.ID) || !strings.Contains(msg, "leaf") {
+		t.Errorf("the error %q does not name the child", msg)
+	}
+	if _, err := skiplock.ChildOutput[double](skiplock.Child{}); !errors.Is(err, skiplock.ErrNoOutput) {
+		t.Errorf("ChildOutput of a zero Child = %v, want ErrNoOutput", err)
 	}
 }
 
