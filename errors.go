@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/skiplock/skiplock/internal/validate"
@@ -42,6 +43,18 @@ var ErrJobState = errors.New("skiplock: job is in the wrong state")
 
 func invalid(field, format string, args ...any) error {
 	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// words lists the valid values of a string enum for an error message: "a, b, c".
+func words[T ~string](values []T) string {
+	var b strings.Builder
+	for i, v := range values {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(string(v))
+	}
+	return b.String()
 }
 
 // ErrPermanent is matched (errors.Is) by every error Permanent returns, however it

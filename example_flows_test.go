@@ -53,7 +53,7 @@ func ExampleClient_EnqueueFlow() {
 
 	res, _ := client.EnqueueFlow(ctx, skiplock.Flow{
 		Args:           Publish{Album: "holidays"},
-		OnChildFailure: skiplock.FailParent, // the default: a child that fails for good fails the album
+		OnChildFailure: skiplock.FailureFail, // the default: a child that fails for good fails the album
 		Children:       []skiplock.Flow{{Args: Resize{Width: 320}}, {Args: Resize{Width: 1280}}},
 	})
 	parent, _ := client.JobGet(ctx, res.ID)

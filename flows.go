@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"time"
 
 	"github.com/skiplock/skiplock/internal/hostclock"
@@ -23,21 +24,26 @@ const (
 )
 
 // FailurePolicy says what a parent does when one of its children fails for good
-// (failed, or cancelled).
+// (failed, or cancelled). Its value is the one word stored (jobs.flow_policy), shown
+// (FlowTree, `skiplock flows show`, the dashboard) and named by the constant:
+// Failure<Word>.
 type FailurePolicy string
 
-// The failure policies. The zero value is FailParent.
+// The failure policies. The zero value means FailureFail.
 const (
-	// FailParent fails the parent as soon as a child fails for good, and cancels its
-	// children that have not started; children already running finish.
-	FailParent FailurePolicy = "fail"
-	// RunParent runs the parent once every child has finished, whatever became of
-	// them: Children shows the failures.
-	RunParent FailurePolicy = "continue"
-	// IgnoreFailed runs the parent once every child has finished, and Children leaves
-	// the failed and cancelled ones out.
-	IgnoreFailed FailurePolicy = "ignore"
+	// FailureFail ("fail") fails the parent as soon as a child fails for good, and
+	// cancels its children that have not started; children already running finish.
+	FailureFail FailurePolicy = "fail"
+	// FailureContinue ("continue") runs the parent once every child has finished,
+	// whatever became of them: Children shows the failures.
+	FailureContinue FailurePolicy = "continue"
+	// FailureIgnore ("ignore") runs the parent once every child has finished, and
+	// Children leaves the failed and cancelled ones out.
+	FailureIgnore FailurePolicy = "ignore"
 )
+
+// FailurePolicies lists the valid failure policies.
+var FailurePolicies = []FailurePolicy{FailureFail, FailureContinue, FailureIgnore}
 
 // Flow is a job with children. The job is inserted waiting (StateWaiting) and becomes
 // pending once each of its children has finished; children are ordinary jobs with
@@ -48,7 +54,7 @@ type Flow struct {
 	Kind    string
 	Payload []byte
 	Opts    EnqueueOpts
-	// OnChildFailure is this job's policy for its children. Default FailParent.
+	// OnChildFailure is this job's policy for its children. Default FailureFail.
 	OnChildFailure FailurePolicy
 	// Children run before the job. A job without children is inserted pending.
 	Children []Flow
@@ -159,10 +165,10 @@ func (b *flowBuilder) add(f *Flow, parent *[16]byte, depth int) (*FlowResult, er
 	}
 	policy := f.OnChildFailure
 	if policy == "" {
-		policy = FailParent
+		policy = FailureFail
 	}
-	if policy != FailParent && policy != RunParent && policy != IgnoreFailed {
-		return nil, invalid("on_child_failure", "unknown policy %q (valid: fail, continue, ignore)", string(f.OnChildFailure))
+	if !slices.Contains(FailurePolicies, policy) {
+		return nil, invalid("on_child_failure", "unknown policy %q (valid: %s)", string(f.OnChildFailure), words(FailurePolicies))
 	}
 	node, err := b.c.memberParams(b.ctx, EnqueueParams{Args: f.Args, Kind: f.Kind, Payload: f.Payload, Opts: f.Opts}, len(b.nodes))
 	if err != nil {
@@ -283,7 +289,7 @@ const MaxChildren = MaxFlowJobs
 // Children returns the children of the job parentID, oldest first, with their states
 // and outputs: what a parent's handler reads (call it with job.ID; ClientFromContext
 // gives the client, ChildOutput decodes an output). Under the
-// IgnoreFailed policy the failed and cancelled children are left out. A child that
+// FailureIgnore policy the failed and cancelled children are left out. A child that
 // was deleted (JobDelete) is missing. ErrNotFound if no job has the id.
 func (c *Client) Children(ctx context.Context, parentID string) ([]Child, error) {
 	if err := checkAdmin(ctx, parentID); err != nil {

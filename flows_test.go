@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -140,7 +144,7 @@ func TestFlowParentRunsAfterChildrenAndReadsOutputs(t *testing.T) {
 func TestChildOutputDecodesOrNamesTheChild(t *testing.T) {
 	t.Parallel()
 	r := newFlowRig(t, skiplock.Config{})
-	res, err := r.client.EnqueueFlow(r.ctx, skiplock.Flow{Args: parentArgs{Name: "root"}, OnChildFailure: skiplock.RunParent,
+	res, err := r.client.EnqueueFlow(r.ctx, skiplock.Flow{Args: parentArgs{Name: "root"}, OnChildFailure: skiplock.FailureContinue,
 		Children: []skiplock.Flow{leaf(21), leaf(2, failing)}})
 	r.must(err)
 	skiplocktest.Drain(r.ctx, t, r.client)
@@ -187,9 +191,9 @@ func TestFlowFailurePolicies(t *testing.T) {
 		later    skiplock.JobState
 		children int // Children the parent's run saw (-1: no run)
 	}{
-		{skiplock.FailParent, skiplock.StateFailed, skiplock.StateCancelled, -1},
-		{skiplock.RunParent, skiplock.StateSucceeded, skiplock.StateSucceeded, 4},
-		{skiplock.IgnoreFailed, skiplock.StateSucceeded, skiplock.StateSucceeded, 2},
+		{skiplock.FailureFail, skiplock.StateFailed, skiplock.StateCancelled, -1},
+		{skiplock.FailureContinue, skiplock.StateSucceeded, skiplock.StateSucceeded, 4},
+		{skiplock.FailureIgnore, skiplock.StateSucceeded, skiplock.StateSucceeded, 2},
 	} {
 		t.Run(string(tc.policy), func(t *testing.T) {
 			t.Parallel()
@@ -215,7 +219,7 @@ func TestFlowFailurePolicies(t *testing.T) {
 			case tc.children >= 0 && (len(runs) != 1 || len(runs[0]) != tc.children):
 				t.Fatalf("parent runs %v, want one seeing %d children", runs, tc.children)
 			}
-			if tc.policy == skiplock.RunParent {
+			if tc.policy == skiplock.FailureContinue {
 				if st := runs[0][1].State; st != skiplock.StateFailed || runs[0][1].LastError == "" {
 					t.Fatalf("the failed child as the parent saw it: %+v", runs[0][1])
 				}
@@ -374,12 +378,12 @@ func TestFlowRefusesBadInput(t *testing.T) {
 func TestFlowTreeAndStats(t *testing.T) {
 	t.Parallel()
 	r := newFlowRig(t, skiplock.Config{})
-	res, err := r.client.EnqueueFlow(r.ctx, skiplock.Flow{Args: parentArgs{Name: "root"}, OnChildFailure: skiplock.RunParent,
+	res, err := r.client.EnqueueFlow(r.ctx, skiplock.Flow{Args: parentArgs{Name: "root"}, OnChildFailure: skiplock.FailureContinue,
 		Children: []skiplock.Flow{{Args: parentArgs{Name: "mid"}, Children: []skiplock.Flow{leaf(1), leaf(2)}}, leaf(3)}})
 	r.must(err)
 	root, truncated, err := r.client.FlowTree(r.ctx, res.Children[0].Children[1].ID) // from a leaf
 	r.must(err)
-	if truncated || root.ID != res.ID || root.State != skiplock.StateWaiting || root.Policy != skiplock.RunParent ||
+	if truncated || root.ID != res.ID || root.State != skiplock.StateWaiting || root.Policy != skiplock.FailureContinue ||
 		root.OpenChildren != 2 || len(root.Children) != 2 || len(root.Children[0].Children) != 2 {
 		t.Fatalf("tree %+v", root)
 	}
@@ -526,4 +530,64 @@ func TestFlowTreeOf1000UnderFailuresAndSIGKILL(t *testing.T) {
 		t.Fatal("no leaf was reclaimed from the killed worker")
 	}
 	t.Logf("%d jobs; %d leaves reclaimed from the killed worker; every parent ran once, after its children", 1+mids+n, reclaimed)
+}
+
+// One vocabulary for failure policies: each constant is named Failure<Word> after the
+// word it stands for, FailurePolicies lists every one, and that word is what the
+// database stores, FlowTree reports and an unknown policy's error offers.
+func TestFailurePolicyNamesAreTheWordsStoredAndShown(t *testing.T) {
+	t.Parallel()
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "flows.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	declared := map[string]string{} // constant name → its word
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range g.Specs {
+			vs := spec.(*ast.ValueSpec)
+			if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != "FailurePolicy" {
+				continue
+			}
+			for i, name := range vs.Names {
+				word, err := strconv.Unquote(vs.Values[i].(*ast.BasicLit).Value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				declared[name.Name] = word
+			}
+		}
+	}
+	if len(declared) != len(skiplock.FailurePolicies) {
+		t.Errorf("flows.go declares %d FailurePolicy constants %v; FailurePolicies lists %v", len(declared), declared, skiplock.FailurePolicies)
+	}
+	for name, word := range declared {
+		if want := "Failure" + strings.ToUpper(word[:1]) + word[1:]; name != want {
+			t.Errorf("the policy %q is named %s: name it %s, so code, database, CLI and dashboard use one word", word, name, want)
+		}
+		if !slices.Contains(skiplock.FailurePolicies, skiplock.FailurePolicy(word)) {
+			t.Errorf("FailurePolicies lacks %s", name)
+		}
+	}
+
+	e := newEnv(t, skiplock.Config{})
+	for _, p := range skiplock.FailurePolicies {
+		res, err := e.client.EnqueueFlow(e.ctx, skiplock.Flow{Args: parentArgs{Name: string(p)}, OnChildFailure: p, Children: []skiplock.Flow{leaf(1)}})
+		e.must(err)
+		var stored string
+		e.must(e.pool.QueryRow(e.ctx, "SELECT flow_policy FROM "+e.q("jobs")+" WHERE id = $1", res.ID).Scan(&stored))
+		root, _, err := e.client.FlowTree(e.ctx, res.ID)
+		e.must(err)
+		if stored != string(p) || root.Policy != p {
+			t.Errorf("policy %q: stored %q, FlowTree shows %q", p, stored, root.Policy)
+		}
+	}
+	_, err = e.client.EnqueueFlow(e.ctx, skiplock.Flow{Args: parentArgs{}, OnChildFailure: "FailureContinue", Children: []skiplock.Flow{leaf(1)}})
+	if !errors.Is(err, skiplock.ErrInvalid) || !strings.Contains(err.Error(), "(valid: fail, continue, ignore)") {
+		t.Errorf("an unknown policy: %v", err)
+	}
 }

@@ -2,7 +2,6 @@ package skiplock
 
 import (
 	"encoding/json"
-	"strings"
 	"time"
 
 	"github.com/skiplock/skiplock/internal/jobrow"
@@ -152,9 +151,5 @@ func ParseJobState(s string) (JobState, error) {
 			return st, nil
 		}
 	}
-	names := make([]string, len(JobStates))
-	for i, st := range JobStates {
-		names[i] = string(st)
-	}
-	return "", invalid("state", "unknown state %q (valid: %s)", s, strings.Join(names, ", "))
+	return "", invalid("state", "unknown state %q (valid: %s)", s, words(JobStates))
 }
