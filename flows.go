@@ -253,7 +253,10 @@ type ChildOutputError struct {
 }
 
 func (e *ChildOutputError) Error() string {
-	return fmt.Sprintf("skiplock: output of child %s (%s, %s) as %s: %v", e.ID, e.Kind, e.State, e.Type, e.Err)
+	if errors.Is(e.Err, ErrNoOutput) {
+		return fmt.Sprintf("skiplock: child %s (%s, %s) has no output to decode as %s", e.ID, e.Kind, e.State, e.Type)
+	}
+	return fmt.Sprintf("skiplock: decoding the output of child %s (%s, %s) as %s: %v", e.ID, e.Kind, e.State, e.Type, e.Err)
 }
 
 // Unwrap gives ErrNoOutput or the decoding error.

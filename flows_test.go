@@ -174,8 +174,11 @@ func TestChildOutputDecodesOrNamesTheChild(t *testing.T) {
 	if !errors.As(err, &typeErr) || !errors.As(err, &coe) || coe.ID != ok.ID || errors.Is(err, skiplock.ErrNoOutput) || got.Double != "" {
 		t.Errorf("ChildOutput into the wrong shape = %+v, %v; want a JSON type error naming child %s", got, err, ok.ID)
 	}
-	if msg := fmt.Sprint(err); !strings.Contains(msg, ok.ID) || !strings.Contains(msg, "leaf") {
-		t.Errorf("the error %q does not name the child", msg)
+	if msg := fmt.Sprint(err); !strings.Contains(msg, ok.ID) || !strings.Contains(msg, "leaf") || !strings.Contains(msg, "string") {
+		t.Errorf("the error %q does not name the child and the mismatch", msg)
+	}
+	if msg := fmt.Sprint(skiplock.ChildOutput[double](failed)); !strings.Contains(msg, failed.ID+" (leaf, failed) has no output") {
+		t.Errorf("the error %q does not say which child has no output", msg)
 	}
 	if _, err := skiplock.ChildOutput[double](skiplock.Child{}); !errors.Is(err, skiplock.ErrNoOutput) {
 		t.Errorf("ChildOutput of a zero Child = %v, want ErrNoOutput", err)
