@@ -69,6 +69,10 @@ func TestClientFromContextOutsideAClientsLoop(t *testing.T) {
 	if c, ok := skiplock.ClientFromContext(skiplock.ContextWithJob(e.ctx, jobs[0])); !ok || c != e.client {
 		t.Errorf("ClientFromContext of a claimed job's context = %p, %v; want %p", c, ok, e.client)
 	}
+	other := e.newClient(skiplock.Config{})
+	if c, _ := skiplock.ClientFromContext(skiplock.ContextWithClient(skiplock.ContextWithJob(e.ctx, jobs[0]), other)); c != other {
+		t.Errorf("ContextWithClient does not take precedence over the job's client: got %p, want %p", c, other)
+	}
 	read, err := e.client.JobGet(e.ctx, res.ID)
 	e.must(err)
 	ctx := skiplock.ContextWithJob(e.ctx, read)

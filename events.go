@@ -109,8 +109,9 @@ func ContextWithJob(ctx context.Context, job *Job) context.Context {
 }
 
 // ContextWithClient returns a copy of ctx carrying client, for ClientFromContext in
-// a handler run outside a client's own loop (skiplocktest.WorkOpts.Client does this).
-// A client's handlers need nothing of the kind: their context carries the client.
+// a handler run outside a client's own loop (skiplocktest.WorkOpts.Client does this);
+// it takes precedence over the client a job in ctx was claimed by. A client's
+// handlers need nothing of the kind: their context carries the client.
 func ContextWithClient(ctx context.Context, client *Client) context.Context {
 	if ctx == nil {
 		ctx = context.Background()
@@ -126,12 +127,14 @@ func ClientFromContext(ctx context.Context) (client *Client, ok bool) {
 	if ctx == nil {
 		return nil, false
 	}
+	if c, _ := ctx.Value(clientKey{}).(*Client); c != nil {
+		return c, true
+	}
 	// The client rides on the job, so the handler's context costs no second value.
 	if j := JobFromContext(ctx); j != nil && j.client != nil {
 		return j.client, true
 	}
-	client, _ = ctx.Value(clientKey{}).(*Client)
-	return client, client != nil
+	return nil, false
 }
 
 // JobFromContext returns the job a handler's context belongs to, or nil.
