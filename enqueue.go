@@ -74,8 +74,8 @@ type EnqueueOpts struct {
 	// sequence has finished: see SequenceOpts.
 	Sequence *SequenceOpts
 	// Unique, when set, keeps at most one job of this kind per unique key in the
-	// chosen states (and, with a Period, per period): see UniqueOpts. It cannot be
-	// combined with DeduplicationKey.
+	// chosen states (and, with a Period, per period): see UniqueOpts. It is the
+	// uniqueness to reach for first. It cannot be combined with DeduplicationKey.
 	Unique *UniqueOpts
 	// DeduplicationKey, when set, makes (kind, key) unique: a second enqueue with the
 	// same pair inserts nothing and returns the id of the job holding the key. The key
@@ -83,7 +83,9 @@ type EnqueueOpts struct {
 	// finished (succeeded, failed or cancelled) until retention deletes the row
 	// (RetentionConfig, 7 days by default) or JobDelete removes it; with
 	// Config.DeleteOnSuccess a success frees the key at once. At most MaxDedupKeyLen
-	// bytes of valid UTF-8.
+	// bytes of valid UTF-8. It fits an enqueue that must be idempotent for an event
+	// (one job per delivery or message id, however often it is retried) and enqueues
+	// from SQL; to keep work from being queued twice, use Unique (docs/scheduling.md).
 	DeduplicationKey string
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/skiplock/skiplock/internal/validate"
@@ -44,11 +45,43 @@ func invalid(field, format string, args ...any) error {
 	return &ValidationError{Field: field, Reason: fmt.Sprintf(format, args...)}
 }
 
+// words lists the valid values of a string enum for an error message: "a, b, c".
+func words[T ~string](values []T) string {
+	var b strings.Builder
+	for i, v := range values {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(string(v))
+	}
+	return b.String()
+}
+
+// ErrPermanent is matched (errors.Is) by every error Permanent returns, however it
+// was wrapped since: errors.Is(err, skiplock.ErrPermanent) tells a handler's
+// permanent failure without errors.As.
+var ErrPermanent = errors.New("skiplock: permanent error")
+
+// ErrSnooze is matched (errors.Is) by every error Snooze returns.
+var ErrSnooze = errors.New("skiplock: snooze")
+
+// ErrCancel is matched (errors.Is) by every error Cancel returns.
+var ErrCancel = errors.New("skiplock: cancel")
+
 // PermanentError marks a handler error that retrying cannot fix: the job fails at once.
+// It matches ErrPermanent; errors.As gives the error it wraps.
 type PermanentError struct{ Err error }
 
-func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
+func (e *PermanentError) Error() string {
+	if e.Err == nil {
+		return "permanent"
+	}
+	return "permanent: " + e.Err.Error()
+}
 func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrPermanent) true.
+func (e *PermanentError) Is(target error) bool { return target == ErrPermanent }
 
 // Permanent wraps err so the job is failed immediately instead of retried (for
 // example an invalid payload). Permanent(nil) is nil.
@@ -59,12 +92,16 @@ func Permanent(err error) error {
 	return &PermanentError{Err: err}
 }
 
-// SnoozeError asks for the job to run again after Delay. A snooze is not a failure:
-// the job goes back to pending at now+Delay and the attempt the claim counted is given
-// back, so a job may snooze any number of times without exhausting max_attempts.
+// SnoozeError asks for the job to run again after Delay; it matches ErrSnooze. A
+// snooze is not a failure: the job goes back to pending at now+Delay and the attempt
+// the claim counted is given back, so a job may snooze any number of times without
+// exhausting max_attempts.
 type SnoozeError struct{ Delay time.Duration }
 
 func (e *SnoozeError) Error() string { return fmt.Sprintf("snoozed for %s", e.Delay) }
+
+// Is makes errors.Is(err, ErrSnooze) true.
+func (e *SnoozeError) Is(target error) bool { return target == ErrSnooze }
 
 // Snooze returns an error that reschedules the job after d without spending an attempt.
 func Snooze(d time.Duration) error {
@@ -75,7 +112,7 @@ func Snooze(d time.Duration) error {
 }
 
 // CancelError asks for the job to be cancelled: it ends in the 'cancelled' state and
-// is not retried.
+// is not retried. It matches ErrCancel.
 type CancelError struct{ Err error }
 
 func (e *CancelError) Error() string {
@@ -85,6 +122,9 @@ func (e *CancelError) Error() string {
 	return "cancelled: " + e.Err.Error()
 }
 func (e *CancelError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrCancel) true.
+func (e *CancelError) Is(target error) bool { return target == ErrCancel }
 
 // Cancel returns an error that moves the job to 'cancelled' with err as its last_error.
 func Cancel(err error) error { return &CancelError{Err: err} }

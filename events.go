@@ -94,16 +94,49 @@ func (c *Client) emit(e *Event) {
 	}
 }
 
-type ctxKey struct{}
+type (
+	ctxKey    struct{}
+	clientKey struct{}
+)
 
 // ContextWithJob returns a copy of ctx carrying job, as the context a client gives a
 // handler does, so JobFromContext and IdempotencyKey find it: for tests
-// (skiplocktest.Work) and loops built on Manual.
+// (skiplocktest.Work) and loops built on Manual. A job a client claimed (Manual.Claim)
+// brings that client along, for ClientFromContext.
 func ContextWithJob(ctx context.Context, job *Job) context.Context {
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	return context.WithValue(ctx, ctxKey{}, job)
+}
+
+// ContextWithClient returns a copy of ctx carrying client, for ClientFromContext in
+// a handler run outside a client's own loop (skiplocktest.WorkOpts.Client does this);
+// it takes precedence over the client a job in ctx was claimed by. A client's
+// handlers need nothing of the kind: their context carries the client.
+func ContextWithClient(ctx context.Context, client *Client) context.Context {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	return context.WithValue(ctx, clientKey{}, client)
+}
+
+// ClientFromContext returns the client running the handler whose context ctx is, so
+// a handler reaches Children, EnqueueTx or JobGet without a global: every handler a
+// client runs has it, as do contexts made by ContextWithJob for a job Manual.Claim
+// returned, and by ContextWithClient. ok is false outside them (and for a nil ctx).
+func ClientFromContext(ctx context.Context) (client *Client, ok bool) {
+	if ctx == nil {
+		return nil, false
+	}
+	if c, _ := ctx.Value(clientKey{}).(*Client); c != nil {
+		return c, true
+	}
+	// The client rides on the job, so the handler's context costs no second value.
+	if j := JobFromContext(ctx); j != nil && j.client != nil {
+		return j.client, true
+	}
+	return nil, false
 }
 
 // JobFromContext returns the job a handler's context belongs to, or nil.

@@ -2,7 +2,6 @@ package skiplock_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/skiplock/skiplock"
@@ -27,32 +26,34 @@ func ExampleClient_EnqueueFlow() {
 	ctx := context.Background()
 	pool, schema := exampleDB()
 	defer pool.Close()
-	var client *skiplock.Client
 	done := make(chan struct{})
 	workers := skiplock.NewWorkers()
 	skiplock.AddWorker(workers, skiplock.WorkFunc[Resize](func(ctx context.Context, job *skiplock.Job, a Resize) error {
 		return job.SetOutput(map[string]string{"url": fmt.Sprintf("https://cdn.example/%d.jpg", a.Width)})
 	}), nil)
 	skiplock.AddWorker(workers, skiplock.WorkFunc[Publish](func(ctx context.Context, job *skiplock.Job, a Publish) error {
+		client, _ := skiplock.ClientFromContext(ctx) // the client running this handler
 		children, err := client.Children(ctx, job.ID)
 		if err != nil {
 			return err
 		}
 		for _, c := range children {
-			var out struct{ URL string }
-			json.Unmarshal(c.Output, &out)
+			out, err := skiplock.ChildOutput[struct{ URL string }](c) // ErrNoOutput if it recorded none
+			if err != nil {
+				return err
+			}
 			fmt.Println(a.Album, "has", out.URL, "("+c.State+")")
 		}
 		close(done)
 		return nil
 	}), nil)
-	client, _ = skiplock.NewClient(pool, skiplock.Config{Schema: schema, Workers: workers,
+	client, _ := skiplock.NewClient(pool, skiplock.Config{Schema: schema, Workers: workers,
 		Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 2}}})
 	defer client.Close()
 
 	res, _ := client.EnqueueFlow(ctx, skiplock.Flow{
 		Args:           Publish{Album: "holidays"},
-		OnChildFailure: skiplock.FailParent, // the default: a child that fails for good fails the album
+		OnChildFailure: skiplock.FailureFail, // the default: a child that fails for good fails the album
 		Children:       []skiplock.Flow{{Args: Resize{Width: 320}}, {Args: Resize{Width: 1280}}},
 	})
 	parent, _ := client.JobGet(ctx, res.ID)

@@ -45,6 +45,39 @@ func ExampleClient_EnqueueTx() {
 	// jobs after a rolled-back enqueue: 1
 }
 
+type SyncAccount struct {
+	ID int `json:"id"`
+}
+
+func (SyncAccount) Kind() string { return "sync_account" }
+
+// Unique jobs: at most one job per key while one is pending or running (the default
+// States). An enqueue of the same key meanwhile inserts nothing and names the job that
+// holds it; once that job has finished, the key is free for the next one.
+func ExampleUniqueOpts() {
+	ctx := context.Background()
+	pool, schema := exampleDB()
+	defer pool.Close()
+	client, _ := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
+	defer client.Close()
+	opts := &skiplock.EnqueueOpts{Unique: &skiplock.UniqueOpts{Key: "sync-account-42"}}
+
+	first, _ := client.Enqueue(ctx, SyncAccount{ID: 42}, opts)
+	again, _ := client.Enqueue(ctx, SyncAccount{ID: 42}, opts)
+	fmt.Println("while pending: duplicate", again.Duplicate, "of the same job", again.ID == first.ID)
+
+	jobs, _ := client.Manual().Claim(ctx, skiplock.DefaultQueue, 1) // a worker takes it…
+	again, _ = client.Enqueue(ctx, SyncAccount{ID: 42}, opts)
+	fmt.Println("while running: duplicate", again.Duplicate)
+	client.Manual().Complete(ctx, jobs[0]) // …and it succeeds
+	next, _ := client.Enqueue(ctx, SyncAccount{ID: 42}, opts)
+	fmt.Println("once it succeeded: duplicate", next.Duplicate, "new job", next.ID != first.ID)
+	// Output:
+	// while pending: duplicate true of the same job true
+	// while running: duplicate true
+	// once it succeeded: duplicate false new job true
+}
+
 // A typed worker: the payload is decoded into the args type, whose Kind names the jobs
 // it takes. Start works the queues; Stop waits for running jobs.
 func ExampleAddWorker() {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"time"
 
 	"github.com/skiplock/skiplock/internal/hostclock"
@@ -22,21 +24,26 @@ const (
 )
 
 // FailurePolicy says what a parent does when one of its children fails for good
-// (failed, or cancelled).
+// (failed, or cancelled). Its value is the one word stored (jobs.flow_policy), shown
+// (FlowTree, `skiplock flows show`, the dashboard) and named by the constant:
+// Failure<Word>.
 type FailurePolicy string
 
-// The failure policies. The zero value is FailParent.
+// The failure policies. The zero value means FailureFail.
 const (
-	// FailParent fails the parent as soon as a child fails for good, and cancels its
-	// children that have not started; children already running finish.
-	FailParent FailurePolicy = "fail"
-	// RunParent runs the parent once every child has finished, whatever became of
-	// them: Children shows the failures.
-	RunParent FailurePolicy = "continue"
-	// IgnoreFailed runs the parent once every child has finished, and Children leaves
-	// the failed and cancelled ones out.
-	IgnoreFailed FailurePolicy = "ignore"
+	// FailureFail ("fail") fails the parent as soon as a child fails for good, and
+	// cancels its children that have not started; children already running finish.
+	FailureFail FailurePolicy = "fail"
+	// FailureContinue ("continue") runs the parent once every child has finished,
+	// whatever became of them: Children shows the failures.
+	FailureContinue FailurePolicy = "continue"
+	// FailureIgnore ("ignore") runs the parent once every child has finished, and
+	// Children leaves the failed and cancelled ones out.
+	FailureIgnore FailurePolicy = "ignore"
 )
+
+// FailurePolicies lists the valid failure policies.
+var FailurePolicies = []FailurePolicy{FailureFail, FailureContinue, FailureIgnore}
 
 // Flow is a job with children. The job is inserted waiting (StateWaiting) and becomes
 // pending once each of its children has finished; children are ordinary jobs with
@@ -47,7 +54,7 @@ type Flow struct {
 	Kind    string
 	Payload []byte
 	Opts    EnqueueOpts
-	// OnChildFailure is this job's policy for its children. Default FailParent.
+	// OnChildFailure is this job's policy for its children. Default FailureFail.
 	OnChildFailure FailurePolicy
 	// Children run before the job. A job without children is inserted pending.
 	Children []Flow
@@ -158,10 +165,10 @@ func (b *flowBuilder) add(f *Flow, parent *[16]byte, depth int) (*FlowResult, er
 	}
 	policy := f.OnChildFailure
 	if policy == "" {
-		policy = FailParent
+		policy = FailureFail
 	}
-	if policy != FailParent && policy != RunParent && policy != IgnoreFailed {
-		return nil, invalid("on_child_failure", "unknown policy %q (valid: fail, continue, ignore)", string(f.OnChildFailure))
+	if !slices.Contains(FailurePolicies, policy) {
+		return nil, invalid("on_child_failure", "unknown policy %q (valid: %s)", string(f.OnChildFailure), words(FailurePolicies))
 	}
 	node, err := b.c.memberParams(b.ctx, EnqueueParams{Args: f.Args, Kind: f.Kind, Payload: f.Payload, Opts: f.Opts}, len(b.nodes))
 	if err != nil {
@@ -221,19 +228,71 @@ type Child struct {
 	Kind  string   `json:"kind"`
 	Queue string   `json:"queue"`
 	State JobState `json:"state"`
-	// Output is what the child's handler recorded with SetOutput (succeeded only).
+	// Output is what the child's handler recorded with SetOutput (succeeded only);
+	// ChildOutput decodes it.
 	Output json.RawMessage `json:"output,omitempty"`
 	// LastError is the child's last error (failed, cancelled, or retried).
 	LastError string `json:"last_error,omitempty"`
 	Attempt   int    `json:"attempt"`
 }
 
+// ErrNoOutput is matched (errors.Is) by ChildOutput's error for a child that recorded
+// no output: it has not succeeded (failed, cancelled), or its handler never called
+// SetOutput.
+var ErrNoOutput = errors.New("skiplock: child has no output")
+
+// ChildOutputError is ChildOutput's error: which child, and why its output is not a
+// T — Err matches ErrNoOutput when there is none, else it is the JSON decoding error
+// (a *json.UnmarshalTypeError for a value of the wrong shape, say).
+type ChildOutputError struct {
+	ID    string   // the child's id
+	Kind  string   // the child's kind
+	State JobState // the child's state
+	Type  string   // the Go type asked for
+	Err   error
+}
+
+func (e *ChildOutputError) Error() string {
+	if errors.Is(e.Err, ErrNoOutput) {
+		return fmt.Sprintf("skiplock: child %s (%s, %s) has no output to decode as %s", e.ID, e.Kind, e.State, e.Type)
+	}
+	return fmt.Sprintf("skiplock: decoding the output of child %s (%s, %s) as %s: %v", e.ID, e.Kind, e.State, e.Type, e.Err)
+}
+
+// Unwrap gives ErrNoOutput or the decoding error.
+func (e *ChildOutputError) Unwrap() error { return e.Err }
+
+// ChildOutput decodes the output child recorded (SetOutput) into a T, as a parent's
+// handler reads its children:
+//
+//	children, err := client.Children(ctx, job.ID)
+//	for _, c := range children {
+//		thumb, err := skiplock.ChildOutput[Thumbnail](c)
+//		…
+//	}
+//
+// It decodes as encoding/json does (fields the output has and T lacks are ignored). The
+// error is a *ChildOutputError naming the child: one matching ErrNoOutput when the
+// child recorded no output, else the decoding error of an output of the wrong shape.
+func ChildOutput[T any](child Child) (T, error) {
+	var v T
+	if len(child.Output) == 0 {
+		return v, &ChildOutputError{ID: child.ID, Kind: child.Kind, State: child.State, Type: reflect.TypeFor[T]().String(), Err: ErrNoOutput}
+	}
+	if err := json.Unmarshal(child.Output, &v); err != nil {
+		var zero T
+		return zero, &ChildOutputError{ID: child.ID, Kind: child.Kind, State: child.State, Type: reflect.TypeFor[T]().String(), Err: err}
+	}
+	return v, nil
+}
+
 // MaxChildren bounds what Children returns.
 const MaxChildren = MaxFlowJobs
 
 // Children returns the children of the job parentID, oldest first, with their states
-// and outputs: what a parent's handler reads (call it with job.ID). Under the
-// IgnoreFailed policy the failed and cancelled children are left out. A child that
+// and outputs: what a parent's handler reads (call it with job.ID; ClientFromContext
+// gives the client, ChildOutput decodes an output). Under the
+// FailureIgnore policy the failed and cancelled children are left out. A child that
 // was deleted (JobDelete) is missing. ErrNotFound if no job has the id.
 func (c *Client) Children(ctx context.Context, parentID string) ([]Child, error) {
 	if err := checkAdmin(ctx, parentID); err != nil {

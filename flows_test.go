@@ -5,10 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -47,7 +52,6 @@ type flowRig struct {
 func newFlowRig(t *testing.T, cfg skiplock.Config) *flowRig {
 	t.Helper()
 	r := &flowRig{runs: map[string][][]skiplock.Child{}}
-	var client *skiplock.Client
 	ws := skiplock.NewWorkers()
 	if err := skiplock.AddWorker(ws, skiplock.WorkFunc[leafArgs](func(ctx context.Context, job *skiplock.Job, a leafArgs) error {
 		switch {
@@ -61,6 +65,10 @@ func newFlowRig(t *testing.T, cfg skiplock.Config) *flowRig {
 		t.Fatal(err)
 	}
 	if err := skiplock.AddWorker(ws, skiplock.WorkFunc[parentArgs](func(ctx context.Context, job *skiplock.Job, a parentArgs) error {
+		client, ok := skiplock.ClientFromContext(ctx)
+		if !ok {
+			return errors.New("no client in the handler's context")
+		}
 		kids, err := client.Children(ctx, job.ID)
 		if err != nil {
 			return err
@@ -77,7 +85,6 @@ func newFlowRig(t *testing.T, cfg skiplock.Config) *flowRig {
 		cfg.Queues = map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 4}}
 	}
 	r.env = newEnv(t, cfg)
-	client = r.client
 	return r
 }
 
@@ -124,11 +131,57 @@ func TestFlowParentRunsAfterChildrenAndReadsOutputs(t *testing.T) {
 		t.Fatalf("parent runs %v", runs)
 	}
 	for i, c := range runs[0] {
-		var out struct{ Double int }
-		r.must(json.Unmarshal(c.Output, &out))
+		out, err := skiplock.ChildOutput[struct{ Double int }](c)
+		r.must(err)
 		if c.State != skiplock.StateSucceeded || c.ID != res.Children[i].ID || out.Double != 2*(i+1) {
 			t.Fatalf("child %d as the parent saw it: %+v", i, c)
 		}
+	}
+}
+
+// ChildOutput decodes a child's output into the type asked for, and names the child
+// when it has none (it failed) or one of another shape.
+func TestChildOutputDecodesOrNamesTheChild(t *testing.T) {
+	t.Parallel()
+	r := newFlowRig(t, skiplock.Config{})
+	res, err := r.client.EnqueueFlow(r.ctx, skiplock.Flow{Args: parentArgs{Name: "root"}, OnChildFailure: skiplock.FailureContinue,
+		Children: []skiplock.Flow{leaf(21), leaf(2, failing)}})
+	r.must(err)
+	skiplocktest.Drain(r.ctx, t, r.client)
+	runs := r.runs[res.ID]
+	if len(runs) != 1 || len(runs[0]) != 2 {
+		t.Fatalf("parent runs %v", runs)
+	}
+	ok, failed := runs[0][0], runs[0][1]
+
+	type double struct{ Double int }
+	if got, err := skiplock.ChildOutput[double](ok); err != nil || got.Double != 42 {
+		t.Errorf("ChildOutput of a succeeded child = %+v, %v; want 42", got, err)
+	}
+	if got, err := skiplock.ChildOutput[map[string]int](ok); err != nil || got["double"] != 42 {
+		t.Errorf("ChildOutput as a map = %v, %v", got, err)
+	}
+
+	_, err = skiplock.ChildOutput[double](failed)
+	var coe *skiplock.ChildOutputError
+	if !errors.Is(err, skiplock.ErrNoOutput) || !errors.As(err, &coe) || coe.ID != failed.ID ||
+		coe.State != skiplock.StateFailed || coe.Kind != "leaf" || coe.Type != "skiplock_test.double" {
+		t.Errorf("ChildOutput of a failed child: %v (%+v); want ErrNoOutput naming child %s", err, coe, failed.ID)
+	}
+
+	got, err := skiplock.ChildOutput[struct{ Double string }](ok)
+	var typeErr *json.UnmarshalTypeError
+	if !errors.As(err, &typeErr) || !errors.As(err, &coe) || coe.ID != ok.ID || errors.Is(err, skiplock.ErrNoOutput) || got.Double != "" {
+		t.Errorf("ChildOutput into the wrong shape = %+v, %v; want a JSON type error naming child %s", got, err, ok.ID)
+	}
+	if msg := fmt.Sprint(err); !strings.Contains(msg, ok.ID) || !strings.Contains(msg, "leaf") || !strings.Contains(msg, "string") {
+		t.Errorf("the error %q does not name the child and the mismatch", msg)
+	}
+	if msg := fmt.Sprint(skiplock.ChildOutput[double](failed)); !strings.Contains(msg, failed.ID+" (leaf, failed) has no output") {
+		t.Errorf("the error %q does not say which child has no output", msg)
+	}
+	if _, err := skiplock.ChildOutput[double](skiplock.Child{}); !errors.Is(err, skiplock.ErrNoOutput) {
+		t.Errorf("ChildOutput of a zero Child = %v, want ErrNoOutput", err)
 	}
 }
 
@@ -141,9 +194,9 @@ func TestFlowFailurePolicies(t *testing.T) {
 		later    skiplock.JobState
 		children int // Children the parent's run saw (-1: no run)
 	}{
-		{skiplock.FailParent, skiplock.StateFailed, skiplock.StateCancelled, -1},
-		{skiplock.RunParent, skiplock.StateSucceeded, skiplock.StateSucceeded, 4},
-		{skiplock.IgnoreFailed, skiplock.StateSucceeded, skiplock.StateSucceeded, 2},
+		{skiplock.FailureFail, skiplock.StateFailed, skiplock.StateCancelled, -1},
+		{skiplock.FailureContinue, skiplock.StateSucceeded, skiplock.StateSucceeded, 4},
+		{skiplock.FailureIgnore, skiplock.StateSucceeded, skiplock.StateSucceeded, 2},
 	} {
 		t.Run(string(tc.policy), func(t *testing.T) {
 			t.Parallel()
@@ -169,7 +222,7 @@ func TestFlowFailurePolicies(t *testing.T) {
 			case tc.children >= 0 && (len(runs) != 1 || len(runs[0]) != tc.children):
 				t.Fatalf("parent runs %v, want one seeing %d children", runs, tc.children)
 			}
-			if tc.policy == skiplock.RunParent {
+			if tc.policy == skiplock.FailureContinue {
 				if st := runs[0][1].State; st != skiplock.StateFailed || runs[0][1].LastError == "" {
 					t.Fatalf("the failed child as the parent saw it: %+v", runs[0][1])
 				}
@@ -328,12 +381,12 @@ func TestFlowRefusesBadInput(t *testing.T) {
 func TestFlowTreeAndStats(t *testing.T) {
 	t.Parallel()
 	r := newFlowRig(t, skiplock.Config{})
-	res, err := r.client.EnqueueFlow(r.ctx, skiplock.Flow{Args: parentArgs{Name: "root"}, OnChildFailure: skiplock.RunParent,
+	res, err := r.client.EnqueueFlow(r.ctx, skiplock.Flow{Args: parentArgs{Name: "root"}, OnChildFailure: skiplock.FailureContinue,
 		Children: []skiplock.Flow{{Args: parentArgs{Name: "mid"}, Children: []skiplock.Flow{leaf(1), leaf(2)}}, leaf(3)}})
 	r.must(err)
 	root, truncated, err := r.client.FlowTree(r.ctx, res.Children[0].Children[1].ID) // from a leaf
 	r.must(err)
-	if truncated || root.ID != res.ID || root.State != skiplock.StateWaiting || root.Policy != skiplock.RunParent ||
+	if truncated || root.ID != res.ID || root.State != skiplock.StateWaiting || root.Policy != skiplock.FailureContinue ||
 		root.OpenChildren != 2 || len(root.Children) != 2 || len(root.Children[0].Children) != 2 {
 		t.Fatalf("tree %+v", root)
 	}
@@ -480,4 +533,64 @@ func TestFlowTreeOf1000UnderFailuresAndSIGKILL(t *testing.T) {
 		t.Fatal("no leaf was reclaimed from the killed worker")
 	}
 	t.Logf("%d jobs; %d leaves reclaimed from the killed worker; every parent ran once, after its children", 1+mids+n, reclaimed)
+}
+
+// One vocabulary for failure policies: each constant is named Failure<Word> after the
+// word it stands for, FailurePolicies lists every one, and that word is what the
+// database stores, FlowTree reports and an unknown policy's error offers.
+func TestFailurePolicyNamesAreTheWordsStoredAndShown(t *testing.T) {
+	t.Parallel()
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "flows.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	declared := map[string]string{} // constant name → its word
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range g.Specs {
+			vs := spec.(*ast.ValueSpec)
+			if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != "FailurePolicy" {
+				continue
+			}
+			for i, name := range vs.Names {
+				word, err := strconv.Unquote(vs.Values[i].(*ast.BasicLit).Value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				declared[name.Name] = word
+			}
+		}
+	}
+	if len(declared) != len(skiplock.FailurePolicies) {
+		t.Errorf("flows.go declares %d FailurePolicy constants %v; FailurePolicies lists %v", len(declared), declared, skiplock.FailurePolicies)
+	}
+	for name, word := range declared {
+		if want := "Failure" + strings.ToUpper(word[:1]) + word[1:]; name != want {
+			t.Errorf("the policy %q is named %s: name it %s, so code, database, CLI and dashboard use one word", word, name, want)
+		}
+		if !slices.Contains(skiplock.FailurePolicies, skiplock.FailurePolicy(word)) {
+			t.Errorf("FailurePolicies lacks %s", name)
+		}
+	}
+
+	e := newEnv(t, skiplock.Config{})
+	for _, p := range skiplock.FailurePolicies {
+		res, err := e.client.EnqueueFlow(e.ctx, skiplock.Flow{Args: parentArgs{Name: string(p)}, OnChildFailure: p, Children: []skiplock.Flow{leaf(1)}})
+		e.must(err)
+		var stored string
+		e.must(e.pool.QueryRow(e.ctx, "SELECT flow_policy FROM "+e.q("jobs")+" WHERE id = $1", res.ID).Scan(&stored))
+		root, _, err := e.client.FlowTree(e.ctx, res.ID)
+		e.must(err)
+		if stored != string(p) || root.Policy != p {
+			t.Errorf("policy %q: stored %q, FlowTree shows %q", p, stored, root.Policy)
+		}
+	}
+	_, err = e.client.EnqueueFlow(e.ctx, skiplock.Flow{Args: parentArgs{}, OnChildFailure: "FailureContinue", Children: []skiplock.Flow{leaf(1)}})
+	if !errors.Is(err, skiplock.ErrInvalid) || !strings.Contains(err.Error(), "(valid: fail, continue, ignore)") {
+		t.Errorf("an unknown policy: %v", err)
+	}
 }

@@ -2,7 +2,6 @@ package skiplock
 
 import (
 	"encoding/json"
-	"strings"
 	"time"
 
 	"github.com/skiplock/skiplock/internal/jobrow"
@@ -64,6 +63,7 @@ type Job struct {
 	completedInTx bool      // CompleteTx wrote this claim's completion in the handler's transaction
 	output        []byte    // SetOutput's JSON, written with the success
 	claimedAt     time.Time // the claim's attempted_at: tells this claim from a later one of the same attempt
+	client        *Client   // the client that claimed the job, for ClientFromContext (nil for jobs read otherwise)
 }
 
 // IdempotencyKey is stable across every attempt of this job: pass it to external APIs
@@ -118,6 +118,14 @@ func fromRow(r *store.Job) *Job {
 	return j
 }
 
+// claimed maps a row this client claimed: the job knows its client, so the handler's
+// context carries both in one value (ClientFromContext).
+func (c *Client) claimed(r *store.Job) *Job {
+	j := fromRow(r)
+	j.client = c
+	return j
+}
+
 // skiplocktest reads jobs with SQL of its own and maps them here too (internal/jobrow).
 func init() { jobrow.ToJobs = func(rs []*store.Job) any { return fromRows(rs) } }
 
@@ -143,9 +151,5 @@ func ParseJobState(s string) (JobState, error) {
 			return st, nil
 		}
 	}
-	names := make([]string, len(JobStates))
-	for i, st := range JobStates {
-		names[i] = string(st)
-	}
-	return "", invalid("state", "unknown state %q (valid: %s)", s, strings.Join(names, ", "))
+	return "", invalid("state", "unknown state %q (valid: %s)", s, words(JobStates))
 }

@@ -55,6 +55,7 @@ func TestFromRowMapsEveryColumn(t *testing.T) {
 	notFromRow := map[string]string{
 		"completedInTx": "set by CompleteTx during the run",
 		"output":        "set by SetOutput during the run",
+		"client":        "set by the client that claimed the job (Client.claimed)",
 	}
 
 	job := fromRow(&full)

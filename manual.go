@@ -33,7 +33,8 @@ type Manual struct{ c *Client }
 func (c *Client) Manual() *Manual { return &Manual{c: c} }
 
 // Claim leases up to limit due jobs of queue to this client (worker id Config.ID) for
-// Config.LeaseDuration, each under a fresh lease token. Jobs come back in claim order:
+// Config.LeaseDuration, each under a fresh lease token. A context made with
+// ContextWithJob for one of them carries the client too (ClientFromContext). Jobs come back in claim order:
 // priority (high first), then run_at, then id. Two claimers never receive the same job.
 // Limits apply (LimitSet): Claim leaves pending the jobs they hold back.
 func (m *Manual) Claim(ctx context.Context, queue string, limit int) ([]*Job, error) {
@@ -63,7 +64,11 @@ func (m *Manual) Claim(ctx context.Context, queue string, limit int) ([]*Job, er
 	if err != nil {
 		return nil, fmt.Errorf("claiming jobs from queue %q: %w", queue, wrapPgError(err))
 	}
-	return fromRows(rows), nil
+	jobs := make([]*Job, len(rows))
+	for i, r := range rows {
+		jobs[i] = c.claimed(r)
+	}
+	return jobs, nil
 }
 
 // Heartbeat renews the leases of jobs in one statement and returns the jobs whose

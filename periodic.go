@@ -253,7 +253,7 @@ func periodicDef(p PeriodicJob, check func(*EnqueueParams) (store.InsertParams, 
 		p.Misfire = MisfireRunOnce
 	}
 	if !validMisfire(p.Misfire) {
-		return nil, nil, invalid("misfire", "%q is not one of: skip, run_once, catch_up", p.Misfire)
+		return nil, nil, invalid("misfire", "%q is not one of: %s", p.Misfire, words(MisfirePolicies))
 	}
 	if p.MaxCatchUp == 0 {
 		p.MaxCatchUp = DefaultMaxCatchUp

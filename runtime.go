@@ -158,7 +158,7 @@ func (c *Client) engineConfig() engine.Config {
 		DeleteOnSuccess: c.cfg.DeleteOnSuccess, LeaseLost: ErrLeaseLost,
 		Failures: c.failures.r, Counters: &c.metrics.engine, Background: background,
 		Hooks: engine.Hooks{
-			Adopt:   func(row *store.Job) any { return fromRow(row) },
+			Adopt:   func(row *store.Job) any { return c.claimed(row) },
 			Timeout: func(job any) time.Duration { return c.jobTimeout(job.(*Job)) },
 			Run:     func(ctx context.Context, job any) engine.Result { return c.runJob(ctx, job.(*Job)) },
 			Done:    c.jobDone,

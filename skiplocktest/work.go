@@ -35,6 +35,10 @@ type WorkOpts struct {
 	Timeout time.Duration
 	// Middleware wraps the handler, first = outermost, as Config.Middleware does.
 	Middleware []skiplock.Middleware
+	// Client is what skiplock.ClientFromContext returns in the handler, as a client
+	// gives its handlers itself (a parent reading Children, say). Default none:
+	// ClientFromContext reports false.
+	Client *skiplock.Client
 }
 
 // Work runs worker once on args, synchronously, and returns what it returned. The
@@ -43,7 +47,7 @@ type WorkOpts struct {
 // args decoded from that JSON — so a field that does not survive the round trip (no
 // json tag on an unexported field, a custom marshaller's bug) shows up here, not in
 // production — and a context carrying the job, for skiplock.JobFromContext and
-// skiplock.IdempotencyKey. A panic is returned as an error, as a client records it.
+// skiplock.IdempotencyKey (and WorkOpts.Client, for skiplock.ClientFromContext). A panic is returned as an error, as a client records it.
 //
 // The job is not in the database: nothing is written, and a handler that finishes
 // its own job (Client.CompleteTx) gets ErrLeaseLost. Use Drain to run jobs end to
@@ -147,6 +151,9 @@ func run[T skiplock.JobArgs](ctx context.Context, worker skiplock.Worker[T], job
 		h = opts.Middleware[i](h)
 	}
 	ctx = skiplock.ContextWithJob(ctx, job)
+	if opts.Client != nil {
+		ctx = skiplock.ContextWithClient(ctx, opts.Client)
+	}
 	if opts.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, opts.Timeout)

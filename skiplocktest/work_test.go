@@ -227,3 +227,21 @@ func TestWorkJobRunsAnEnqueuedJob(t *testing.T) {
 		t.Errorf("WorkJob = %v, want a permanent decoding error", err)
 	}
 }
+
+// WorkOpts.Client is the client the handler finds in its context, as a client's own
+// handlers find it; without it ClientFromContext reports none.
+func TestWorkGivesTheHandlerWorkOptsClient(t *testing.T) {
+	t.Parallel()
+	client := skiplocktest.NewClient(t, skiplock.Config{})
+	for _, want := range []*skiplock.Client{client, nil} {
+		err := skiplocktest.Work(context.Background(), t, skiplock.WorkFunc[Email](func(ctx context.Context, job *skiplock.Job, _ Email) error {
+			if got, ok := skiplock.ClientFromContext(ctx); got != want || ok != (want != nil) {
+				t.Errorf("ClientFromContext = %p, %v; want %p", got, ok, want)
+			}
+			return nil
+		}), Email{To: "ana"}, &skiplocktest.WorkOpts{Client: want})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}

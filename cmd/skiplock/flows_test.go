@@ -15,7 +15,7 @@ func TestFlowsAndBatchesCommands(t *testing.T) {
 	ctx := context.Background()
 	cl := c.client()
 	leaf := func(n string) skiplock.Flow { return skiplock.Flow{Kind: "leaf", Payload: []byte(`{"n":` + n + `}`)} }
-	res, err := cl.EnqueueFlow(ctx, skiplock.Flow{Kind: "report", Payload: []byte(`{}`), OnChildFailure: skiplock.RunParent,
+	res, err := cl.EnqueueFlow(ctx, skiplock.Flow{Kind: "report", Payload: []byte(`{}`), OnChildFailure: skiplock.FailureContinue,
 		Children: []skiplock.Flow{{Kind: "part", Payload: []byte(`{}`), Children: []skiplock.Flow{leaf("1"), leaf("2")}}, leaf("3")}})
 	if err != nil {
 		t.Fatal(err)
