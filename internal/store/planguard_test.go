@@ -112,6 +112,8 @@ var readsWhole = map[string]string{
 	"list": "the operator's listing of jobs (Client.JobList, the dashboard, `skiplock jobs list`), planned " +
 		"for the filters given (planCustom): with none it pages through the primary key, as it should; a state " +
 		"or tag finds its few rows by index (TestListFindsFewJobsByIndex); a text or metadata filter has no index",
+	"list_page_asc": pageReadsWhole,
+	"list_page_desc": pageReadsWhole,
 	"outbox_counts": "counts every event by state, for the stats (a count reads what it counts); " +
 		"published events are kept only for the retention window",
 	"stats_finished_exact": "counts every finished job by queue and state, when asked to count exactly " +
@@ -119,6 +121,13 @@ var readsWhole = map[string]string{
 	"partition_copy_dedup": "copies every deduplication key of the table being converted to the " +
 		"partitioned layout, once, in the conversion's own transaction",
 }
+
+// pageReadsWhole is why the dashboard's bounded listings are in readsWhole: planned
+// with every parameter NULL, as here, their scan budget (LIMIT $9) is no limit; with
+// the values (planCustom) they read at most the budget's rows whatever the filters
+// (TestListPageReadsAtMostItsBudget).
+const pageReadsWhole = "the dashboard's bounded listing: with a NULL scan budget it has no LIMIT; planned for the " +
+	"values given it reads at most the budget (TestListPageReadsAtMostItsBudget)"
 
 // statementsReadingWhole plans every statement in state and fails for each that reads
 // a growing table whole and is not in readsWhole. It returns those that do.

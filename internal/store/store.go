@@ -79,6 +79,7 @@ type Store struct {
 	limits    limitStatements
 	flows     flowStatements
 	batches   batchStatements
+	pages     pageStatements
 
 	all []stmt // every statement, as builder.add recorded them (SQL and the tests)
 }
@@ -110,6 +111,7 @@ func New(schema string) (*Store, error) {
 		limits:    newLimitStatements(b),
 		flows:     newFlowStatements(b),
 		batches:   newBatchStatements(b),
+		pages:     newPageStatements(b),
 	}
 	s.all = b.all
 	return s, nil
