@@ -112,7 +112,7 @@ var readsWhole = map[string]string{
 	"list": "the operator's listing of jobs (Client.JobList, the dashboard, `skiplock jobs list`), planned " +
 		"for the filters given (planCustom): with none it pages through the primary key, as it should; a state " +
 		"or tag finds its few rows by index (TestListFindsFewJobsByIndex); a text or metadata filter has no index",
-	"list_page_asc": pageReadsWhole,
+	"list_page_asc":  pageReadsWhole,
 	"list_page_desc": pageReadsWhole,
 	"outbox_counts": "counts every event by state, for the stats (a count reads what it counts); " +
 		"published events are kept only for the retention window",
