@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/uuidv7"
 )
 
 // jobAction is an operator's write to a job: the states it applies to and the
@@ -116,6 +117,7 @@ const maxCount = 100000
 type confirmData struct {
 	Action     jobAction
 	Filter     jobFilter
+	IDs        []string // the selected jobs, when the action names them
 	Count      int
 	Capped     bool   // more than Count match
 	Last       string // the last matching id when counted: the action stops there
@@ -139,6 +141,10 @@ func (h *handler) bulk(q *request) {
 		return
 	}
 	if h.refuse(q, a.Bulk) {
+		return
+	}
+	if ids := vals["id"]; len(ids) > 0 {
+		h.bulkSelected(q, a, ids)
 		return
 	}
 	f, err := parseFilter(vals)
@@ -202,6 +208,45 @@ func (h *handler) bulk(q *request) {
 		}
 	}
 	h.redirect(q, h.jobsURL(q, f, url.Values{"done": {a.Name}, "what": {"job"}, "n": {strconv.Itoa(done)}, "skipped": {strconv.Itoa(skipped)}}))
+}
+
+// maxSelected bounds how many jobs one bulk action on selected jobs names.
+const maxSelected = 1000
+
+// bulkSelected is bulk on the jobs selected by id (the checkboxes of the job list):
+// the confirmation (GET) and the action (POST). A selected job in a state the action
+// does not apply to is skipped and counted.
+func (h *handler) bulkSelected(q *request, a jobAction, ids []string) {
+	if len(ids) > maxSelected {
+		h.fail(q, http.StatusBadRequest, "Select at most "+strconv.Itoa(maxSelected)+" jobs at a time.")
+		return
+	}
+	for _, id := range ids {
+		if !uuidv7.Valid(id) {
+			h.fail(q, http.StatusBadRequest, "A selected job id is not a UUID.")
+			return
+		}
+	}
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	if q.r.Method != http.MethodPost {
+		h.render(q, http.StatusOK, "confirm", a.Label+" jobs", "", confirmData{Action: a, IDs: ids, Count: len(ids),
+			BackURL: q.prefix + "/jobs", PostURL: q.prefix + "/jobs/bulk", What: "selected jobs", WhatOne: "selected job"})
+		return
+	}
+	done, skipped := 0, 0
+	for _, id := range ids {
+		_, err := a.run(q.ctx, h.c, id)
+		switch {
+		case err == nil:
+			done++
+		case errors.Is(err, skiplock.ErrJobState), errors.Is(err, skiplock.ErrNotFound):
+			skipped++
+		default:
+			h.failErr(q, err)
+			return
+		}
+	}
+	h.redirect(q, q.prefix+"/jobs?"+url.Values{"done": {a.Name}, "what": {"job"}, "n": {strconv.Itoa(done)}, "skipped": {strconv.Itoa(skipped)}}.Encode())
 }
 
 // count pages through the jobs p matches, up to maxCount, and returns how many there

@@ -320,6 +320,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.serveStatic(q, name)
 		return
 	}
+	if path == "/favicon.ico" { // browsers ask for it whatever the page's <link rel="icon">
+		h.serveStatic(q, "favicon.svg")
+		return
+	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodPost {
 		hd.Set("Allow", "GET, HEAD, POST")
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)

@@ -174,7 +174,7 @@ func TestJobFilters(t *testing.T) {
 		t.Errorf("all jobs: %d rows, want 7", len(got))
 	}
 	for _, s := range skiplock.JobStates {
-		got := rows("/jobs?state=" + string(s))
+		got := rows("/jobs?order=oldest&state=" + string(s))
 		want := 1
 		if s == skiplock.StatePending {
 			want = 2 // and the one in the paused queue
@@ -182,6 +182,11 @@ func TestJobFilters(t *testing.T) {
 		if len(got) != want || got[0] != f.jobs[s] {
 			t.Errorf("state %s: %v, want %d starting with %s", s, got, want, f.jobs[s])
 		}
+	}
+	// Newest first unless asked otherwise.
+	if newest, oldest := rows("/jobs?state=pending"), rows("/jobs?state=pending&order=oldest"); len(newest) != 2 ||
+		len(oldest) != 2 || newest[0] != oldest[1] || newest[1] != oldest[0] {
+		t.Errorf("pending newest first %v, oldest first %v: want the same two in opposite orders", newest, oldest)
 	}
 	if got := rows("/jobs?state=failed,cancelled"); len(got) != 2 {
 		t.Errorf("two states: %v", got)
@@ -243,6 +248,54 @@ func TestJobPaging(t *testing.T) {
 	r = b.get("/jobs?" + u.RawQuery)
 	if n := testids(r.body, "job-row"); n != 3 || next.MatchString(r.body) || testids(r.body, "jobs-first") != 1 {
 		t.Errorf("second page: %d rows, next link %v, first link %d", n, next.MatchString(r.body), testids(r.body, "jobs-first"))
+	}
+	// The previous page is the first again, in the same order.
+	m = regexp.MustCompile(`href="([^"]+)" data-testid="jobs-prev"`).FindStringSubmatch(r.body)
+	if m == nil {
+		t.Fatal("second page: no previous link")
+	}
+	u, err = url.Parse(strings.ReplaceAll(m[1], "&amp;", "&"))
+	must(t, err)
+	back := b.get("/jobs?" + u.RawQuery)
+	rowRE := regexp.MustCompile(`data-testid="job-row" data-job-id="([^"]+)"`)
+	if got, want := rowRE.FindAllString(back.body, -1), rowRE.FindAllString(b.get("/jobs").body, -1); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("back to the first page: %v, want %v", got, want)
+	}
+	if testids(back.body, "jobs-prev") != 0 {
+		t.Errorf("back on the first page: a previous link")
+	}
+	// A cursor that is not an id is a bad request, on every page that takes one.
+	for _, path := range []string{"/jobs?after=nope", "/jobs?before=nope", "/outbox?after=nope",
+		"/outbox?after=0190a5c8-7f7e-7a3c-9b1d-2c4e5f6a7b8c", "/tx/" + strconv.FormatInt(f.txid, 10) + "?after=nope"} {
+		wantStatus(t, path, b.get(path), http.StatusBadRequest)
+	}
+}
+
+// TestJumpToJob: the jobs page's id field opens the job; text that is not an id is a
+// bad request.
+func TestJumpToJob(t *testing.T) {
+	t.Parallel()
+	f := seed(t)
+	b := serve(t, f.handler(dashboard.Options{}), "", false)
+	r := b.get("/jobs?id=+" + strings.ToUpper(f.jobs[skiplock.StateFailed]) + "+")
+	wantStatus(t, "jump", r, http.StatusSeeOther)
+	if loc := r.header.Get("Location"); loc != "/jobs/"+f.jobs[skiplock.StateFailed] {
+		t.Errorf("the jump leads to %q, want the job", loc)
+	}
+	wantStatus(t, "jump to nothing", b.get("/jobs?id=42"), http.StatusBadRequest)
+}
+
+// TestFavicon: the icon is served, at the root and as an asset.
+func TestFavicon(t *testing.T) {
+	t.Parallel()
+	f := seed(t)
+	b := serve(t, f.handler(dashboard.Options{}), "", false)
+	for _, path := range []string{"/favicon.ico", "/static/favicon.svg"} {
+		r := b.get(path)
+		wantStatus(t, path, r, http.StatusOK)
+		if !strings.HasPrefix(r.body, "<svg") {
+			t.Errorf("%s: not the icon: %.40q", path, r.body)
+		}
 	}
 }
 
@@ -918,4 +971,54 @@ func TestThroughputChart(t *testing.T) {
 	if !strings.Contains(r.body, `aria-label="mail: 1 succeeded, 1 failed in the last hour"`) {
 		t.Errorf("no sparkline for mail")
 	}
+}
+
+// TestBulkOnSelectedJobs: the job list's checkboxes name jobs for a bulk action; the
+// confirmation counts them and its form carries them and the CSRF token; a selected
+// job the action does not apply to is skipped. Without the bulk permission there are
+// no checkboxes and the action is refused.
+func TestBulkOnSelectedJobs(t *testing.T) {
+	t.Parallel()
+	f := seed(t)
+	b := serve(t, f.handler(dashboard.Options{Authorize: allowAll}), "", false)
+	r := b.get("/jobs")
+	if testids(r.body, "job-select") != 7 || testids(r.body, "selected-bulk-retry") != 1 {
+		t.Fatalf("%d checkboxes, %d retry-selected buttons; want 7 and 1", testids(r.body, "job-select"), testids(r.body, "selected-bulk-retry"))
+	}
+	failed, cancelled, pending := f.jobs[skiplock.StateFailed], f.jobs[skiplock.StateCancelled], f.jobs[skiplock.StatePending]
+	r = b.get("/jobs/bulk?action=retry&id=" + failed + "&id=" + cancelled + "&id=" + pending)
+	wantStatus(t, "confirm selected", r, http.StatusOK)
+	if c := regexp.MustCompile(`data-testid="bulk-count">(\d+)<`).FindStringSubmatch(r.body); c == nil || c[1] != "3" {
+		t.Fatalf("confirm count %v, want 3", c)
+	}
+	form := url.Values{}
+	for _, m := range regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)"`).FindAllStringSubmatch(r.body, -1) {
+		form.Add(m[1], m[2])
+	}
+	if len(form["id"]) != 3 || form.Get("csrf") == "" || form.Get("action") != "retry" {
+		t.Fatalf("confirm form: %v", form)
+	}
+	noToken := url.Values{"action": form["action"], "id": form["id"]}
+	wantStatus(t, "without the token", b.post("/jobs/bulk", noToken), http.StatusForbidden)
+	r = b.post("/jobs/bulk", form)
+	wantStatus(t, "retry selected", r, http.StatusSeeOther)
+	loc, err := url.Parse(r.header.Get("Location"))
+	must(t, err)
+	if loc.Query().Get("n") != "2" || loc.Query().Get("skipped") != "1" {
+		t.Errorf("retry selected redirects to %s, want 2 done and 1 skipped", loc)
+	}
+	for _, id := range []string{failed, cancelled} {
+		j, err := f.client.JobGet(f.ctx, id)
+		must(t, err)
+		if j.State != skiplock.StatePending {
+			t.Errorf("%s is %s after the retry, want pending", id, j.State)
+		}
+	}
+	wantStatus(t, "a bad id", b.get("/jobs/bulk?action=retry&id=nope"), http.StatusBadRequest)
+
+	viewer := serve(t, f.handler(dashboard.Options{}), "", false)
+	if r := viewer.get("/jobs"); testids(r.body, "job-select") != 0 {
+		t.Errorf("a read-only viewer sees checkboxes")
+	}
+	wantStatus(t, "read-only", viewer.get("/jobs/bulk?action=retry&id="+failed), http.StatusForbidden)
 }

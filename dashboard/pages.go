@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/uuidv7"
 )
 
 // route sends a request to its page or action. Paths are matched here rather than by
@@ -258,6 +259,17 @@ type jobRow struct {
 	*skiplock.Job
 	URL  string
 	Tags []string
+	// RunAtAgo and UpdatedAgo are the times relative to now ("3m ago", "in 5s"); the
+	// template shows the UTC time on hover.
+	RunAtAgo, UpdatedAgo string
+	// Select shows the row's checkbox for the bulk actions on selected jobs.
+	Select bool
+}
+
+// newJobRow prepares a job for the "jobtable" template.
+func newJobRow(q *request, j *skiplock.Job, now time.Time, sel bool) jobRow {
+	return jobRow{Job: j, URL: q.prefix + "/jobs/" + j.ID, Tags: j.Tags,
+		RunAtAgo: relative(now, j.RunAt), UpdatedAgo: relative(now, j.UpdatedAt), Select: sel}
 }
 
 type bulkLink struct {
@@ -265,25 +277,52 @@ type bulkLink struct {
 	URL    string
 }
 
+// stateCount is one state's figure above the job list: exact for the live states
+// (counted by Stats), the planner's estimate for the finished ones.
+type stateCount struct {
+	State     string
+	N         int64
+	Known     bool // false: too few for the statistics to list
+	Estimated bool
+	URL       string
+	Active    bool
+}
+
 type jobsData struct {
 	Filter         jobFilter
 	States         []string
 	Queues         []string
+	Counts         []stateCount
 	Jobs           []jobRow
 	NextURL        string
+	PrevURL        string
 	FirstURL       string
 	ClearURL       string
+	Oldest         bool   // oldest first (the default is newest first)
+	OrderURL       string // the same filter in the other order
+	Bounded        bool   // the page stopped at the scan budget
+	ScanBudget     int
 	Bulk           []bulkLink
-	SearchDisabled bool // payloads are redacted for this viewer, so their text is not searchable
+	Selectable     []jobAction // the bulk actions this viewer may take on selected jobs
+	SearchDisabled bool        // payloads are redacted for this viewer, so their text is not searchable
 }
 
 func (h *handler) jobs(q *request) {
-	f, err := parseFilter(q.r.URL.Query())
+	v := q.r.URL.Query()
+	if id := strings.TrimSpace(v.Get("id")); v.Has("id") {
+		if !uuidv7.Valid(id) {
+			h.fail(q, http.StatusBadRequest, "A job id is a UUID (like 0190a5c8-7f7e-7a3c-9b1d-2c4e5f6a7b8c).")
+			return
+		}
+		h.redirect(q, q.prefix+"/jobs/"+strings.ToLower(id))
+		return
+	}
+	f, err := parseFilter(v)
 	if err != nil {
 		h.failErr(q, err)
 		return
 	}
-	d := jobsData{Filter: f, ClearURL: q.prefix + "/jobs"}
+	d := jobsData{Filter: f, ClearURL: q.prefix + "/jobs", Oldest: v.Get("order") == "oldest", ScanBudget: skiplock.DefaultScanBudget}
 	if !h.showPayloads(q.r) {
 		d.SearchDisabled = true
 		if f.Search != "" {
@@ -294,37 +333,93 @@ func (h *handler) jobs(q *request) {
 	for _, s := range skiplock.JobStates {
 		d.States = append(d.States, string(s))
 	}
-	p := f.params(nil)
-	after := q.r.URL.Query().Get("after")
-	p.AfterID, p.Limit = after, h.opts.PageSize+1
-	list, err := h.c.JobList(q.ctx, p)
+	order := url.Values{}
+	if d.Oldest {
+		order.Set("order", "oldest")
+		d.OrderURL = h.jobsURL(q, f, nil)
+	} else {
+		d.OrderURL = h.jobsURL(q, f, url.Values{"order": {"oldest"}})
+	}
+	p := skiplock.PageParams{ListParams: f.params(nil), NewestFirst: !d.Oldest, BeforeID: v.Get("before")}
+	p.AfterID, p.Limit = v.Get("after"), h.opts.PageSize
+	page, err := h.c.JobPage(q.ctx, p)
 	if err != nil {
 		h.failErr(q, err)
 		return
 	}
-	if len(list) > h.opts.PageSize {
-		list = list[:h.opts.PageSize]
-		d.NextURL = h.jobsURL(q, f, url.Values{"after": {list[len(list)-1].ID}})
+	d.Bounded = page.Bounded
+	if page.Next != "" {
+		d.NextURL = h.jobsURL(q, f, with(order, "after", page.Next))
 	}
-	if after != "" {
-		d.FirstURL = h.jobsURL(q, f, nil)
+	if page.Prev != "" {
+		d.PrevURL = h.jobsURL(q, f, with(order, "before", page.Prev))
 	}
-	for _, j := range list {
-		d.Jobs = append(d.Jobs, jobRow{Job: j, URL: q.prefix + "/jobs/" + j.ID, Tags: j.Tags})
-	}
-	if s, err := h.c.Stats(q.ctx, &skiplock.StatsOpts{SamplePages: -1, RecentWindow: -1}); err == nil {
-		for _, qs := range s.Queues {
-			d.Queues = append(d.Queues, qs.Queue)
-		}
+	if p.AfterID != "" || p.BeforeID != "" {
+		d.FirstURL = h.jobsURL(q, f, order)
 	}
 	for _, a := range jobActions {
 		if h.can(q.r, a.Bulk) {
+			d.Selectable = append(d.Selectable, a)
 			v := f.values()
 			v.Set("action", a.Name)
 			d.Bulk = append(d.Bulk, bulkLink{Action: a, URL: q.prefix + "/jobs/bulk?" + v.Encode()})
 		}
 	}
+	now := h.now()
+	for _, j := range page.Jobs {
+		d.Jobs = append(d.Jobs, newJobRow(q, j, now, len(d.Selectable) > 0))
+	}
+	s, err := h.c.Stats(q.ctx, &skiplock.StatsOpts{SamplePages: -1, RecentWindow: -1})
+	if err != nil {
+		h.failErr(q, err)
+		return
+	}
+	for _, qs := range s.Queues {
+		d.Queues = append(d.Queues, qs.Queue)
+	}
+	est, err := h.c.JobStateEstimates(q.ctx)
+	if err != nil {
+		h.failErr(q, err)
+		return
+	}
+	d.Counts = stateCounts(q, h, f, s, est)
 	h.render(q, http.StatusOK, "jobs", "Jobs", "jobs", d)
+}
+
+// with returns a copy of v with k set to s.
+func with(v url.Values, k, s string) url.Values {
+	out := url.Values{k: {s}}
+	for key, vals := range v {
+		out[key] = vals
+	}
+	return out
+}
+
+// stateCounts are the figures per state: the live states' exact counts (Stats sums
+// them over the queues), the finished states' estimates (JobStateEstimates), each a
+// link to the list of that state with the rest of the filter.
+func stateCounts(q *request, h *handler, f jobFilter, s *skiplock.Stats, est map[skiplock.JobState]int64) []stateCount {
+	exact := map[skiplock.JobState]int64{}
+	for _, qs := range s.Queues {
+		exact[skiplock.StatePending] += qs.Pending
+		exact[skiplock.StateRunning] += qs.Running
+		exact[skiplock.StateWaiting] += qs.Waiting
+	}
+	var out []stateCount
+	for _, st := range skiplock.JobStates {
+		c := stateCount{State: string(st), Active: f.HasState(string(st))}
+		if n, ok := exact[st]; ok {
+			c.N, c.Known = n, true
+		} else {
+			c.N, c.Known = est[st]
+			c.Estimated = true
+		}
+		g := f
+		g.States = []string{string(st)}
+		c.URL = h.jobsURL(q, g, nil)
+		out = append(out, c)
+	}
+	return out
 }
 
 type metaPair struct{ Key, Value string }

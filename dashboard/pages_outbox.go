@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/uuidv7"
 	"github.com/skiplock/skiplock/outbox"
 )
 
@@ -66,9 +67,13 @@ func (h *handler) outboxList(q *request) {
 	admin, db := h.ob.Admin(), h.c.Pool()
 	var after *outbox.Record
 	if id := v.Get("after"); id != "" {
+		if !uuidv7.Valid(id) {
+			h.fail(q, http.StatusBadRequest, badAfter)
+			return
+		}
 		if after, err = admin.Get(q.ctx, db, id); err != nil {
 			if errors.Is(err, outbox.ErrNotFound) {
-				h.fail(q, http.StatusNotFound, "The event this page continued after is gone; start from the first page.")
+				h.fail(q, http.StatusBadRequest, "The event this page continued after is gone; start from the first page.")
 				return
 			}
 			h.failErr(q, err)
@@ -127,11 +132,16 @@ func (h *handler) event(q *request, id string) {
 
 // --- lineage ---
 
+// badAfter is the answer (400, on every page) to a page cursor that is not an id.
+const badAfter = "The page cursor (after=) is not an id of this list; start from the first page."
+
 type lineageData struct {
-	TxID   int64
-	Jobs   []jobRow
-	Events []eventRow
-	Outbox bool
+	TxID     int64
+	Jobs     []jobRow
+	Events   []eventRow
+	Outbox   bool
+	NextURL  string // the next page of jobs
+	FirstURL string
 }
 
 func (h *handler) lineage(q *request, s string) {
@@ -141,15 +151,29 @@ func (h *handler) lineage(q *request, s string) {
 		return
 	}
 	d := lineageData{TxID: txid, Outbox: h.ob != nil}
-	jobs, err := h.c.JobsByTx(q.ctx, txid)
+	after := q.r.URL.Query().Get("after")
+	if after != "" && !uuidv7.Valid(after) {
+		h.fail(q, http.StatusBadRequest, badAfter)
+		return
+	}
+	jobs, err := h.c.JobsByTxPage(q.ctx, txid, after, h.opts.PageSize+1)
 	if err != nil {
 		h.failErr(q, err)
 		return
 	}
-	for _, j := range jobs {
-		d.Jobs = append(d.Jobs, jobRow{Job: j, URL: q.prefix + "/jobs/" + j.ID, Tags: j.Tags})
+	base := q.prefix + "/tx/" + strconv.FormatInt(txid, 10)
+	if len(jobs) > h.opts.PageSize {
+		jobs = jobs[:h.opts.PageSize]
+		d.NextURL = base + "?" + url.Values{"after": {jobs[len(jobs)-1].ID}}.Encode()
 	}
-	if h.ob != nil {
+	if after != "" {
+		d.FirstURL = base
+	}
+	now := h.now()
+	for _, j := range jobs {
+		d.Jobs = append(d.Jobs, newJobRow(q, j, now, false))
+	}
+	if h.ob != nil && after == "" {
 		evs, err := h.ob.Admin().EventsByTx(q.ctx, h.c.Pool(), txid)
 		if err != nil {
 			h.failErr(q, err)

@@ -22,6 +22,12 @@ var pageNames = []string{"overview", "jobs", "job", "confirm", "queues", "schedu
 
 var funcs = template.FuncMap{
 	"ts":   formatTime,
+	"iso": func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return t.UTC().Format(time.RFC3339)
+	},
 	"dur":  formatDuration,
 	"line": oneLine,
 	"jobsurl": func(prefix, queue, state string) string {
@@ -228,4 +234,20 @@ func pretty(b []byte) string {
 		return string(b)
 	}
 	return buf.String()
+}
+
+// relative shows t relative to now, to two units: "3m 20s ago", "in 5s", "now"
+// ("" for the zero time). Pages show the UTC time (formatTime) on hover.
+func relative(now, t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	d := now.Sub(t).Truncate(time.Second)
+	switch {
+	case d == 0:
+		return "now"
+	case d < 0:
+		return formatDuration(d) // "in …"
+	}
+	return formatDuration(d) + " ago"
 }
