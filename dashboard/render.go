@@ -21,7 +21,7 @@ import (
 var pageNames = []string{"overview", "jobs", "job", "confirm", "queues", "schedules", "outbox", "event", "lineage", "login", "error"}
 
 var funcs = template.FuncMap{
-	"ts":   formatTime,
+	"ts": formatTime,
 	"iso": func(t time.Time) string {
 		if t.IsZero() {
 			return ""
