@@ -37,6 +37,36 @@ func TestBrowser(t *testing.T) {
 	t.Run("BulkCancel", func(t *testing.T) { t.Parallel(); browserBulkCancel(t, browserCtx) })
 	t.Run("CSRF", func(t *testing.T) { t.Parallel(); browserCSRF(t, browserCtx) })
 	t.Run("ReadOnly", func(t *testing.T) { t.Parallel(); browserReadOnly(t, browserCtx) })
+	t.Run("Widths", func(t *testing.T) { t.Parallel(); browserWidths(t, browserCtx) })
+}
+
+// browserWidths loads every list page (and a job and the lineage) in a 390 px wide
+// viewport (a phone) and a 1,440 px one, and fails when the page is wider than the
+// viewport: a table that overflowed hid its rows' state, error and actions off to
+// the right. It takes a full-page screenshot of each (narrow-*.png, wide-*.png).
+func browserWidths(t *testing.T, browserCtx context.Context) {
+	f := seedRich(t)
+	srv := serveBrowser(t, f.handler(dashboard.Options{Authorize: allowAll}))
+	pages := map[string]string{
+		"overview": "/", "jobs": "/jobs", "jobs-failed": "/jobs?state=failed", "queues": "/queues",
+		"schedules": "/schedules", "outbox": "/outbox?state=dead", "job": "/jobs/" + f.webhook,
+		"lineage": "/tx/" + strconv.FormatInt(f.lineageTx, 10), "event": "/outbox/" + f.events[outbox.StateDead],
+		"batches": "/batches", "limits": "/limits", "flows": "/flows",
+	}
+	for _, size := range []struct {
+		name          string
+		width, height int64
+	}{{"narrow", 390, 844}, {"wide", 1440, 900}} {
+		b := newTab(t, browserCtx, srv.URL)
+		b.run("viewport", chromedp.EmulateViewport(size.width, size.height))
+		for name, path := range pages {
+			b.open(path, http.StatusOK)
+			if w, inner := eval[int](b, `document.documentElement.scrollWidth`), eval[int](b, `window.innerWidth`); w > inner || inner != int(size.width) {
+				t.Errorf("%s at %d px: the page is %d px wide in a viewport of %d", path, size.width, w, inner)
+			}
+			b.shotPage(size.name + "-" + name)
+		}
+	}
 }
 
 // richFixture is the fixture of seed with more to look at: a job that failed all its

@@ -130,6 +130,9 @@ const (
 	ActionScheduleResume  = "schedule.resume"
 	ActionScheduleTrigger = "schedule.trigger"
 
+	ActionLimitSet    = "limit.set" // add or change a concurrency or rate limit
+	ActionLimitDelete = "limit.delete"
+
 	ActionOutboxRequeue     = "outbox.requeue"
 	ActionOutboxRequeueDead = "outbox.requeue_dead" // every dead event
 )

@@ -1022,3 +1022,78 @@ func TestBulkOnSelectedJobs(t *testing.T) {
 	}
 	wantStatus(t, "read-only", viewer.get("/jobs/bulk?action=retry&id="+failed), http.StatusForbidden)
 }
+
+// TestBatchesFlowsLimits: the batches page lists a batch with its callback, the flows
+// page the waiting callback, and the limits page sets and deletes a limit for those
+// allowed (with the CSRF token), while a viewer without the permission gets 403.
+func TestBatchesFlowsLimits(t *testing.T) {
+	t.Parallel()
+	f := seed(t)
+	id, err := f.client.BatchOpen(f.ctx, skiplock.Batch{Description: "nightly <export>",
+		OnComplete: &skiplock.EnqueueParams{Kind: "report_ready", Payload: []byte(`{}`)}})
+	must(t, err)
+	info, err := f.client.BatchGet(f.ctx, id)
+	must(t, err)
+	b := serve(t, f.handler(dashboard.Options{Authorize: allowAll}), "", false)
+	r := b.get("/batches")
+	wantStatus(t, "batches", r, http.StatusOK)
+	if !strings.Contains(r.body, `data-batch-id="`+id+`"`) || !strings.Contains(r.body, "nightly &lt;export&gt;") ||
+		!strings.Contains(r.body, `href="/jobs/`+info.OnComplete+`" data-testid="batch-on-complete"`) {
+		t.Errorf("batches: the batch, its escaped description or its callback is missing:\n%s", r.body)
+	}
+	r = b.get("/flows")
+	wantStatus(t, "flows", r, http.StatusOK)
+	if !strings.Contains(r.body, `data-job-id="`+info.OnComplete+`"`) {
+		t.Errorf("flows: the waiting callback %s is not listed", info.OnComplete)
+	}
+	wantStatus(t, "batches, bad cursor", b.get("/batches?after=nope"), http.StatusBadRequest)
+	wantStatus(t, "flows, bad cursor", b.get("/flows?after=nope"), http.StatusBadRequest)
+
+	r = b.get("/limits")
+	if testids(r.body, "limits-empty") != 1 || testids(r.body, "limit-form") != 1 {
+		t.Fatalf("limits: want the empty list and the form")
+	}
+	set := url.Values{"scope": {"queue"}, "name": {"mail"}, "key": {"*"}, "max_running": {"3"}, "rate": {"10"}, "per": {"1m"}}
+	wantStatus(t, "set without the token", b.post("/limits/set", set), http.StatusForbidden)
+	wantStatus(t, "set", b.act("/limits/set", set), http.StatusSeeOther)
+	limits, err := f.client.LimitList(f.ctx)
+	must(t, err)
+	if len(limits) != 1 || limits[0].Queue != "mail" || limits[0].MaxRunning != 3 || limits[0].Rate != 10 || limits[0].Per != time.Minute {
+		t.Fatalf("limits after set: %+v", limits)
+	}
+	if r := b.get("/limits"); testids(r.body, "limit-row") != 1 || testids(r.body, "limit-delete") != 1 {
+		t.Errorf("limits: the new limit is not listed with its delete button")
+	}
+	wantStatus(t, "bad number", b.act("/limits/set", url.Values{"scope": {"queue"}, "name": {"mail"}, "max_running": {"x"}}), http.StatusBadRequest)
+	viewer := serve(t, f.handler(dashboard.Options{}), "", false)
+	if r := viewer.get("/limits"); testids(r.body, "limit-form") != 0 || testids(r.body, "limit-delete") != 0 {
+		t.Errorf("a read-only viewer sees the limit controls")
+	}
+	wantStatus(t, "read-only delete", viewer.act("/limits/delete", url.Values{"scope": {"queue"}, "name": {"mail"}, "key": {"*"}}), http.StatusForbidden)
+	wantStatus(t, "delete", b.act("/limits/delete", url.Values{"scope": {"queue"}, "name": {"mail"}, "key": {"*"}}), http.StatusSeeOther)
+	if limits, err := f.client.LimitList(f.ctx); err != nil || len(limits) != 0 {
+		t.Errorf("limits after delete: %+v, %v", limits, err)
+	}
+}
+
+// TestQueuesListsIdleQueues: a queue only the client's configuration names is listed,
+// and any queue can be paused by name before it has a job.
+func TestQueuesListsIdleQueues(t *testing.T) {
+	t.Parallel()
+	f := seed(t)
+	ws := skiplock.NewWorkers()
+	ws.AddHandler("noop", func(context.Context, *skiplock.Job) error { return nil }, nil)
+	c, err := skiplock.NewClient(f.client.Pool(), skiplock.Config{Schema: f.client.Schema(), Workers: ws,
+		Queues: map[string]skiplock.QueueConfig{"configured": {MaxWorkers: 1}}})
+	must(t, err)
+	h, err := dashboard.New(c, f.ob, dashboard.Options{Authorize: allowAll})
+	must(t, err)
+	b := serve(t, h, "", false)
+	if r := b.get("/queues"); !strings.Contains(r.body, `data-queue="configured"`) || testids(r.body, "queue-pause-form") != 1 {
+		t.Errorf("queues: the configured queue or the pause-by-name form is missing")
+	}
+	wantStatus(t, "pause ahead", b.act("/queues/pause", url.Values{"queue": {"nightly"}}), http.StatusSeeOther)
+	if r := b.get("/queues"); !strings.Contains(r.body, `data-queue="nightly"`) {
+		t.Errorf("queues: the queue paused ahead of its first job is not listed")
+	}
+}

@@ -49,12 +49,20 @@ func (h *handler) route(q *request) {
 		h.event(q, seg[1])
 	case seg[0] == "outbox" && len(seg) == 3 && seg[2] == "requeue" && !get:
 		h.eventRequeue(q, seg[1])
+	case seg[0] == "batches" && len(seg) == 1 && get:
+		h.batches(q)
+	case seg[0] == "flows" && len(seg) == 1 && get:
+		h.flows(q)
+	case seg[0] == "limits" && len(seg) == 1 && get:
+		h.limits(q)
+	case seg[0] == "limits" && len(seg) == 2 && !get:
+		h.limitAct(q, seg[1])
 	case seg[0] == "tx" && len(seg) == 2 && get:
 		h.lineage(q, seg[1])
 	case q.path == "/logout" && !get:
 		h.logout(q)
 	default:
-		if !get && len(seg) > 0 && slices.Contains([]string{"", "jobs", "queues", "schedules", "outbox", "tx"}, seg[0]) && len(seg) <= 1 {
+		if !get && len(seg) > 0 && slices.Contains([]string{"", "jobs", "queues", "schedules", "outbox", "tx", "batches", "flows", "limits"}, seg[0]) && len(seg) <= 1 {
 			q.w.Header().Set("Allow", "GET, HEAD")
 			h.fail(q, http.StatusMethodNotAllowed, "This page takes no POST.")
 			return
@@ -139,8 +147,10 @@ func (h *handler) overview(q *request) {
 	h.render(q, http.StatusOK, "overview", "Overview", "overview", d)
 }
 
-// queueRows merges the queues with jobs (Stats) and those with settings (QueueList),
-// so a paused queue without jobs is listed too.
+// queueRows merges the queues with live jobs (Stats), those with settings (QueueList)
+// and those the client is configured to work, so a paused or idle queue is listed
+// too. (A queue that only finished jobs name is not: finding those would read the
+// whole table.)
 func (h *handler) queueRows(q *request, s *skiplock.Stats) ([]queueRow, error) {
 	settings, err := h.c.QueueList(q.ctx)
 	if err != nil {
@@ -153,15 +163,24 @@ func (h *handler) queueRows(q *request, s *skiplock.Stats) ([]queueRow, error) {
 		byName[qs.Queue] = r
 		rows = append(rows, r)
 	}
-	for _, st := range settings {
-		r := byName[st.Name]
+	row := func(name string) *queueRow {
+		r := byName[name]
 		if r == nil {
-			r = &queueRow{QueueStats: skiplock.QueueStats{Queue: st.Name}}
-			byName[st.Name] = r
+			r = &queueRow{QueueStats: skiplock.QueueStats{Queue: name}}
+			byName[name] = r
 			rows = append(rows, r)
 		}
+		return r
+	}
+	for _, st := range settings {
+		r := row(st.Name)
 		r.Paused = st.Paused
 		r.PausedAt = st.PausedAt
+	}
+	// Queues with no live job are listed too when this client's configuration names
+	// them (and any queue can be paused by name on the queues page).
+	for _, name := range h.c.ConfiguredQueues() {
+		row(name)
 	}
 	slices.SortFunc(rows, func(a, b *queueRow) int { return cmp.Compare(a.Queue, b.Queue) })
 	out := make([]queueRow, len(rows))
