@@ -80,6 +80,7 @@ type Store struct {
 	flows     flowStatements
 	batches   batchStatements
 	pages     pageStatements
+	bench     benchStatements
 
 	all []stmt // every statement, as builder.add recorded them (SQL and the tests)
 }
@@ -112,6 +113,7 @@ func New(schema string) (*Store, error) {
 		flows:     newFlowStatements(b),
 		batches:   newBatchStatements(b),
 		pages:     newPageStatements(b),
+		bench:     newBenchStatements(b),
 	}
 	s.all = b.all
 	return s, nil
