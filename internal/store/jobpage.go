@@ -21,7 +21,8 @@ type pageStatements struct {
 // stops after $9 rows: the scan budget. The outer query keeps the rows that also
 // match the filters no index serves (queue, kind, text, metadata) and, whatever it
 // matched, the budget's last row, so the caller knows where the scan stopped and can
-// continue from there. Row numbering over rows already in id order streams, so a
+// continue from there (hit is never NULL: a job without a last error matches a text
+// only by its payload). Row numbering over rows already in id order streams, so a
 // page that fills early stops reading early.
 //
 // Written as the single listing was (every filter "$n IS NULL OR …" in one WHERE),
@@ -31,10 +32,10 @@ func pageQuery(cmp, order string) string {
 	return `
 SELECT ` + prefixed("s") + `, s.hit, s.n FROM (
   SELECT j.*, row_number() OVER (ORDER BY j.id ` + order + `) AS n,
-    ($2::text IS NULL OR j.queue = $2)
+    coalesce(($2::text IS NULL OR j.queue = $2)
     AND ($3::text IS NULL OR j.kind = $3)
     AND ($7::text IS NULL OR strpos(lower(j.payload::text), lower($7)) > 0 OR strpos(lower(j.last_error), lower($7)) > 0)
-    AND ($8::jsonb IS NULL OR j.metadata @> $8::jsonb) AS hit
+    AND ($8::jsonb IS NULL OR j.metadata @> $8::jsonb), false) AS hit
   FROM (
     SELECT * FROM {{s}}.jobs
     WHERE ($1::{{s}}.job_status[] IS NULL OR status = ANY($1))

@@ -127,6 +127,15 @@ SELECT CASE WHEN g % 3 = 0 THEN 'three' ELSE 'other' END, jsonb_build_object('n'
 	if last := rows[len(rows)-1]; last.Hit || !last.Last || last.Job.Kind != "other" {
 		t.Fatalf("the budget's last row: %+v", last)
 	}
+	// A text search whose budget ends on a job with no last error (the text not in its
+	// payload either): that row is returned, not a hit.
+	rows, err = s.ListPage(ctx, pool, ListParams{Search: "no such text", Limit: 5}, true, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 1 || rows[0].Hit || !rows[0].Last || rows[0].Job.LastError != nil {
+		t.Fatalf("a search ending on a job without an error: %+v", rows)
+	}
 }
 
 // TestStateEstimates: after ANALYZE the planner's estimates name the states it saw.
