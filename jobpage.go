@@ -154,3 +154,28 @@ func (c *Client) JobsByTxPage(ctx context.Context, txid int64, afterID string, l
 	}
 	return fromRows(rows), nil
 }
+
+// JobCount counts the jobs p's filters match (its cursor and limit are ignored), up
+// to limit (1..1,000,000), and returns the count and, when it is below the limit, the
+// greatest matching id (an action on "these jobs" can stop there, leaving alone the
+// jobs enqueued later).
+func (c *Client) JobCount(ctx context.Context, p ListParams, limit int) (n int64, lastID string, err error) {
+	if ctx == nil {
+		return 0, "", invalid("ctx", "must not be nil")
+	}
+	if limit < 1 || limit > 1_000_000 {
+		return 0, "", invalid("limit", "must be 1..1000000")
+	}
+	sp, err := c.storeListParams(p)
+	if err != nil {
+		return 0, "", err
+	}
+	n, lastID, err = c.store.CountCapped(ctx, c.pool, sp, limit)
+	if err != nil {
+		return 0, "", fmt.Errorf("counting jobs: %w", wrapPgError(err))
+	}
+	if n >= int64(limit) {
+		lastID = ""
+	}
+	return n, lastID, nil
+}

@@ -249,27 +249,14 @@ func (h *handler) bulkSelected(q *request, a jobAction, ids []string) {
 	h.redirect(q, q.prefix+"/jobs?"+url.Values{"done": {a.Name}, "what": {"job"}, "n": {strconv.Itoa(done)}, "skipped": {strconv.Itoa(skipped)}}.Encode())
 }
 
-// count pages through the jobs p matches, up to maxCount, and returns how many there
-// are and the last one's id.
+// count counts the jobs p matches, up to maxCount, and returns how many there are
+// and the last one's id (none when capped: the action then takes all).
 func (h *handler) count(q *request, p skiplock.ListParams) (n int, last string, capped bool, err error) {
-	p.Limit = 10000
-	for {
-		page, err := h.c.JobList(q.ctx, p)
-		if err != nil {
-			return 0, "", false, err
-		}
-		n += len(page)
-		if len(page) > 0 {
-			last = page[len(page)-1].ID
-		}
-		if n >= maxCount {
-			return n, "", true, nil // too many to bound: the action takes all
-		}
-		if len(page) < p.Limit {
-			return n, last, false, nil
-		}
-		p.AfterID = last
+	c, last, err := h.c.JobCount(q.ctx, p, maxCount)
+	if err != nil {
+		return 0, "", false, err
 	}
+	return int(c), last, c >= maxCount, nil
 }
 
 // queueAct pauses or resumes a queue: POST /queues/{pause|resume}, field "queue".

@@ -148,8 +148,12 @@ func runD1(ctx context.Context, e *Env) (*Result, error) {
 			return nil, err
 		}
 		p50, p95 := ds[(n-1)/2], ds[(95*n+99)/100-1]
+		path := p.path
+		if len(path) > 90 {
+			path = path[:89] + "…"
+		}
 		r.Extra[fmt.Sprintf("page %02d", i+1)] = fmt.Sprintf("p50 %6.1f ms  p95 %6.1f ms  %s  %s",
-			ms(p50), ms(p95), p.name, p.path)
+			ms(p50), ms(p95), p.name, path)
 		if p95 > worst {
 			worst = p95
 			r.P50ms, r.P95ms, r.P99ms = ms(p50), ms(p95), ms(ds[n-1])

@@ -13,7 +13,7 @@ import (
 // pageStatements are the bounded job listings, one per direction, and the estimates
 // of how many jobs each state holds.
 type pageStatements struct {
-	asc, desc, byTx, stateEstimates stmt
+	asc, desc, byTx, stateEstimates, countCapped stmt
 }
 
 // pageQuery builds a bounded listing in one direction. The inner query takes the
@@ -29,18 +29,16 @@ type pageStatements struct {
 // a filter that matched nothing read the whole table: a text search for a state
 // walked the primary key over every row.
 func pageQuery(cmp, order string) string {
+	f := jobFilters("j.", "$1", "$2", "$3", "$6", "$7", "$8")
+	g := jobFilters("", "$1", "$2", "$3", "$6", "$7", "$8")
 	return `
 SELECT ` + prefixed("s") + `, s.hit, s.n FROM (
   SELECT j.*, row_number() OVER (ORDER BY j.id ` + order + `) AS n,
-    coalesce(($2::text IS NULL OR j.queue = $2)
-    AND ($3::text IS NULL OR j.kind = $3)
-    AND ($7::text IS NULL OR strpos(lower(j.payload::text), lower($7)) > 0 OR strpos(lower(j.last_error), lower($7)) > 0)
-    AND ($8::jsonb IS NULL OR j.metadata @> $8::jsonb), false) AS hit
+    coalesce(` + f.queue + ` AND ` + f.kind + ` AND ` + f.text + ` AND ` + f.metadata + `, false) AS hit
   FROM (
     SELECT * FROM {{s}}.jobs
-    WHERE ($1::{{s}}.job_status[] IS NULL OR status = ANY($1))
+    WHERE ` + g.states + ` AND ` + g.tag + `
       AND ($4::uuid IS NULL OR id ` + cmp + ` $4)
-      AND ($6::text IS NULL OR tags @> ARRAY[$6::text])
     ORDER BY id ` + order + `
     LIMIT $9
   ) j
@@ -50,10 +48,45 @@ ORDER BY s.id ` + order + `
 LIMIT $5`
 }
 
+// filterSQL holds the predicates of a job listing's filters, each "param IS NULL OR
+// …" so that an absent filter (NULL) folds away in a custom plan.
+type filterSQL struct{ states, queue, kind, tag, text, metadata string }
+
+// jobFilters returns the listing's predicates on the columns of alias (with its
+// dot, or "") for the given parameters: the states (an array of the job_status
+// type), queue, kind, tag, text (in the payload or last error, case-insensitive)
+// and metadata (a JSON object the job's must contain).
+func jobFilters(alias, states, queue, kind, tag, text, metadata string) filterSQL {
+	return filterSQL{
+		states:   "(" + states + "::{{s}}.job_status[] IS NULL OR " + alias + "status = ANY(" + states + "))",
+		queue:    "(" + queue + "::text IS NULL OR " + alias + "queue = " + queue + ")",
+		kind:     "(" + kind + "::text IS NULL OR " + alias + "kind = " + kind + ")",
+		tag:      "(" + tag + "::text IS NULL OR " + alias + "tags @> ARRAY[" + tag + "::text])",
+		text:     "(" + text + "::text IS NULL OR strpos(lower(" + alias + "payload::text), lower(" + text + ")) > 0 OR strpos(lower(" + alias + "last_error), lower(" + text + ")) > 0)",
+		metadata: "(" + metadata + "::jsonb IS NULL OR " + alias + "metadata @> " + metadata + "::jsonb)",
+	}
+}
+
+// all joins every predicate with AND.
+func (f filterSQL) all() string {
+	return strings.Join([]string{f.states, f.queue, f.kind, f.tag, f.text, f.metadata}, "\n  AND ")
+}
+
 func newPageStatements(b *builder) pageStatements {
 	return pageStatements{
 		asc:  b.addGuarded(planCustom, "list_page_asc", pageQuery(">", "ASC")),
 		desc: b.addGuarded(planCustom, "list_page_desc", pageQuery("<", "DESC")),
+
+		// How many jobs match the listing's filters, counted up to $7, and the greatest
+		// id among them: a bulk action's confirmation. Ids only and in no order, so the
+		// planner may count from a state's or tag's index without sorting (the text form of a
+		// uuid sorts as the uuid: PostgreSQL 15 has no max(uuid)); the greatest
+		// id bounds the action only when the count is below the cap (every match seen).
+		countCapped: b.addGuarded(planCustom, "count_jobs_capped", `
+SELECT count(*), coalesce(max(id::text), '') FROM (
+  SELECT id FROM {{s}}.jobs
+  WHERE `+jobFilters("", "$1", "$2", "$3", "$4", "$5", "$6").all()+`
+  LIMIT $7) AS x`),
 
 		// One page of the jobs one transaction wrote, by id after the cursor: the
 		// lineage index's range, then the jobs by primary key.
@@ -122,6 +155,23 @@ func (s *Store) ListPage(ctx context.Context, db DBTX, p ListParams, desc bool, 
 		out[i] = PageRow{Job: j, Hit: hits[i], Last: ns[i] == int64(budget)}
 	}
 	return out, nil
+}
+
+// CountCapped counts the jobs matching p's filters (not its cursor or limit), up to
+// limit, and returns the count and the greatest id among them.
+func (s *Store) CountCapped(ctx context.Context, db DBTX, p ListParams, limit int) (n int64, maxID string, err error) {
+	var statuses []string
+	if len(p.Statuses) > 0 {
+		statuses = p.Statuses
+	}
+	_, err = guarded(ctx, db, s.pages.countCapped, func(rows pgx.Rows, err error) (struct{}, error) {
+		if err != nil {
+			return struct{}{}, err
+		}
+		_, err = pgx.ForEachRow(rows, []any{&n, &maxID}, func() error { return nil })
+		return struct{}{}, err
+	}, statuses, nullable(p.Queue), nullable(p.Kind), nullable(p.Tag), nullable(p.Search), jsonOrNil(p.Metadata), limit)
+	return n, maxID, err
 }
 
 // JobsByTxPage returns up to limit jobs the transaction txid wrote, by id after

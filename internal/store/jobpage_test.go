@@ -85,6 +85,12 @@ SELECT CASE WHEN g % 3 = 0 THEN 'three' ELSE 'other' END, jsonb_build_object('n'
 	if err != nil || len(all) != 10 {
 		t.Fatalf("%d jobs of kind three, %v", len(all), err)
 	}
+	if n, last, err := s.CountCapped(ctx, pool, ListParams{Kind: "three"}, 100); err != nil || n != 10 || last != all[9].ID {
+		t.Fatalf("count: %d, %q, %v; want 10 up to %s", n, last, err, all[9].ID)
+	}
+	if n, _, err := s.CountCapped(ctx, pool, ListParams{Kind: "three"}, 4); err != nil || n != 4 {
+		t.Fatalf("count capped at 4: %d, %v", n, err)
+	}
 	ids := func(rows []PageRow) (out []string) {
 		for _, r := range rows {
 			if r.Hit {

@@ -114,6 +114,8 @@ var readsWhole = map[string]string{
 		"or tag finds its few rows by index (TestListFindsFewJobsByIndex); a text or metadata filter has no index",
 	"list_page_asc":  pageReadsWhole,
 	"list_page_desc": pageReadsWhole,
+	"count_jobs_capped": "a bulk confirmation's count of the jobs a filter matches (a count reads what it counts), " +
+		"stopped at its cap (the dashboard's 100,000)",
 	"outbox_counts": "counts every event by state, for the stats (a count reads what it counts); " +
 		"published events are kept only for the retention window",
 	"stats_finished_exact": "counts every finished job by queue and state, when asked to count exactly " +
