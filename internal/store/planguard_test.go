@@ -393,7 +393,8 @@ func TestPlanGuardLeavesSettings(t *testing.T) {
 	settings := func(db DBTX) string {
 		var v string
 		if err := db.QueryRow(ctx, `SELECT current_setting('enable_seqscan') || current_setting('enable_hashjoin') || current_setting('enable_mergejoin')
-  || current_setting('plan_cache_mode') || current_setting('enable_nestloop') || current_setting('jit')`).Scan(&v); err != nil {
+  || current_setting('plan_cache_mode') || current_setting('enable_nestloop') || current_setting('jit')
+  || current_setting('max_parallel_workers_per_gather')`).Scan(&v); err != nil {
 			t.Fatal(err)
 		}
 		return v
@@ -412,14 +413,15 @@ func TestPlanGuardLeavesSettings(t *testing.T) {
 	}
 	defer tx.Rollback(ctx)
 	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = on; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = on;
-SET LOCAL plan_cache_mode = force_custom_plan; SET LOCAL enable_nestloop = on; SET LOCAL jit = on`); err != nil {
+SET LOCAL plan_cache_mode = force_custom_plan; SET LOCAL enable_nestloop = on; SET LOCAL jit = on;
+SET LOCAL max_parallel_workers_per_gather = 3`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Heartbeat(ctx, tx, nil, lease, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if got := settings(tx); got != "onoffonforce_custom_planonon" {
-		t.Errorf("in the caller's transaction after a guarded statement: %q, want the caller's onoffonforce_custom_planonon", got)
+	if got := settings(tx); got != "onoffonforce_custom_planonon3" {
+		t.Errorf("in the caller's transaction after a guarded statement: %q, want the caller's onoffonforce_custom_planonon3", got)
 	}
 }
 
