@@ -26,10 +26,7 @@ func TestListPageReadsAtMostItsBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var pages int
-	if err := pool.QueryRow(ctx, `SELECT relpages FROM pg_class WHERE oid = $1::regclass`, jobs).Scan(&pages); err != nil {
-		t.Fatal(err)
-	}
+	pages := relPages(t, pool, jobs)
 	const budget = 1000
 	rows, err := s.ListPage(ctx, pool, ListParams{Statuses: []string{StatusFailed}, Search: "no such text", Limit: 51}, true, budget)
 	if err != nil {
@@ -44,20 +41,7 @@ func TestListPageReadsAtMostItsBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	read := func(name, guard, sql string, args ...string) (int, string) {
-		t.Helper()
-		plan, err := explainExecute(ctx, conn, name, guard, sql, "ANALYZE, BUFFERS, TIMING OFF", args)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := buffersRE.FindStringSubmatch(plan)
-		if m == nil || m[1] == "" && m[2] == "" {
-			t.Fatalf("no buffers in:\n%s", plan)
-		}
-		hit, _ := strconv.Atoi(m[1])
-		rd, _ := strconv.Atoi(m[2])
-		return hit + rd, plan
-	}
+	read := buffersRead(t, conn)
 	args := []string{`'{failed}'`, "NULL", "NULL", "NULL", "51", "NULL", `'no such text'`, "NULL", strconv.Itoa(budget)}
 	for _, st := range []stmt{s.pages.asc, s.pages.desc} {
 		if n, plan := read(st.name, st.guard, st.sql, args...); n*5 > pages {
