@@ -55,7 +55,9 @@ func TestListFindsFewJobsByIndex(t *testing.T) {
 	}
 	defer conn.Close(ctx)
 	read := buffersRead(t, conn)
-	list := func(name, guard string, args ...string) (int, string) { return read(name, guard, s.jobs.list.sql, args...) }
+	list := func(name, guard string, args ...string) (int, string) {
+		return read(name, guard, s.jobs.list.sql, args...)
+	}
 	failed := []string{`'{failed}'`, "NULL", "NULL", "NULL", "100", "NULL", "NULL", "NULL"}
 	tagged := []string{"NULL", "NULL", "NULL", "NULL", "100", `'rare'`, "NULL", "NULL"}
 	for name, args := range map[string][]string{"failed": failed, "tagged": tagged} {
