@@ -77,7 +77,6 @@ func browserSelection(t *testing.T, browserCtx context.Context) {
 	}
 }
 
-
 // browserWidths loads every list page (and a job and the lineage) in a 390 px wide
 // viewport (a phone) and a 1,440 px one, and fails when the page is wider than the
 // viewport: a table that overflowed hid its rows' state, error and actions off to
