@@ -152,8 +152,8 @@ const (
 	ActionScheduleResume  = "schedule.resume"
 	ActionScheduleTrigger = "schedule.trigger"
 
-	ActionLimitSet    = "limit.set" // add or change a concurrency or rate limit
-	ActionLimitDelete = "limit.delete"
+	ActionLimitSet    = "limit.set"    // add or change a concurrency or rate limit (/limits)
+	ActionLimitDelete = "limit.delete" // delete one
 
 	ActionOutboxRequeue     = "outbox.requeue"
 	ActionOutboxRequeueDead = "outbox.requeue_dead" // every dead event
