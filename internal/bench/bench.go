@@ -193,6 +193,25 @@ func (e *Env) schema(ctx context.Context, name string) (string, error) {
 	return name, nil
 }
 
+// schemaClient creates a fresh, migrated schema, opens a pool of conns connections
+// (pool) and returns a client on them; the caller closes both.
+func (e *Env) schemaClient(ctx context.Context, name string, conns int32) (*skiplock.Client, *pgxpool.Pool, error) {
+	schema, err := e.schema(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := e.pool(ctx, conns)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return c, pool, nil
+}
+
 // pool opens a pool of conns connections for a workload's clients, and returns once
 // all of them are open. pgxpool.NewWithConfig returns before its MinConns are
 // connected, so without the wait the first statements of a timed run queued behind

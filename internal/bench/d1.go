@@ -31,24 +31,17 @@ type d1Page struct {
 // Each page is requested 3 times to warm up, then timed 20 times (5 at scales below
 // 1). The result's p50 and p95 are the slowest page's; every page's are in Extra.
 func runD1(ctx context.Context, e *Env) (*Result, error) {
-	schema, err := e.schema(ctx, "bench_d1")
-	if err != nil {
-		return nil, err
-	}
-	pool, err := e.pool(ctx, 4)
+	c, pool, err := e.schemaClient(ctx, "bench_d1", 4)
 	if err != nil {
 		return nil, err
 	}
 	defer pool.Close()
-	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
-	if err != nil {
-		return nil, err
-	}
+	defer c.Close()
 	ob, err := outbox.New(c, outbox.Config{})
 	if err != nil {
 		return nil, err
 	}
-	st, err := store.New(schema)
+	st, err := store.New(c.Schema())
 	if err != nil {
 		return nil, err
 	}

@@ -15,17 +15,10 @@ import (
 func TestListPageReadsAtMostItsBudget(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := newStore(t, pgtest.Schema(t))
-	pool := pgtest.Pool(t)
+	s, pool := storeWith(t,
+		`INSERT INTO {{jobs}} (kind, payload, status, last_error) SELECT 'k', jsonb_build_object('n', g), 'failed', 'boom' FROM generate_series(1, 40000) g`,
+		`ANALYZE {{jobs}}`)
 	jobs := s.Table("jobs")
-	for _, sql := range []string{
-		`INSERT INTO ` + jobs + ` (kind, payload, status, last_error) SELECT 'k', jsonb_build_object('n', g), 'failed', 'boom' FROM generate_series(1, 40000) g`,
-		`ANALYZE ` + jobs,
-	} {
-		if _, err := pool.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
 	pages := relPages(t, pool, jobs)
 	const budget = 1000
 	rows, err := s.ListPage(ctx, pool, ListParams{Statuses: []string{StatusFailed}, Search: "no such text", Limit: 51}, true, budget)
@@ -59,12 +52,8 @@ func TestListPageReadsAtMostItsBudget(t *testing.T) {
 func TestListPagePagesBothWays(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := newStore(t, pgtest.Schema(t))
-	pool := pgtest.Pool(t)
-	if _, err := pool.Exec(ctx, `INSERT INTO `+s.Table("jobs")+` (kind, payload)
-SELECT CASE WHEN g % 3 = 0 THEN 'three' ELSE 'other' END, jsonb_build_object('n', g) FROM generate_series(1, 30) g`); err != nil {
-		t.Fatal(err)
-	}
+	s, pool := storeWith(t, `INSERT INTO {{jobs}} (kind, payload)
+SELECT CASE WHEN g % 3 = 0 THEN 'three' ELSE 'other' END, jsonb_build_object('n', g) FROM generate_series(1, 30) g`)
 	all, err := s.List(ctx, pool, ListParams{Kind: "three", Limit: 100})
 	if err != nil || len(all) != 10 {
 		t.Fatalf("%d jobs of kind three, %v", len(all), err)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
@@ -18,19 +20,12 @@ import (
 func TestListFindsFewJobsByIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s := newStore(t, pgtest.Schema(t))
-	pool := pgtest.Pool(t)
+	s, pool := storeWith(t,
+		`INSERT INTO {{jobs}} (kind, payload, status) SELECT 'k', '{}', 'succeeded' FROM generate_series(1, 20000)`,
+		`INSERT INTO {{jobs}} (kind, payload, status, tags) SELECT 'k', '{}', 'failed', ARRAY['rare'] FROM generate_series(1, 3)`,
+		`INSERT INTO {{jobs}} (kind, payload, status) SELECT 'k', '{}', 'succeeded' FROM generate_series(1, 20000)`,
+		`ANALYZE {{jobs}}`)
 	jobs := s.Table("jobs")
-	for _, sql := range []string{
-		`INSERT INTO ` + jobs + ` (kind, payload, status) SELECT 'k', '{}', 'succeeded' FROM generate_series(1, 20000)`,
-		`INSERT INTO ` + jobs + ` (kind, payload, status, tags) SELECT 'k', '{}', 'failed', ARRAY['rare'] FROM generate_series(1, 3)`,
-		`INSERT INTO ` + jobs + ` (kind, payload, status) SELECT 'k', '{}', 'succeeded' FROM generate_series(1, 20000)`,
-		`ANALYZE ` + jobs,
-	} {
-		if _, err := pool.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-	}
 	for _, p := range []ListParams{{Statuses: []string{StatusFailed}, Limit: 100}, {Tag: "rare", Limit: 100},
 		{Statuses: []string{StatusFailed, StatusCancelled}, Queue: "default", Limit: 2}} {
 		got, err := s.List(ctx, pool, p)
@@ -68,6 +63,20 @@ func TestListFindsFewJobsByIndex(t *testing.T) {
 	if n, plan := list("control", "", failed...); n < pages/2 {
 		t.Errorf("control: the generic plan read only %d buffers of %d pages (has the planner changed?):\n%s", n, pages, plan)
 	}
+}
+
+// storeWith returns a store on a fresh schema, and its pool, after running each of
+// sqls on it with {{jobs}} standing for the quoted jobs table.
+func storeWith(t *testing.T, sqls ...string) (*Store, *pgxpool.Pool) {
+	t.Helper()
+	s := newStore(t, pgtest.Schema(t))
+	pool := pgtest.Pool(t)
+	for _, sql := range sqls {
+		if _, err := pool.Exec(context.Background(), strings.ReplaceAll(sql, "{{jobs}}", s.Table("jobs"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s, pool
 }
 
 // relPages returns the pages of table (quoted) as the last ANALYZE counted them.
