@@ -8,8 +8,8 @@ import (
 )
 
 // TestJobPageWalksForwardAndBack: newest first, pages of 3 over 8 jobs walk forward to
-// the end and back to the first page with the same jobs on each, and a scan budget
-// smaller than the page stops early and says so.
+// the end and back to the first page with the same jobs on each, a scan budget
+// smaller than the page stops early and says so, and JobCount counts up to its cap.
 func TestJobPageWalksForwardAndBack(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, skiplock.Config{})
@@ -61,6 +61,12 @@ func TestJobPageWalksForwardAndBack(t *testing.T) {
 	bounded := page(skiplock.PageParams{ListParams: skiplock.ListParams{Kind: "nothing"}, ScanBudget: 4})
 	if len(bounded.Jobs) != 0 || !bounded.Bounded || bounded.Next != ids[4] {
 		t.Fatalf("bounded: %+v, want no job, bounded, next %s", bounded, ids[4])
+	}
+	if n, last, err := e.client.JobCount(e.ctx, skiplock.ListParams{Kind: "email"}, 100); err != nil || n != 8 || last != ids[7] {
+		t.Fatalf("count: %d up to %q, %v; want 8 up to %s", n, last, err, ids[7])
+	}
+	if n, last, err := e.client.JobCount(e.ctx, skiplock.ListParams{Kind: "email"}, 5); err != nil || n != 5 || last != "" {
+		t.Fatalf("count capped at 5: %d up to %q, %v; want 5 and no bound", n, last, err)
 	}
 	if _, err := e.client.JobPage(e.ctx, skiplock.PageParams{BeforeID: "nope"}); !errors.Is(err, skiplock.ErrInvalid) {
 		t.Fatalf("a bad cursor: %v, want ErrInvalid", err)
