@@ -224,6 +224,15 @@ func TestJobFilters(t *testing.T) {
 	if testids(r.body, "jobs-empty") != 1 {
 		t.Errorf("no match: no jobs-empty")
 	}
+	// Counts per state: the live ones exact, the finished ones the planner's estimate
+	// (none before the table was analysed).
+	counts := b.get("/jobs").body
+	for state, want := range map[string]string{"pending": "2", "running": "1", "waiting": "1", "failed": "≈ ?"} {
+		re := regexp.MustCompile(`data-state="` + state + `"[^>]*>.*?</span> ([^<]+)</a>`)
+		if m := re.FindStringSubmatch(counts); m == nil || m[1] != want {
+			t.Errorf("count of %s: %v, want %q", state, m, want)
+		}
+	}
 	// The selected state stays selected in the filter form.
 	if r := b.get("/jobs?state=failed"); !strings.Contains(r.body, `<option value="failed" selected>`) {
 		t.Errorf("the state filter is not kept")
