@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/uuidv7"
@@ -18,6 +19,18 @@ type eventRow struct {
 	*outbox.Record
 	URL   string
 	State outbox.State
+	// CreatedAgo and EndedAgo (published or dead) are relative to now; the template
+	// shows the UTC time on hover.
+	CreatedAgo, EndedAgo string
+}
+
+// newEventRow prepares an event for the "eventtable" template.
+func newEventRow(q *request, r *outbox.Record, now time.Time) eventRow {
+	row := eventRow{Record: r, URL: q.prefix + "/outbox/" + r.ID, State: eventState(r), CreatedAgo: relative(now, r.CreatedAt)}
+	if t := cmp.Or(r.PublishedAt, r.DeadAt); t != nil {
+		row.EndedAgo = relative(now, *t)
+	}
+	return row
 }
 
 func eventState(r *outbox.Record) outbox.State {
@@ -90,8 +103,9 @@ func (h *handler) outboxList(q *request) {
 		list = list[:h.opts.PageSize]
 		d.NextURL = q.prefix + "/outbox?" + url.Values{"state": {string(state)}, "after": {list[len(list)-1].ID}}.Encode()
 	}
+	now := h.now()
 	for _, r := range list {
-		d.Events = append(d.Events, eventRow{Record: r, URL: q.prefix + "/outbox/" + r.ID, State: eventState(r)})
+		d.Events = append(d.Events, newEventRow(q, r, now))
 	}
 	if state == outbox.StateDead && len(list) > 0 && h.can(q.r, ActionOutboxRequeueDead) {
 		d.RequeueDeadURL = q.prefix + "/outbox/requeue-dead"
@@ -180,7 +194,7 @@ func (h *handler) lineage(q *request, s string) {
 			return
 		}
 		for _, r := range evs {
-			d.Events = append(d.Events, eventRow{Record: r, URL: q.prefix + "/outbox/" + r.ID, State: eventState(r)})
+			d.Events = append(d.Events, newEventRow(q, r, now))
 		}
 	}
 	h.render(q, http.StatusOK, "lineage", "Transaction "+s, "jobs", d)
