@@ -56,25 +56,34 @@ func (c *Client) JobList(ctx context.Context, p ListParams) ([]*Job, error) {
 	if p.AfterID != "" && !isUUID(p.AfterID) {
 		return nil, invalid("after_id", "%q is not a job id (a UUID)", p.AfterID)
 	}
-	sp := store.ListParams{Queue: p.Queue, Kind: p.Kind, AfterID: p.AfterID, Limit: p.Limit, Tag: p.Tag, Search: p.Search}
-	if len(p.Metadata) > 0 {
-		meta, err := encodeMetadata(p.Metadata)
-		if err != nil {
-			return nil, err
-		}
-		sp.Metadata = meta
-	}
-	for _, s := range p.States {
-		if _, err := ParseJobState(string(s)); err != nil {
-			return nil, err
-		}
-		sp.Statuses = append(sp.Statuses, string(s))
+	sp, err := c.storeListParams(p)
+	if err != nil {
+		return nil, err
 	}
 	rows, err := c.store.List(ctx, c.pool, sp)
 	if err != nil {
 		return nil, fmt.Errorf("listing jobs: %w", wrapPgError(err))
 	}
 	return fromRows(rows), nil
+}
+
+// storeListParams checks p's filters and converts them for the store.
+func (c *Client) storeListParams(p ListParams) (store.ListParams, error) {
+	sp := store.ListParams{Queue: p.Queue, Kind: p.Kind, AfterID: p.AfterID, Limit: p.Limit, Tag: p.Tag, Search: p.Search}
+	if len(p.Metadata) > 0 {
+		meta, err := encodeMetadata(p.Metadata)
+		if err != nil {
+			return sp, err
+		}
+		sp.Metadata = meta
+	}
+	for _, s := range p.States {
+		if _, err := ParseJobState(string(s)); err != nil {
+			return sp, err
+		}
+		sp.Statuses = append(sp.Statuses, string(s))
+	}
+	return sp, nil
 }
 
 // JobRetry makes a failed or cancelled job pending and due now, granting at least one

@@ -3,6 +3,8 @@ package skiplock
 import (
 	"errors"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -69,6 +71,12 @@ func (c *Client) ID() string { return c.cfg.ID }
 // MaxPayloadBytes returns the payload limit the client enforces at enqueue (the
 // outbox applies the same to events).
 func (c *Client) MaxPayloadBytes() int { return c.cfg.MaxPayloadBytes }
+
+// ConfiguredQueues returns the names of the queues the client works (Config.Queues),
+// sorted.
+func (c *Client) ConfiguredQueues() []string {
+	return slices.Sorted(maps.Keys(c.cfg.Queues))
+}
 
 // Clock returns the client's clock; nil means the database's now().
 func (c *Client) Clock() Clock { return c.cfg.Clock }

@@ -110,7 +110,8 @@
 //   - Working and its lifecycle: [Client.Start], [Client.Stop],
 //     [Client.StopAndCancel], [Client.Close], [Client.CheckSchema],
 //     [Client.CompleteTx], [Client.Manual].
-//   - Jobs: [Client.JobGet], [Client.JobList], [Client.JobsByTx], [Client.JobRetry],
+//   - Jobs: [Client.JobGet], [Client.JobList], [Client.JobPage], [Client.JobCount],
+//     [Client.JobStateEstimates], [Client.JobsByTx], [Client.JobsByTxPage], [Client.JobRetry],
 //     [Client.JobCancel], [Client.JobDelete], [Client.JobRunNow].
 //   - Queues: [Client.QueueList], [Client.QueueGet], [Client.QueuePause], [Client.QueuePauseAhead],
 //     [Client.QueueResume].
@@ -128,5 +129,6 @@
 //     [Client.Counters], [Client.Operations], [Client.Subscribe].
 //   - Storage: [Client.RunRetention], [Client.Partitions].
 //   - The client itself: [Client.ID], [Client.Schema], [Client.Pool], [Client.Clock],
+//     [Client.ConfiguredQueues],
 //     [Client.MaxPayloadBytes].
 package skiplock

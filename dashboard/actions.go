@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/uuidv7"
 )
 
 // jobAction is an operator's write to a job: the states it applies to and the
@@ -116,6 +117,7 @@ const maxCount = 100000
 type confirmData struct {
 	Action     jobAction
 	Filter     jobFilter
+	IDs        []string // the selected jobs, when the action names them
 	Count      int
 	Capped     bool   // more than Count match
 	Last       string // the last matching id when counted: the action stops there
@@ -139,6 +141,10 @@ func (h *handler) bulk(q *request) {
 		return
 	}
 	if h.refuse(q, a.Bulk) {
+		return
+	}
+	if ids := vals["id"]; len(ids) > 0 {
+		h.bulkSelected(q, a, ids)
 		return
 	}
 	f, err := parseFilter(vals)
@@ -204,30 +210,59 @@ func (h *handler) bulk(q *request) {
 	h.redirect(q, h.jobsURL(q, f, url.Values{"done": {a.Name}, "what": {"job"}, "n": {strconv.Itoa(done)}, "skipped": {strconv.Itoa(skipped)}}))
 }
 
-// count pages through the jobs p matches, up to maxCount, and returns how many there
-// are and the last one's id.
-func (h *handler) count(q *request, p skiplock.ListParams) (n int, last string, capped bool, err error) {
-	p.Limit = 10000
-	for {
-		page, err := h.c.JobList(q.ctx, p)
-		if err != nil {
-			return 0, "", false, err
-		}
-		n += len(page)
-		if len(page) > 0 {
-			last = page[len(page)-1].ID
-		}
-		if n >= maxCount {
-			return n, "", true, nil // too many to bound: the action takes all
-		}
-		if len(page) < p.Limit {
-			return n, last, false, nil
-		}
-		p.AfterID = last
+// maxSelected bounds how many jobs one bulk action on selected jobs names.
+const maxSelected = 1000
+
+// bulkSelected is bulk on the jobs selected by id (the checkboxes of the job list):
+// the confirmation (GET) and the action (POST). A selected job in a state the action
+// does not apply to is skipped and counted.
+func (h *handler) bulkSelected(q *request, a jobAction, ids []string) {
+	if len(ids) > maxSelected {
+		h.fail(q, http.StatusBadRequest, "Select at most "+strconv.Itoa(maxSelected)+" jobs at a time.")
+		return
 	}
+	for _, id := range ids {
+		if !uuidv7.Valid(id) {
+			h.fail(q, http.StatusBadRequest, "A selected job id is not a UUID.")
+			return
+		}
+	}
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	if q.r.Method != http.MethodPost {
+		h.render(q, http.StatusOK, "confirm", a.Label+" jobs", "", confirmData{Action: a, IDs: ids, Count: len(ids),
+			BackURL: q.prefix + "/jobs", PostURL: q.prefix + "/jobs/bulk", What: "selected jobs", WhatOne: "selected job"})
+		return
+	}
+	done, skipped := 0, 0
+	for _, id := range ids {
+		_, err := a.run(q.ctx, h.c, id)
+		switch {
+		case err == nil:
+			done++
+		case errors.Is(err, skiplock.ErrJobState), errors.Is(err, skiplock.ErrNotFound):
+			skipped++
+		default:
+			h.failErr(q, err)
+			return
+		}
+	}
+	h.redirect(q, q.prefix+"/jobs?"+url.Values{"done": {a.Name}, "what": {"job"}, "n": {strconv.Itoa(done)}, "skipped": {strconv.Itoa(skipped)}}.Encode())
 }
 
-// queueAct pauses or resumes a queue: POST /queues/{pause|resume}, field "queue".
+// count counts the jobs p matches, up to maxCount, and returns how many there are
+// and the last one's id (none when capped: the action then takes all).
+func (h *handler) count(q *request, p skiplock.ListParams) (n int, last string, capped bool, err error) {
+	c, last, err := h.c.JobCount(q.ctx, p, maxCount)
+	if err != nil {
+		return 0, "", false, err
+	}
+	return int(c), last, c >= maxCount, nil
+}
+
+// queueAct pauses or resumes a queue: POST /queues/{pause|resume}, field "queue". A
+// queue nothing names is refused as a likely misspelling (skiplock.ErrQueueNotFound),
+// unless the pause says "ahead" (the form that pauses a queue by name before its
+// first job).
 func (h *handler) queueAct(q *request, verb string) {
 	name := q.r.PostFormValue("queue")
 	var err error
@@ -236,7 +271,11 @@ func (h *handler) queueAct(q *request, verb string) {
 		if h.refuse(q, ActionQueuePause) {
 			return
 		}
-		err = h.c.QueuePause(q.ctx, name)
+		if q.r.PostFormValue("ahead") == "1" {
+			err = h.c.QueuePauseAhead(q.ctx, name)
+		} else {
+			err = h.c.QueuePause(q.ctx, name)
+		}
 	case "resume":
 		if h.refuse(q, ActionQueueResume) {
 			return

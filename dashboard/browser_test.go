@@ -37,6 +37,73 @@ func TestBrowser(t *testing.T) {
 	t.Run("BulkCancel", func(t *testing.T) { t.Parallel(); browserBulkCancel(t, browserCtx) })
 	t.Run("CSRF", func(t *testing.T) { t.Parallel(); browserCSRF(t, browserCtx) })
 	t.Run("ReadOnly", func(t *testing.T) { t.Parallel(); browserReadOnly(t, browserCtx) })
+	t.Run("Widths", func(t *testing.T) { t.Parallel(); browserWidths(t, browserCtx) })
+	t.Run("SelectionHoldsRefresh", func(t *testing.T) { t.Parallel(); browserSelection(t, browserCtx) })
+}
+
+// browserSelection: on the newest-first list a ticked box stays on its job while new
+// jobs arrive (the live refresh waits, saying so, instead of patching rows by
+// position, which slid the tick onto the new job), the bulk button posts the
+// selected job through its confirmation, and once the selection is cleared the
+// refresh brings the new job in.
+func browserSelection(t *testing.T, browserCtx context.Context) {
+	f := seed(t)
+	srv := serveBrowser(t, f.handler(dashboard.Options{Authorize: allowAll, RefreshInterval: time.Second}))
+	b := newTab(t, browserCtx, srv.URL)
+	b.open("/jobs", http.StatusOK)
+	first := `document.querySelector('[data-testid="job-select"]')`
+	picked := eval[string](b, first+`.value`)
+	b.run("tick the first job", chromedp.Click(tid("job-select")))
+	res, err := f.client.EnqueueRaw(f.ctx, "send_email", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "mail"})
+	must(t, err)
+	b.waitFor("the refresh to wait for the selection",
+		`document.querySelector('[data-testid="live-status"]').textContent.includes("selected")`, 30*time.Second)
+	if v, on := eval[string](b, first+`.value`), eval[bool](b, first+`.checked`); v != picked || !on {
+		t.Errorf("the first box is on %s (ticked %v), want still %s ticked", v, on, picked)
+	}
+	if b.count("job-row") != 7 {
+		t.Errorf("the list changed while a job was selected: %d rows", b.count("job-row"))
+	}
+	b.run("untick it", chromedp.Click(tid("job-select")))
+	b.waitFor("the new job after a refresh", fmt.Sprintf(
+		`document.querySelector('[data-job-id=%q]') !== null`, res.ID), 30*time.Second)
+	b.run("tick the job picked before", chromedp.Click(fmt.Sprintf(`input[data-testid="job-select"][value=%q]`, picked)))
+	b.click(tid("selected-bulk-run-now"), http.StatusOK)
+	if n := b.text("bulk-count"); n != "1" {
+		t.Errorf("the confirmation counts %s selected jobs, want 1", n)
+	}
+	if id := eval[string](b, `document.querySelector('input[type="hidden"][name="id"]').value`); id != picked {
+		t.Errorf("the confirmation names %s, want %s", id, picked)
+	}
+}
+
+// browserWidths loads every list page (and a job and the lineage) in a 390 px wide
+// viewport (a phone) and a 1,440 px one, and fails when the page is wider than the
+// viewport: a table that overflowed hid its rows' state, error and actions off to
+// the right. It takes a full-page screenshot of each (narrow-*.png, wide-*.png).
+func browserWidths(t *testing.T, browserCtx context.Context) {
+	f := seedRich(t)
+	srv := serveBrowser(t, f.handler(dashboard.Options{Authorize: allowAll}))
+	pages := map[string]string{
+		"overview": "/", "jobs": "/jobs", "jobs-failed": "/jobs?state=failed", "queues": "/queues",
+		"schedules": "/schedules", "outbox": "/outbox?state=dead", "job": "/jobs/" + f.webhook,
+		"lineage": "/tx/" + strconv.FormatInt(f.lineageTx, 10), "event": "/outbox/" + f.events[outbox.StateDead],
+		"batches": "/batches", "limits": "/limits", "flows": "/flows",
+	}
+	for _, size := range []struct {
+		name          string
+		width, height int64
+	}{{"narrow", 390, 844}, {"wide", 1440, 900}} {
+		b := newTab(t, browserCtx, srv.URL)
+		b.run("viewport", chromedp.EmulateViewport(size.width, size.height))
+		for name, path := range pages {
+			b.open(path, http.StatusOK)
+			if w, inner := eval[int](b, `document.documentElement.scrollWidth`), eval[int](b, `window.innerWidth`); w > inner || inner != int(size.width) {
+				t.Errorf("%s at %d px: the page is %d px wide in a viewport of %d", path, size.width, w, inner)
+			}
+			b.shotPage(size.name + "-" + name)
+		}
+	}
 }
 
 // richFixture is the fixture of seed with more to look at: a job that failed all its

@@ -16,15 +16,22 @@
 //
 //	/                      overview: per queue its counts by state, oldest due age and
 //	                       pause; throughput and failures over the last hour (inline SVG)
-//	/jobs                  jobs filtered by state, queue, kind, tag and text, paged by id
+//	/jobs                  jobs newest first (or oldest), filtered by state, queue, kind,
+//	                       tag and text, with counts per state, paged both ways; each
+//	                       page examines at most skiplock.DefaultScanBudget jobs
 //	/jobs/{id}             one job: arguments, output, metadata, attempt timeline, actions
-//	/jobs/bulk             the confirmation of an action on every job a filter matches
-//	/queues                queues with pause and resume
+//	/jobs/bulk             the confirmation of an action on every job a filter matches,
+//	                       or on the jobs selected (id=…)
+//	/queues                queues (also configured and paused ones without jobs) with
+//	                       pause and resume, and pause by name
+//	/batches               batches, newest first, with their counts and callbacks
+//	/flows                 jobs waiting on others (flow parents, batch callbacks)
+//	/limits                concurrency and rate limits with their use; set and delete
 //	/schedules             periodic schedules with pause, resume and trigger
 //	/outbox                outbox events by state (pending, dead, published), lag, requeue
 //	/outbox/{id}           one event
 //	/outbox/requeue-dead   the confirmation of requeueing every dead event
-//	/tx/{txid}             lineage: the jobs and outbox events one transaction wrote
+//	/tx/{txid}             lineage: the jobs (paged) and outbox events one transaction wrote
 //
 // # Security
 //
@@ -51,7 +58,8 @@
 // name they show in data-job-id, data-event-id, data-queue or data-schedule, and
 // attempt-row its number in data-attempt):
 //
-//	layout     nav-overview nav-jobs nav-queues nav-schedules nav-outbox flash error
+//	layout     nav-overview nav-jobs nav-queues nav-schedules nav-batches nav-flows
+//	           nav-limits nav-outbox flash error
 //	           live-region (the part live refresh replaces; also id="live")
 //	           live-toggle (checkbox shown by the script) live-status logout read-only
 //	overview   overview queues-table queue-row queue-name queue-paused queue-pending
@@ -62,13 +70,26 @@
 //	           schedules-summary
 //	jobs       jobs jobs-filter filter-state filter-queue filter-kind filter-tag
 //	           filter-search filter-submit filter-clear jobs-table job-row job-link
-//	           job-row-state jobs-empty jobs-next jobs-first bulk-retry bulk-cancel
-//	           bulk-delete bulk-run-now
+//	           job-row-state job-run-at job-updated jobs-empty jobs-next jobs-prev
+//	           jobs-first jobs-order jobs-order-toggle jobs-bounded state-counts
+//	           state-count (data-state) jobs-jump jump-id jump-submit bulk-retry
+//	           bulk-cancel bulk-delete bulk-run-now job-select select-form
+//	           selected-bulk-retry selected-bulk-cancel selected-bulk-delete
+//	           selected-bulk-run-now
 //	job        job-detail job-id job-state job-queue job-kind job-attempt job-error
 //	           job-args job-output job-metadata job-tags job-history attempt-row
 //	           job-lineage action-retry action-cancel action-delete action-run-now
 //	confirm    bulk-confirm bulk-action bulk-count bulk-submit bulk-back
 //	queues     queues queues-table queue-row queue-state queue-pause queue-resume
+//	           queue-pause-form queue-pause-name queue-pause-named
+//	batches    batches batches-table batch-row (data-batch-id) batch-state
+//	           batch-on-complete batch-on-failure batches-empty batches-next
+//	           batches-first batches-open batches-all
+//	flows      flows flows-empty flows-next flows-prev flows-first flows-bounded
+//	           (rows as on jobs)
+//	limits     limits limits-table limit-row (data-limit) limit-usage limit-delete
+//	           limits-empty limit-form limit-scope limit-name limit-key
+//	           limit-max-running limit-rate limit-per limit-submit
 //	schedules  schedules schedules-table schedule-row schedule-state schedule-pause
 //	           schedule-resume schedule-trigger schedule-last-job schedules-empty
 //	outbox     outbox outbox-tab-pending outbox-tab-dead outbox-tab-published
@@ -77,7 +98,8 @@
 //	           event-requeue
 //	event      event-detail event-id event-state event-payload event-headers
 //	           event-error event-requeue event-lineage
-//	lineage    lineage lineage-jobs lineage-events job-row event-row
+//	lineage    lineage lineage-jobs lineage-events job-row event-row lineage-next
+//	           lineage-first
 //	login      login-form login-token login-submit login-error
 //
 // Forms post to the paths their pages link from; each action's submit button has the
@@ -129,6 +151,9 @@ const (
 	ActionSchedulePause   = "schedule.pause"
 	ActionScheduleResume  = "schedule.resume"
 	ActionScheduleTrigger = "schedule.trigger"
+
+	ActionLimitSet    = "limit.set"    // add or change a concurrency or rate limit (/limits)
+	ActionLimitDelete = "limit.delete" // delete one
 
 	ActionOutboxRequeue     = "outbox.requeue"
 	ActionOutboxRequeueDead = "outbox.requeue_dead" // every dead event
@@ -318,6 +343,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	q := &request{w: w, r: r, ctx: r.Context(), prefix: prefix, path: path}
 	if name, ok := strings.CutPrefix(path, "/static/"); ok {
 		h.serveStatic(q, name)
+		return
+	}
+	if path == "/favicon.ico" { // browsers ask for it whatever the page's <link rel="icon">
+		h.serveStatic(q, "favicon.svg")
 		return
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodPost {

@@ -174,7 +174,7 @@ func TestJobFilters(t *testing.T) {
 		t.Errorf("all jobs: %d rows, want 7", len(got))
 	}
 	for _, s := range skiplock.JobStates {
-		got := rows("/jobs?state=" + string(s))
+		got := rows("/jobs?order=oldest&state=" + string(s))
 		want := 1
 		if s == skiplock.StatePending {
 			want = 2 // and the one in the paused queue
@@ -182,6 +182,11 @@ func TestJobFilters(t *testing.T) {
 		if len(got) != want || got[0] != f.jobs[s] {
 			t.Errorf("state %s: %v, want %d starting with %s", s, got, want, f.jobs[s])
 		}
+	}
+	// Newest first unless asked otherwise.
+	if newest, oldest := rows("/jobs?state=pending"), rows("/jobs?state=pending&order=oldest"); len(newest) != 2 ||
+		len(oldest) != 2 || newest[0] != oldest[1] || newest[1] != oldest[0] {
+		t.Errorf("pending newest first %v, oldest first %v: want the same two in opposite orders", newest, oldest)
 	}
 	if got := rows("/jobs?state=failed,cancelled"); len(got) != 2 {
 		t.Errorf("two states: %v", got)
@@ -219,6 +224,15 @@ func TestJobFilters(t *testing.T) {
 	if testids(r.body, "jobs-empty") != 1 {
 		t.Errorf("no match: no jobs-empty")
 	}
+	// Counts per state: the live ones exact, the finished ones the planner's estimate
+	// (none before the table was analysed).
+	counts := b.get("/jobs").body
+	for state, want := range map[string]string{"pending": "2", "running": "1", "waiting": "1", "failed": "≈ ?"} {
+		re := regexp.MustCompile(`data-state="` + state + `"[^>]*>.*?</span> ([^<]+)</a>`)
+		if m := re.FindStringSubmatch(counts); m == nil || m[1] != want {
+			t.Errorf("count of %s: %v, want %q", state, m, want)
+		}
+	}
 	// The selected state stays selected in the filter form.
 	if r := b.get("/jobs?state=failed"); !strings.Contains(r.body, `<option value="failed" selected>`) {
 		t.Errorf("the state filter is not kept")
@@ -243,6 +257,54 @@ func TestJobPaging(t *testing.T) {
 	r = b.get("/jobs?" + u.RawQuery)
 	if n := testids(r.body, "job-row"); n != 3 || next.MatchString(r.body) || testids(r.body, "jobs-first") != 1 {
 		t.Errorf("second page: %d rows, next link %v, first link %d", n, next.MatchString(r.body), testids(r.body, "jobs-first"))
+	}
+	// The previous page is the first again, in the same order.
+	m = regexp.MustCompile(`href="([^"]+)" data-testid="jobs-prev"`).FindStringSubmatch(r.body)
+	if m == nil {
+		t.Fatal("second page: no previous link")
+	}
+	u, err = url.Parse(strings.ReplaceAll(m[1], "&amp;", "&"))
+	must(t, err)
+	back := b.get("/jobs?" + u.RawQuery)
+	rowRE := regexp.MustCompile(`data-testid="job-row" data-job-id="([^"]+)"`)
+	if got, want := rowRE.FindAllString(back.body, -1), rowRE.FindAllString(b.get("/jobs").body, -1); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("back to the first page: %v, want %v", got, want)
+	}
+	if testids(back.body, "jobs-prev") != 0 {
+		t.Errorf("back on the first page: a previous link")
+	}
+	// A cursor that is not an id is a bad request, on every page that takes one.
+	for _, path := range []string{"/jobs?after=nope", "/jobs?before=nope", "/outbox?after=nope",
+		"/outbox?after=0190a5c8-7f7e-7a3c-9b1d-2c4e5f6a7b8c", "/tx/" + strconv.FormatInt(f.txid, 10) + "?after=nope"} {
+		wantStatus(t, path, b.get(path), http.StatusBadRequest)
+	}
+}
+
+// TestJumpToJob: the jobs page's id field opens the job; text that is not an id is a
+// bad request.
+func TestJumpToJob(t *testing.T) {
+	t.Parallel()
+	f := seed(t)
+	b := serve(t, f.handler(dashboard.Options{}), "", false)
+	r := b.get("/jobs?id=+" + strings.ToUpper(f.jobs[skiplock.StateFailed]) + "+")
+	wantStatus(t, "jump", r, http.StatusSeeOther)
+	if loc := r.header.Get("Location"); loc != "/jobs/"+f.jobs[skiplock.StateFailed] {
+		t.Errorf("the jump leads to %q, want the job", loc)
+	}
+	wantStatus(t, "jump to nothing", b.get("/jobs?id=42"), http.StatusBadRequest)
+}
+
+// TestFavicon: the icon is served, at the root and as an asset.
+func TestFavicon(t *testing.T) {
+	t.Parallel()
+	f := seed(t)
+	b := serve(t, f.handler(dashboard.Options{}), "", false)
+	for _, path := range []string{"/favicon.ico", "/static/favicon.svg"} {
+		r := b.get(path)
+		wantStatus(t, path, r, http.StatusOK)
+		if !strings.HasPrefix(r.body, "<svg") {
+			t.Errorf("%s: not the icon: %.40q", path, r.body)
+		}
 	}
 }
 
@@ -309,6 +371,12 @@ func TestActionsWhenAuthorised(t *testing.T) {
 		t.Errorf("queues after pause mail, resume paused: %v", paused)
 	}
 	wantStatus(t, "pause a bad name", b.act("/queues/pause", url.Values{"queue": {""}}), http.StatusBadRequest)
+	// A name nothing uses is refused, unless the form pauses it ahead of its first job.
+	wantStatus(t, "pause a misspelt queue", b.act("/queues/pause", url.Values{"queue": {"emial"}}), http.StatusNotFound)
+	wantStatus(t, "pause a queue ahead", b.act("/queues/pause", url.Values{"queue": {"later"}, "ahead": {"1"}}), http.StatusSeeOther)
+	if q, err := f.client.QueueGet(ctx, "later"); err != nil || !q.Paused {
+		t.Errorf("a queue paused ahead from the dashboard: %+v %v", q, err)
+	}
 
 	// Schedules.
 	wantStatus(t, "schedule pause", b.act("/schedules/pause", url.Values{"schedule": {"nightly"}}), http.StatusSeeOther)
@@ -917,5 +985,130 @@ func TestThroughputChart(t *testing.T) {
 	}
 	if !strings.Contains(r.body, `aria-label="mail: 1 succeeded, 1 failed in the last hour"`) {
 		t.Errorf("no sparkline for mail")
+	}
+}
+
+// TestBulkOnSelectedJobs: the job list's checkboxes name jobs for a bulk action; the
+// confirmation counts them and its form carries them and the CSRF token; a selected
+// job the action does not apply to is skipped. Without the bulk permission there are
+// no checkboxes and the action is refused.
+func TestBulkOnSelectedJobs(t *testing.T) {
+	t.Parallel()
+	f := seed(t)
+	b := serve(t, f.handler(dashboard.Options{Authorize: allowAll}), "", false)
+	r := b.get("/jobs")
+	if testids(r.body, "job-select") != 7 || testids(r.body, "selected-bulk-retry") != 1 {
+		t.Fatalf("%d checkboxes, %d retry-selected buttons; want 7 and 1", testids(r.body, "job-select"), testids(r.body, "selected-bulk-retry"))
+	}
+	failed, cancelled, pending := f.jobs[skiplock.StateFailed], f.jobs[skiplock.StateCancelled], f.jobs[skiplock.StatePending]
+	r = b.get("/jobs/bulk?action=retry&id=" + failed + "&id=" + cancelled + "&id=" + pending)
+	wantStatus(t, "confirm selected", r, http.StatusOK)
+	if c := regexp.MustCompile(`data-testid="bulk-count">(\d+)<`).FindStringSubmatch(r.body); c == nil || c[1] != "3" {
+		t.Fatalf("confirm count %v, want 3", c)
+	}
+	form := url.Values{}
+	for _, m := range regexp.MustCompile(`<input type="hidden" name="([^"]+)" value="([^"]*)"`).FindAllStringSubmatch(r.body, -1) {
+		form.Add(m[1], m[2])
+	}
+	if len(form["id"]) != 3 || form.Get("csrf") == "" || form.Get("action") != "retry" {
+		t.Fatalf("confirm form: %v", form)
+	}
+	noToken := url.Values{"action": form["action"], "id": form["id"]}
+	wantStatus(t, "without the token", b.post("/jobs/bulk", noToken), http.StatusForbidden)
+	r = b.post("/jobs/bulk", form)
+	wantStatus(t, "retry selected", r, http.StatusSeeOther)
+	loc, err := url.Parse(r.header.Get("Location"))
+	must(t, err)
+	if loc.Query().Get("n") != "2" || loc.Query().Get("skipped") != "1" {
+		t.Errorf("retry selected redirects to %s, want 2 done and 1 skipped", loc)
+	}
+	for _, id := range []string{failed, cancelled} {
+		j, err := f.client.JobGet(f.ctx, id)
+		must(t, err)
+		if j.State != skiplock.StatePending {
+			t.Errorf("%s is %s after the retry, want pending", id, j.State)
+		}
+	}
+	wantStatus(t, "a bad id", b.get("/jobs/bulk?action=retry&id=nope"), http.StatusBadRequest)
+
+	viewer := serve(t, f.handler(dashboard.Options{}), "", false)
+	if r := viewer.get("/jobs"); testids(r.body, "job-select") != 0 {
+		t.Errorf("a read-only viewer sees checkboxes")
+	}
+	wantStatus(t, "read-only", viewer.get("/jobs/bulk?action=retry&id="+failed), http.StatusForbidden)
+}
+
+// TestBatchesFlowsLimits: the batches page lists a batch with its callback, the flows
+// page the waiting callback, and the limits page sets and deletes a limit for those
+// allowed (with the CSRF token), while a viewer without the permission gets 403.
+func TestBatchesFlowsLimits(t *testing.T) {
+	t.Parallel()
+	f := seed(t)
+	id, err := f.client.BatchOpen(f.ctx, skiplock.Batch{Description: "nightly <export>",
+		OnComplete: &skiplock.EnqueueParams{Kind: "report_ready", Payload: []byte(`{}`)}})
+	must(t, err)
+	info, err := f.client.BatchGet(f.ctx, id)
+	must(t, err)
+	b := serve(t, f.handler(dashboard.Options{Authorize: allowAll}), "", false)
+	r := b.get("/batches")
+	wantStatus(t, "batches", r, http.StatusOK)
+	if !strings.Contains(r.body, `data-batch-id="`+id+`"`) || !strings.Contains(r.body, "nightly &lt;export&gt;") ||
+		!strings.Contains(r.body, `href="/jobs/`+info.OnComplete+`" data-testid="batch-on-complete"`) {
+		t.Errorf("batches: the batch, its escaped description or its callback is missing:\n%s", r.body)
+	}
+	r = b.get("/flows")
+	wantStatus(t, "flows", r, http.StatusOK)
+	if !strings.Contains(r.body, `data-job-id="`+info.OnComplete+`"`) {
+		t.Errorf("flows: the waiting callback %s is not listed", info.OnComplete)
+	}
+	wantStatus(t, "batches, bad cursor", b.get("/batches?after=nope"), http.StatusBadRequest)
+	wantStatus(t, "flows, bad cursor", b.get("/flows?after=nope"), http.StatusBadRequest)
+
+	r = b.get("/limits")
+	if testids(r.body, "limits-empty") != 1 || testids(r.body, "limit-form") != 1 {
+		t.Fatalf("limits: want the empty list and the form")
+	}
+	set := url.Values{"scope": {"queue"}, "name": {"mail"}, "key": {"*"}, "max_running": {"3"}, "rate": {"10"}, "per": {"1m"}}
+	wantStatus(t, "set without the token", b.post("/limits/set", set), http.StatusForbidden)
+	wantStatus(t, "set", b.act("/limits/set", set), http.StatusSeeOther)
+	limits, err := f.client.LimitList(f.ctx)
+	must(t, err)
+	if len(limits) != 1 || limits[0].Queue != "mail" || limits[0].MaxRunning != 3 || limits[0].Rate != 10 || limits[0].Per != time.Minute {
+		t.Fatalf("limits after set: %+v", limits)
+	}
+	if r := b.get("/limits"); testids(r.body, "limit-row") != 1 || testids(r.body, "limit-delete") != 1 {
+		t.Errorf("limits: the new limit is not listed with its delete button")
+	}
+	wantStatus(t, "bad number", b.act("/limits/set", url.Values{"scope": {"queue"}, "name": {"mail"}, "max_running": {"x"}}), http.StatusBadRequest)
+	viewer := serve(t, f.handler(dashboard.Options{}), "", false)
+	if r := viewer.get("/limits"); testids(r.body, "limit-form") != 0 || testids(r.body, "limit-delete") != 0 {
+		t.Errorf("a read-only viewer sees the limit controls")
+	}
+	wantStatus(t, "read-only delete", viewer.act("/limits/delete", url.Values{"scope": {"queue"}, "name": {"mail"}, "key": {"*"}}), http.StatusForbidden)
+	wantStatus(t, "delete", b.act("/limits/delete", url.Values{"scope": {"queue"}, "name": {"mail"}, "key": {"*"}}), http.StatusSeeOther)
+	if limits, err := f.client.LimitList(f.ctx); err != nil || len(limits) != 0 {
+		t.Errorf("limits after delete: %+v, %v", limits, err)
+	}
+}
+
+// TestQueuesListsIdleQueues: a queue only the client's configuration names is listed,
+// and any queue can be paused by name before it has a job.
+func TestQueuesListsIdleQueues(t *testing.T) {
+	t.Parallel()
+	f := seed(t)
+	ws := skiplock.NewWorkers()
+	ws.AddHandler("noop", func(context.Context, *skiplock.Job) error { return nil }, nil)
+	c, err := skiplock.NewClient(f.client.Pool(), skiplock.Config{Schema: f.client.Schema(), Workers: ws,
+		Queues: map[string]skiplock.QueueConfig{"configured": {MaxWorkers: 1}}})
+	must(t, err)
+	h, err := dashboard.New(c, f.ob, dashboard.Options{Authorize: allowAll})
+	must(t, err)
+	b := serve(t, h, "", false)
+	if r := b.get("/queues"); !strings.Contains(r.body, `data-queue="configured"`) || testids(r.body, "queue-pause-form") != 1 {
+		t.Errorf("queues: the configured queue or the pause-by-name form is missing")
+	}
+	wantStatus(t, "pause ahead", b.act("/queues/pause", url.Values{"queue": {"nightly"}, "ahead": {"1"}}), http.StatusSeeOther)
+	if r := b.get("/queues"); !strings.Contains(r.body, `data-queue="nightly"`) {
+		t.Errorf("queues: the queue paused ahead of its first job is not listed")
 	}
 }

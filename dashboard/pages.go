@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/uuidv7"
 )
 
 // route sends a request to its page or action. Paths are matched here rather than by
@@ -48,12 +49,20 @@ func (h *handler) route(q *request) {
 		h.event(q, seg[1])
 	case seg[0] == "outbox" && len(seg) == 3 && seg[2] == "requeue" && !get:
 		h.eventRequeue(q, seg[1])
+	case seg[0] == "batches" && len(seg) == 1 && get:
+		h.batches(q)
+	case seg[0] == "flows" && len(seg) == 1 && get:
+		h.flows(q)
+	case seg[0] == "limits" && len(seg) == 1 && get:
+		h.limits(q)
+	case seg[0] == "limits" && len(seg) == 2 && !get:
+		h.limitAct(q, seg[1])
 	case seg[0] == "tx" && len(seg) == 2 && get:
 		h.lineage(q, seg[1])
 	case q.path == "/logout" && !get:
 		h.logout(q)
 	default:
-		if !get && len(seg) > 0 && slices.Contains([]string{"", "jobs", "queues", "schedules", "outbox", "tx"}, seg[0]) && len(seg) <= 1 {
+		if !get && len(seg) > 0 && slices.Contains([]string{"", "jobs", "queues", "schedules", "outbox", "tx", "batches", "flows", "limits"}, seg[0]) && len(seg) <= 1 {
 			q.w.Header().Set("Allow", "GET, HEAD")
 			h.fail(q, http.StatusMethodNotAllowed, "This page takes no POST.")
 			return
@@ -98,12 +107,18 @@ type overviewData struct {
 	HorizonBad  bool // held long enough to matter (horizonConcern)
 }
 
+// overviewSamplePages caps the heap pages the overview reads to count finished jobs
+// (StatsOpts.SamplePages): a table of up to 8 MB is counted exactly, a larger one
+// estimated from a sample of that size, which is plenty for figures shown rounded by
+// the eye and halves the page's largest read against the default.
+const overviewSamplePages = 1000
+
 // horizonConcern is how long a transaction may hold the vacuum horizon before the
 // overview marks it: Config.HorizonWarning's default, when the client logs it too.
 const horizonConcern = 5 * time.Minute
 
 func (h *handler) overview(q *request) {
-	s, err := h.c.Stats(q.ctx, &skiplock.StatsOpts{RecentWindow: chartWindow})
+	s, err := h.c.Stats(q.ctx, &skiplock.StatsOpts{RecentWindow: chartWindow, SamplePages: overviewSamplePages})
 	if err != nil {
 		h.failErr(q, err)
 		return
@@ -138,8 +153,10 @@ func (h *handler) overview(q *request) {
 	h.render(q, http.StatusOK, "overview", "Overview", "overview", d)
 }
 
-// queueRows merges the queues with jobs (Stats) and those with settings (QueueList),
-// so a paused queue without jobs is listed too.
+// queueRows merges the queues with live jobs (Stats), those with settings (QueueList)
+// and those the client is configured to work, so a paused or idle queue is listed
+// too. (A queue that only finished jobs name is not: finding those would read the
+// whole table.)
 func (h *handler) queueRows(q *request, s *skiplock.Stats) ([]queueRow, error) {
 	settings, err := h.c.QueueList(q.ctx)
 	if err != nil {
@@ -152,15 +169,24 @@ func (h *handler) queueRows(q *request, s *skiplock.Stats) ([]queueRow, error) {
 		byName[qs.Queue] = r
 		rows = append(rows, r)
 	}
-	for _, st := range settings {
-		r := byName[st.Name]
+	row := func(name string) *queueRow {
+		r := byName[name]
 		if r == nil {
-			r = &queueRow{QueueStats: skiplock.QueueStats{Queue: st.Name}}
-			byName[st.Name] = r
+			r = &queueRow{QueueStats: skiplock.QueueStats{Queue: name}}
+			byName[name] = r
 			rows = append(rows, r)
 		}
+		return r
+	}
+	for _, st := range settings {
+		r := row(st.Name)
 		r.Paused = st.Paused
 		r.PausedAt = st.PausedAt
+	}
+	// Queues with no live job are listed too when this client's configuration names
+	// them (and any queue can be paused by name on the queues page).
+	for _, name := range h.c.ConfiguredQueues() {
+		row(name)
 	}
 	slices.SortFunc(rows, func(a, b *queueRow) int { return cmp.Compare(a.Queue, b.Queue) })
 	out := make([]queueRow, len(rows))
@@ -258,6 +284,17 @@ type jobRow struct {
 	*skiplock.Job
 	URL  string
 	Tags []string
+	// RunAtAgo and UpdatedAgo are the times relative to now ("3m ago", "in 5s"); the
+	// template shows the UTC time on hover.
+	RunAtAgo, UpdatedAgo string
+	// Select shows the row's checkbox for the bulk actions on selected jobs.
+	Select bool
+}
+
+// newJobRow prepares a job for the "jobtable" template.
+func newJobRow(q *request, j *skiplock.Job, now time.Time, sel bool) jobRow {
+	return jobRow{Job: j, URL: q.prefix + "/jobs/" + j.ID, Tags: j.Tags,
+		RunAtAgo: relative(now, j.RunAt), UpdatedAgo: relative(now, j.UpdatedAt), Select: sel}
 }
 
 type bulkLink struct {
@@ -265,25 +302,52 @@ type bulkLink struct {
 	URL    string
 }
 
+// stateCount is one state's figure above the job list: exact for the live states
+// (counted by Stats), the planner's estimate for the finished ones.
+type stateCount struct {
+	State     string
+	N         int64
+	Known     bool // false: too few for the statistics to list
+	Estimated bool
+	URL       string
+	Active    bool
+}
+
 type jobsData struct {
 	Filter         jobFilter
 	States         []string
 	Queues         []string
+	Counts         []stateCount
 	Jobs           []jobRow
 	NextURL        string
+	PrevURL        string
 	FirstURL       string
 	ClearURL       string
+	Oldest         bool   // oldest first (the default is newest first)
+	OrderURL       string // the same filter in the other order
+	Bounded        bool   // the page stopped at the scan budget
+	ScanBudget     int
 	Bulk           []bulkLink
-	SearchDisabled bool // payloads are redacted for this viewer, so their text is not searchable
+	Selectable     []jobAction // the bulk actions this viewer may take on selected jobs
+	SearchDisabled bool        // payloads are redacted for this viewer, so their text is not searchable
 }
 
 func (h *handler) jobs(q *request) {
-	f, err := parseFilter(q.r.URL.Query())
+	v := q.r.URL.Query()
+	if id := strings.TrimSpace(v.Get("id")); v.Has("id") {
+		if !uuidv7.Valid(id) {
+			h.fail(q, http.StatusBadRequest, "A job id is a UUID (like 0190a5c8-7f7e-7a3c-9b1d-2c4e5f6a7b8c).")
+			return
+		}
+		h.redirect(q, q.prefix+"/jobs/"+strings.ToLower(id))
+		return
+	}
+	f, err := parseFilter(v)
 	if err != nil {
 		h.failErr(q, err)
 		return
 	}
-	d := jobsData{Filter: f, ClearURL: q.prefix + "/jobs"}
+	d := jobsData{Filter: f, ClearURL: q.prefix + "/jobs", Oldest: v.Get("order") == "oldest", ScanBudget: skiplock.DefaultScanBudget}
 	if !h.showPayloads(q.r) {
 		d.SearchDisabled = true
 		if f.Search != "" {
@@ -294,37 +358,93 @@ func (h *handler) jobs(q *request) {
 	for _, s := range skiplock.JobStates {
 		d.States = append(d.States, string(s))
 	}
-	p := f.params(nil)
-	after := q.r.URL.Query().Get("after")
-	p.AfterID, p.Limit = after, h.opts.PageSize+1
-	list, err := h.c.JobList(q.ctx, p)
+	order := url.Values{}
+	if d.Oldest {
+		order.Set("order", "oldest")
+		d.OrderURL = h.jobsURL(q, f, nil)
+	} else {
+		d.OrderURL = h.jobsURL(q, f, url.Values{"order": {"oldest"}})
+	}
+	p := skiplock.PageParams{ListParams: f.params(nil), NewestFirst: !d.Oldest, BeforeID: v.Get("before")}
+	p.AfterID, p.Limit = v.Get("after"), h.opts.PageSize
+	page, err := h.c.JobPage(q.ctx, p)
 	if err != nil {
 		h.failErr(q, err)
 		return
 	}
-	if len(list) > h.opts.PageSize {
-		list = list[:h.opts.PageSize]
-		d.NextURL = h.jobsURL(q, f, url.Values{"after": {list[len(list)-1].ID}})
+	d.Bounded = page.Bounded
+	if page.Next != "" {
+		d.NextURL = h.jobsURL(q, f, with(order, "after", page.Next))
 	}
-	if after != "" {
-		d.FirstURL = h.jobsURL(q, f, nil)
+	if page.Prev != "" {
+		d.PrevURL = h.jobsURL(q, f, with(order, "before", page.Prev))
 	}
-	for _, j := range list {
-		d.Jobs = append(d.Jobs, jobRow{Job: j, URL: q.prefix + "/jobs/" + j.ID, Tags: j.Tags})
-	}
-	if s, err := h.c.Stats(q.ctx, &skiplock.StatsOpts{SamplePages: -1, RecentWindow: -1}); err == nil {
-		for _, qs := range s.Queues {
-			d.Queues = append(d.Queues, qs.Queue)
-		}
+	if p.AfterID != "" || p.BeforeID != "" {
+		d.FirstURL = h.jobsURL(q, f, order)
 	}
 	for _, a := range jobActions {
 		if h.can(q.r, a.Bulk) {
+			d.Selectable = append(d.Selectable, a)
 			v := f.values()
 			v.Set("action", a.Name)
 			d.Bulk = append(d.Bulk, bulkLink{Action: a, URL: q.prefix + "/jobs/bulk?" + v.Encode()})
 		}
 	}
+	now := h.now()
+	for _, j := range page.Jobs {
+		d.Jobs = append(d.Jobs, newJobRow(q, j, now, len(d.Selectable) > 0))
+	}
+	s, err := h.c.Stats(q.ctx, &skiplock.StatsOpts{SamplePages: -1, RecentWindow: -1})
+	if err != nil {
+		h.failErr(q, err)
+		return
+	}
+	for _, qs := range s.Queues {
+		d.Queues = append(d.Queues, qs.Queue)
+	}
+	est, err := h.c.JobStateEstimates(q.ctx)
+	if err != nil {
+		h.failErr(q, err)
+		return
+	}
+	d.Counts = stateCounts(q, h, f, s, est)
 	h.render(q, http.StatusOK, "jobs", "Jobs", "jobs", d)
+}
+
+// with returns a copy of v with k set to s.
+func with(v url.Values, k, s string) url.Values {
+	out := url.Values{k: {s}}
+	for key, vals := range v {
+		out[key] = vals
+	}
+	return out
+}
+
+// stateCounts are the figures per state: the live states' exact counts (Stats sums
+// them over the queues), the finished states' estimates (JobStateEstimates), each a
+// link to the list of that state with the rest of the filter.
+func stateCounts(q *request, h *handler, f jobFilter, s *skiplock.Stats, est map[skiplock.JobState]int64) []stateCount {
+	exact := map[skiplock.JobState]int64{skiplock.StatePending: 0, skiplock.StateRunning: 0, skiplock.StateWaiting: 0}
+	for _, qs := range s.Queues {
+		exact[skiplock.StatePending] += qs.Pending
+		exact[skiplock.StateRunning] += qs.Running
+		exact[skiplock.StateWaiting] += qs.Waiting
+	}
+	var out []stateCount
+	for _, st := range skiplock.JobStates {
+		c := stateCount{State: string(st), Active: f.HasState(string(st))}
+		if n, ok := exact[st]; ok {
+			c.N, c.Known = n, true
+		} else {
+			c.N, c.Known = est[st]
+			c.Estimated = true
+		}
+		g := f
+		g.States = []string{string(st)}
+		c.URL = h.jobsURL(q, g, nil)
+		out = append(out, c)
+	}
+	return out
 }
 
 type metaPair struct{ Key, Value string }

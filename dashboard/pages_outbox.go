@@ -8,8 +8,10 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/uuidv7"
 	"github.com/skiplock/skiplock/outbox"
 )
 
@@ -17,6 +19,18 @@ type eventRow struct {
 	*outbox.Record
 	URL   string
 	State outbox.State
+	// CreatedAgo and EndedAgo (published or dead) are relative to now; the template
+	// shows the UTC time on hover.
+	CreatedAgo, EndedAgo string
+}
+
+// newEventRow prepares an event for the "eventtable" template.
+func newEventRow(q *request, r *outbox.Record, now time.Time) eventRow {
+	row := eventRow{Record: r, URL: q.prefix + "/outbox/" + r.ID, State: eventState(r), CreatedAgo: relative(now, r.CreatedAt)}
+	if t := cmp.Or(r.PublishedAt, r.DeadAt); t != nil {
+		row.EndedAgo = relative(now, *t)
+	}
+	return row
 }
 
 func eventState(r *outbox.Record) outbox.State {
@@ -66,9 +80,13 @@ func (h *handler) outboxList(q *request) {
 	admin, db := h.ob.Admin(), h.c.Pool()
 	var after *outbox.Record
 	if id := v.Get("after"); id != "" {
+		if !uuidv7.Valid(id) {
+			h.fail(q, http.StatusBadRequest, badAfter)
+			return
+		}
 		if after, err = admin.Get(q.ctx, db, id); err != nil {
 			if errors.Is(err, outbox.ErrNotFound) {
-				h.fail(q, http.StatusNotFound, "The event this page continued after is gone; start from the first page.")
+				h.fail(q, http.StatusBadRequest, "The event this page continued after is gone; start from the first page.")
 				return
 			}
 			h.failErr(q, err)
@@ -85,8 +103,9 @@ func (h *handler) outboxList(q *request) {
 		list = list[:h.opts.PageSize]
 		d.NextURL = q.prefix + "/outbox?" + url.Values{"state": {string(state)}, "after": {list[len(list)-1].ID}}.Encode()
 	}
+	now := h.now()
 	for _, r := range list {
-		d.Events = append(d.Events, eventRow{Record: r, URL: q.prefix + "/outbox/" + r.ID, State: eventState(r)})
+		d.Events = append(d.Events, newEventRow(q, r, now))
 	}
 	if state == outbox.StateDead && len(list) > 0 && h.can(q.r, ActionOutboxRequeueDead) {
 		d.RequeueDeadURL = q.prefix + "/outbox/requeue-dead"
@@ -127,11 +146,16 @@ func (h *handler) event(q *request, id string) {
 
 // --- lineage ---
 
+// badAfter is the answer (400, on every page) to a page cursor that is not an id.
+const badAfter = "The page cursor (after=) is not an id of this list; start from the first page."
+
 type lineageData struct {
-	TxID   int64
-	Jobs   []jobRow
-	Events []eventRow
-	Outbox bool
+	TxID     int64
+	Jobs     []jobRow
+	Events   []eventRow
+	Outbox   bool
+	NextURL  string // the next page of jobs
+	FirstURL string
 }
 
 func (h *handler) lineage(q *request, s string) {
@@ -141,22 +165,36 @@ func (h *handler) lineage(q *request, s string) {
 		return
 	}
 	d := lineageData{TxID: txid, Outbox: h.ob != nil}
-	jobs, err := h.c.JobsByTx(q.ctx, txid)
+	after := q.r.URL.Query().Get("after")
+	if after != "" && !uuidv7.Valid(after) {
+		h.fail(q, http.StatusBadRequest, badAfter)
+		return
+	}
+	jobs, err := h.c.JobsByTxPage(q.ctx, txid, after, h.opts.PageSize+1)
 	if err != nil {
 		h.failErr(q, err)
 		return
 	}
-	for _, j := range jobs {
-		d.Jobs = append(d.Jobs, jobRow{Job: j, URL: q.prefix + "/jobs/" + j.ID, Tags: j.Tags})
+	base := q.prefix + "/tx/" + strconv.FormatInt(txid, 10)
+	if len(jobs) > h.opts.PageSize {
+		jobs = jobs[:h.opts.PageSize]
+		d.NextURL = base + "?" + url.Values{"after": {jobs[len(jobs)-1].ID}}.Encode()
 	}
-	if h.ob != nil {
+	if after != "" {
+		d.FirstURL = base
+	}
+	now := h.now()
+	for _, j := range jobs {
+		d.Jobs = append(d.Jobs, newJobRow(q, j, now, false))
+	}
+	if h.ob != nil && after == "" {
 		evs, err := h.ob.Admin().EventsByTx(q.ctx, h.c.Pool(), txid)
 		if err != nil {
 			h.failErr(q, err)
 			return
 		}
 		for _, r := range evs {
-			d.Events = append(d.Events, eventRow{Record: r, URL: q.prefix + "/outbox/" + r.ID, State: eventState(r)})
+			d.Events = append(d.Events, newEventRow(q, r, now))
 		}
 	}
 	h.render(q, http.StatusOK, "lineage", "Transaction "+s, "jobs", d)

@@ -18,12 +18,20 @@ import (
 )
 
 // pageNames are the templates in templates/, each executed through layout.html.
-var pageNames = []string{"overview", "jobs", "job", "confirm", "queues", "schedules", "outbox", "event", "lineage", "login", "error"}
+var pageNames = []string{"overview", "jobs", "job", "confirm", "queues", "schedules", "outbox", "event", "lineage", "login", "error",
+	"batches", "flows", "limits"}
 
 var funcs = template.FuncMap{
-	"ts":   formatTime,
+	"ts": formatTime,
+	"iso": func(t time.Time) string {
+		if t.IsZero() {
+			return ""
+		}
+		return t.UTC().Format(time.RFC3339)
+	},
 	"dur":  formatDuration,
 	"line": oneLine,
+	"num":  thousands,
 	"jobsurl": func(prefix, queue, state string) string {
 		v := url.Values{}
 		if queue != "" {
@@ -143,9 +151,9 @@ func (h *handler) failErr(q *request, err error) {
 // (never free text, so a link cannot make the dashboard say something it did not).
 var (
 	flashVerbs = map[string]string{"retry": "retried", "cancel": "cancelled", "delete": "deleted", "run_now": "made due now",
-		"pause": "paused", "resume": "resumed", "trigger": "triggered", "requeue": "requeued", "login": "signed in"}
+		"pause": "paused", "resume": "resumed", "set": "set", "trigger": "triggered", "requeue": "requeued", "login": "signed in"}
 	flashWhat = map[string][2]string{"job": {"Job", "jobs"}, "queue": {"Queue", "queues"}, "schedule": {"Schedule", "schedules"},
-		"event": {"Event", "events"}}
+		"event": {"Event", "events"}, "limit": {"Limit", "limits"}}
 )
 
 func flashText(v url.Values) string {
@@ -228,4 +236,34 @@ func pretty(b []byte) string {
 		return string(b)
 	}
 	return buf.String()
+}
+
+// relative shows t relative to now, to two units: "3m 20s ago", "in 5s", "now"
+// ("" for the zero time). Pages show the UTC time (formatTime) on hover.
+func relative(now, t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	d := now.Sub(t).Truncate(time.Second)
+	switch {
+	case d == 0:
+		return "now"
+	case d < 0:
+		return formatDuration(d) // "in …"
+	}
+	return formatDuration(d) + " ago"
+}
+
+// thousands writes n with thousands separators: 1,000,000.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
 }

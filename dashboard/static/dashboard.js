@@ -59,7 +59,8 @@
 
   function editing() {
     var el = document.activeElement;
-    return el && live.contains(el) && /^(INPUT|SELECT|TEXTAREA)$/.test(el.tagName);
+    // A checkbox keeps the focus after a click; selecting() covers it instead.
+    return el && live.contains(el) && /^(INPUT|SELECT|TEXTAREA)$/.test(el.tagName) && el.type !== "checkbox";
   }
 
   function say(text, stale) {
@@ -114,7 +115,18 @@
     }
   }
 
+  // selecting reports whether jobs are selected for a bulk action. A refresh patches
+  // rows by position, so on a newest-first list a new job would slide a ticked box
+  // onto another job: refreshes wait until the selection is cleared or submitted.
+  function selecting() {
+    return live.querySelector('input[type="checkbox"][name="id"]:checked') !== null;
+  }
+
   function refresh() {
+    if (selecting()) {
+      say("paused while jobs are selected", false);
+      return;
+    }
     if (busy || pressing || leaving || document.hidden || (toggle && !toggle.checked) || editing()) {
       return;
     }
@@ -129,7 +141,7 @@
       .then(function (html) {
         var doc = new DOMParser().parseFromString(html, "text/html");
         var fresh = doc.getElementById("live");
-        if (fresh && !editing() && !pressing && !leaving) {
+        if (fresh && !editing() && !selecting() && !pressing && !leaving) {
           patchChildren(live, fresh);
         }
         failures = 0;

@@ -172,13 +172,8 @@ func newJobStatements(b *builder) jobStatements {
 		// that a state implies its partial indexes' predicates.
 		list: b.addGuarded(planCustom, "list", `
 SELECT `+jobColumns+` FROM {{s}}.jobs
-WHERE ($1::{{s}}.job_status[] IS NULL OR status = ANY($1))
-  AND ($2::text IS NULL OR queue = $2)
-  AND ($3::text IS NULL OR kind = $3)
+WHERE `+jobFilters("", "$1", "$2", "$3", "$6", "$7", "$8").all()+`
   AND ($4::uuid IS NULL OR id > $4)
-  AND ($6::text IS NULL OR tags @> ARRAY[$6::text])
-  AND ($7::text IS NULL OR strpos(lower(payload::text), lower($7)) > 0 OR strpos(lower(last_error), lower($7)) > 0)
-  AND ($8::jsonb IS NULL OR metadata @> $8::jsonb)
 ORDER BY id
 LIMIT $5`),
 

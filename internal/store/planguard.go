@@ -92,14 +92,17 @@ import (
 // sequential scans: the limited claims join their head window, the buckets of its jobs
 // and the running jobs several times over, and limited to nested loops those joins
 // compared every row with every other, quadratic in the running jobs. None
-// JIT-compiles. planGuardKeep saves every setting any guard
+// JIT-compiles, and none starts parallel workers: the guarded statements read a few
+// index ranges, and launching two workers for the overview's counts of the last hour
+// cost more than the reads (docs/dashboard.md, D1). planGuardKeep saves every setting any guard
 // changes, for planGuardOff, and turns JIT off; planGuardSave adds what the three
 // share.
 const (
 	planGuardKeep = `SELECT set_config('skiplock.plan_guard',
   current_setting('enable_seqscan') || ',' || current_setting('enable_hashjoin') || ',' || current_setting('enable_mergejoin')
-    || ',' || current_setting('plan_cache_mode') || ',' || current_setting('enable_nestloop') || ',' || current_setting('jit'), true),
-  set_config('jit', 'off', true)`
+    || ',' || current_setting('plan_cache_mode') || ',' || current_setting('enable_nestloop') || ',' || current_setting('jit')
+    || ',' || current_setting('max_parallel_workers_per_gather'), true),
+  set_config('jit', 'off', true), set_config('max_parallel_workers_per_gather', '0', true)`
 	planGuardSave = planGuardKeep + `, set_config('enable_seqscan', 'off', true),
   set_config('plan_cache_mode', 'force_generic_plan', true)`
 	planGuardOn   = planGuardSave + `, set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)`
@@ -121,7 +124,8 @@ const (
   set_config('enable_mergejoin', split_part(current_setting('skiplock.plan_guard'), ',', 3), true),
   set_config('plan_cache_mode', split_part(current_setting('skiplock.plan_guard'), ',', 4), true),
   set_config('enable_nestloop', split_part(current_setting('skiplock.plan_guard'), ',', 5), true),
-  set_config('jit', split_part(current_setting('skiplock.plan_guard'), ',', 6), true)`
+  set_config('jit', split_part(current_setting('skiplock.plan_guard'), ',', 6), true),
+  set_config('max_parallel_workers_per_gather', split_part(current_setting('skiplock.plan_guard'), ',', 7), true)`
 )
 
 // idIn is the restriction that bounds a by-id statement's read of its table to the

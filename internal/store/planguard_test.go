@@ -112,6 +112,10 @@ var readsWhole = map[string]string{
 	"list": "the operator's listing of jobs (Client.JobList, the dashboard, `skiplock jobs list`), planned " +
 		"for the filters given (planCustom): with none it pages through the primary key, as it should; a state " +
 		"or tag finds its few rows by index (TestListFindsFewJobsByIndex); a text or metadata filter has no index",
+	"list_page_asc":  pageReadsWhole,
+	"list_page_desc": pageReadsWhole,
+	"count_jobs_capped": "a bulk confirmation's count of the jobs a filter matches (a count reads what it counts), " +
+		"stopped at its cap (the dashboard's 100,000)",
 	"outbox_counts": "counts every event by state, for the stats (a count reads what it counts); " +
 		"published events are kept only for the retention window",
 	"stats_finished_exact": "counts every finished job by queue and state, when asked to count exactly " +
@@ -119,6 +123,13 @@ var readsWhole = map[string]string{
 	"partition_copy_dedup": "copies every deduplication key of the table being converted to the " +
 		"partitioned layout, once, in the conversion's own transaction",
 }
+
+// pageReadsWhole is why the dashboard's bounded listings are in readsWhole: planned
+// with every parameter NULL, as here, their scan budget (LIMIT $9) is no limit; with
+// the values (planCustom) they read at most the budget's rows whatever the filters
+// (TestListPageReadsAtMostItsBudget).
+const pageReadsWhole = "the dashboard's bounded listing: with a NULL scan budget it has no LIMIT; planned for the " +
+	"values given it reads at most the budget (TestListPageReadsAtMostItsBudget)"
 
 // statementsReadingWhole plans every statement in state and fails for each that reads
 // a growing table whole and is not in readsWhole. It returns those that do.
@@ -382,7 +393,8 @@ func TestPlanGuardLeavesSettings(t *testing.T) {
 	settings := func(db DBTX) string {
 		var v string
 		if err := db.QueryRow(ctx, `SELECT current_setting('enable_seqscan') || current_setting('enable_hashjoin') || current_setting('enable_mergejoin')
-  || current_setting('plan_cache_mode') || current_setting('enable_nestloop') || current_setting('jit')`).Scan(&v); err != nil {
+  || current_setting('plan_cache_mode') || current_setting('enable_nestloop') || current_setting('jit')
+  || current_setting('max_parallel_workers_per_gather')`).Scan(&v); err != nil {
 			t.Fatal(err)
 		}
 		return v
@@ -401,14 +413,15 @@ func TestPlanGuardLeavesSettings(t *testing.T) {
 	}
 	defer tx.Rollback(ctx)
 	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = on; SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = on;
-SET LOCAL plan_cache_mode = force_custom_plan; SET LOCAL enable_nestloop = on; SET LOCAL jit = on`); err != nil {
+SET LOCAL plan_cache_mode = force_custom_plan; SET LOCAL enable_nestloop = on; SET LOCAL jit = on;
+SET LOCAL max_parallel_workers_per_gather = 3`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Heartbeat(ctx, tx, nil, lease, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	if got := settings(tx); got != "onoffonforce_custom_planonon" {
-		t.Errorf("in the caller's transaction after a guarded statement: %q, want the caller's onoffonforce_custom_planonon", got)
+	if got := settings(tx); got != "onoffonforce_custom_planonon3" {
+		t.Errorf("in the caller's transaction after a guarded statement: %q, want the caller's onoffonforce_custom_planonon3", got)
 	}
 }
 

@@ -110,6 +110,7 @@ func All() []Workload {
 		{"W10C", "W10's timeline with no pin: a control for W10's rule (what the machine alone does)", isolated(runW10Control), true},
 		{"W10L", "W10 on a queue under a limit that never binds: the limited claim under the pin", isolated(runW10Limited), true},
 		{"F1", "enqueue flows of 1,000 children (one statement each), 2 goroutines", isolated(runF1), false},
+		{"D1", "the dashboard on 1,000,000 jobs: every page and filter through its http.Handler", isolated(runD1), false},
 	}
 }
 
@@ -136,7 +137,7 @@ func Select(spec string) ([]Workload, error) {
 			found = found || w.Name == name
 		}
 		if !found {
-			return nil, fmt.Errorf("unknown workload %q (B0, B1, W1…W10, W10C, W10L, F1 or all)", name)
+			return nil, fmt.Errorf("unknown workload %q (B0, B1, W1…W10, W10C, W10L, F1, D1 or all)", name)
 		}
 	}
 	if want["W1"] || want["W2"] {
@@ -190,6 +191,25 @@ func (e *Env) schema(ctx context.Context, name string) (string, error) {
 		return "", err
 	}
 	return name, nil
+}
+
+// schemaClient creates a fresh, migrated schema, opens a pool of conns connections
+// (pool) and returns a client on them; the caller closes both.
+func (e *Env) schemaClient(ctx context.Context, name string, conns int32) (*skiplock.Client, *pgxpool.Pool, error) {
+	schema, err := e.schema(ctx, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := e.pool(ctx, conns)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	return c, pool, nil
 }
 
 // pool opens a pool of conns connections for a workload's clients, and returns once

@@ -77,3 +77,22 @@ func TestPoolIsConnectedBeforeTheClock(t *testing.T) {
 		t.Fatal("a pool that cannot connect was returned without an error")
 	}
 }
+
+// D1 runs end to end at a small scale: the table is filled, and every page answers
+// with its expected status (a page that fails is an error); the timings are not
+// asserted.
+func TestD1RunsAtSmallScale(t *testing.T) {
+	t.Parallel()
+	ws, err := Select("d1")
+	if err != nil || len(ws) != 1 {
+		t.Fatalf("Select(d1) = %v, %v", ws, err)
+	}
+	env := &Env{Pool: pgtest.Pool(t), URL: pgtest.URL(t), Settings: "test", Scale: 0.005}
+	r, err := ws[0].Run(context.Background(), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.N != 5000 || !strings.HasPrefix(r.Verified, "ok") || r.Extra["page 01"] == nil || r.P95ms <= 0 {
+		t.Fatalf("D1: %+v", r)
+	}
+}

@@ -17,19 +17,11 @@ import (
 // enqueueWorkload runs total single enqueues from conc goroutines on a pool of conc
 // connections, each enqueue its own transaction.
 func enqueueWorkload(ctx context.Context, e *Env, name string, total, conc int) (*Result, error) {
-	schema, err := e.schema(ctx, "bench_"+name)
-	if err != nil {
-		return nil, err
-	}
-	pool, err := e.pool(ctx, int32(conc))
+	c, pool, err := e.schemaClient(ctx, "bench_"+name, int32(conc))
 	if err != nil {
 		return nil, err
 	}
 	defer pool.Close()
-	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
-	if err != nil {
-		return nil, err
-	}
 	defer c.Close()
 	var lat latencies
 	var next, done atomic.Int64
@@ -60,7 +52,7 @@ func enqueueWorkload(ctx context.Context, e *Env, name string, total, conc int) 
 		return nil, err
 	}
 	var rows int64
-	if err := e.Pool.QueryRow(ctx, `SELECT count(*) FROM "`+schema+`".jobs`).Scan(&rows); err != nil {
+	if err := e.Pool.QueryRow(ctx, `SELECT count(*) FROM "`+c.Schema()+`".jobs`).Scan(&rows); err != nil {
 		return nil, err
 	}
 	r := &Result{Workload: name, N: total, Seconds: elapsed.Seconds(), JobsPerSec: float64(total) / elapsed.Seconds(), Settings: e.Settings,
