@@ -191,6 +191,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"queues", "pause", "mail", "bad q", "other"}, `queues pause: invalid queue name "bad q": character ' ' not allowed`},
 		{[]string{"queues", "resume", "mail", "bad q", "x y"}, `invalid queue name "x y"`},
 		{[]string{"queues", "pause", "mail", "bad q"}, "; nothing was paused"},
+		{[]string{"queues", "depth", "bad q"}, `queues depth: invalid queue name "bad q"`},
+		{[]string{"queues", "depth", "a", "b"}, "queues depth: want at most one queue, got 2 arguments"},
+		{[]string{"metrics", "--depth-queues", "mail,x y"}, `--depth-queues: invalid queue name "x y"`},
 
 		// schedules update without a field to change.
 		{[]string{"schedules", "update", "nightly"}, "schedules update: nothing to update: give at least one of --spec, --timezone, --kind, --payload, --queue"},
