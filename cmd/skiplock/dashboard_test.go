@@ -106,17 +106,13 @@ func TestDashboardServes(t *testing.T) {
 	}
 	addr, _, _ = strings.Cut(addr, "/")
 	get := func(auth string) (int, string) {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/ops/queues", nil)
-		if auth != "" {
-			req.Header.Set("Authorization", "Bearer "+auth)
+		return getPath(t, addr, "/ops/queues", auth)
+	}
+	// The container probes answer without the token, outside the base path.
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if code, body := getPath(t, addr, path, ""); code != http.StatusOK || !strings.Contains(body, `"status":"ok"`) {
+			t.Errorf("%s without the token: %d\n%s", path, code, body)
 		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		body, _ := io.ReadAll(res.Body)
-		return res.StatusCode, string(body)
 	}
 	if code, body := get(""); code != http.StatusUnauthorized || !strings.Contains(body, `data-testid="login-form"`) {
 		t.Errorf("without the token: %d\n%s", code, body)
@@ -131,4 +127,20 @@ func TestDashboardServes(t *testing.T) {
 	if !strings.Contains(stderr.String(), "actions allowed to authenticated users") {
 		t.Errorf("stderr: %s", stderr.String())
 	}
+}
+
+// getPath GETs path from addr, with a bearer token unless auth is "".
+func getPath(t *testing.T, addr, path, auth string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
+	if auth != "" {
+		req.Header.Set("Authorization", "Bearer "+auth)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(body)
 }

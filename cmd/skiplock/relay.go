@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/health"
 	"github.com/skiplock/skiplock/internal/redact"
 	"github.com/skiplock/skiplock/outbox"
 	"github.com/skiplock/skiplock/outbox/amqppub"
@@ -22,6 +23,7 @@ import (
 )
 
 type relayFlags struct {
+	healthAddr  string
 	to          string
 	exchange    string
 	routingKey  string
@@ -103,6 +105,7 @@ func newRelayCmd(db *dbFlags) *cobra.Command {
 	durationFlag(cmd, &f.poll, "poll", time.Second, "safety-net poll interval, jittered ±10% (0: the default, 1s)")
 	fs.BoolVar(&f.pollOnly, "poll-only", false, "do not LISTEN (behind PgBouncer in transaction pooling mode)")
 	durationFlag(cmd, &f.every, "stats-every", 10*time.Second, "how often to log what was published (0: never)")
+	fs.StringVar(&f.healthAddr, "health-addr", "", "also serve /healthz and /readyz (the database answers) on this address, e.g. :8081, for a container's probes (default: none)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
 		log := db.logger(cmd)
@@ -142,6 +145,13 @@ func newRelayCmd(db *dbFlags) *cobra.Command {
 		}
 		if err != nil {
 			return fmt.Errorf("relay: %w", err)
+		}
+		if f.healthAddr != "" {
+			stop, err := serveHealth(ctx, c, f.healthAddr, health.Options{SkipQueues: true})
+			if err != nil {
+				return fmt.Errorf("relay: %w", err)
+			}
+			defer stop()
 		}
 		log.Info("relay started", "schema", schema, "to", target, "ordered", f.ordered, "batch", f.batch, "concurrency", f.concurrency)
 
