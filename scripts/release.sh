@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # Release binaries of the skiplock CLI: linux and darwin, amd64 and arm64, static
 # (CGO_ENABLED=0) and reproducible — the same commit and Go toolchain give the same
-# bytes: -trimpath, -buildvcs=false, and the version, commit and date stamped with
-# -ldflags -X, the date being the commit's (never the clock's). Writes
-# dist/skiplock_<version>_<os>_<arch> and dist/SHA256SUMS.
+# bytes: built from the commit itself (git archive HEAD, never the working tree's
+# uncommitted edits) with -trimpath, -buildvcs=false, and the version, commit and date
+# stamped with -ldflags -X, the date being the commit's (never the clock's). Time zone
+# data is compiled in (-tags timetzdata): the container image has no /usr/share/zoneinfo.
+# Writes dist/skiplock_<version>_<os>_<arch> and dist/SHA256SUMS.
 #
 #   scripts/release.sh           build every target (make release)
-#   scripts/release.sh --check   the same, then build linux/amd64 again with an empty
-#                                build cache and require the same sha256, and check
-#                                that the host's binary reports the stamp (CI)
+#   scripts/release.sh --check   the same, then build linux/amd64 again in another
+#                                directory with an empty build cache and require the
+#                                same sha256; check the binaries are static and that
+#                                the host's reports the stamp (CI)
 #
 # VERSION overrides the version (default: git describe --tags --always); TARGETS the
-# targets (default: the four above). A tree with uncommitted changes is built and
-# stamped "modified" in `skiplock version`, with a warning.
+# targets (default: the four above). Uncommitted changes are not built: a warning
+# says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
@@ -27,24 +30,32 @@ targets=${TARGETS:-"linux/amd64 linux/arm64 darwin/amd64 darwin/arm64"}
 version=${VERSION:-$(git describe --tags --always 2>/dev/null || echo dev)}
 commit=$(git rev-parse HEAD)
 date=$(TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ)
-modified=false
 if [ -n "$(git status --porcelain --untracked-files=no)" ]; then
-  modified=true
-  echo "release: !!! the tree has uncommitted changes; the binaries say so (skiplock version: with local changes)" >&2
+  echo "release: !!! the tree has uncommitted changes; they are not built (the binaries are of $commit)" >&2
 fi
-ldflags="-s -w -buildid= -X main.version=$version -X main.commit=$commit -X main.date=$date -X main.modified=$modified"
+ldflags="-s -w -buildid= -X main.version=$version -X main.commit=$commit -X main.date=$date"
 
-# build <os> <arch> <output>
-build() {
-  CGO_ENABLED=0 GOOS=$1 GOARCH=$2 GOFLAGS=-mod=readonly go build -trimpath -buildvcs=false -ldflags "$ldflags" -o "$3" ./cmd/skiplock
+# source <dir>: the commit's files, and nothing else, in dir.
+source() {
+  mkdir -p "$1"
+  git archive --format=tar HEAD | tar -x -C "$1"
 }
 
+# build <source dir> <os> <arch> <output>
+build() {
+  (cd "$1" && CGO_ENABLED=0 GOOS=$2 GOARCH=$3 GOFLAGS=-mod=readonly \
+    go build -trimpath -buildvcs=false -tags timetzdata -ldflags "$ldflags" -o "$4" ./cmd/skiplock)
+}
+
+work=$(mktemp -d)
+trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
+source "$work/src"
 rm -rf dist
 mkdir -p dist
 for t in $targets; do
   os=${t%/*} arch=${t#*/}
   start=$SECONDS
-  build "$os" "$arch" "dist/skiplock_${version}_${os}_${arch}"
+  build "$work/src" "$os" "$arch" "$PWD/dist/skiplock_${version}_${os}_${arch}"
   echo "release: dist/skiplock_${version}_${os}_${arch} ($((SECONDS - start))s)" >&2
 done
 (cd dist && sha256sum skiplock_* > SHA256SUMS)
@@ -56,17 +67,16 @@ cat dist/SHA256SUMS
 # anew, in another directory), must give the same bytes. One target is enough to
 # catch a clock, a path or a random value reaching the binary; all four twice would
 # double CI's few minutes.
-again=$(mktemp -d)
-trap 'chmod -R u+w "$again" 2>/dev/null; rm -rf "$again"' EXIT
+source "$work/again"
 start=$SECONDS
-GOCACHE="$again/cache" build linux amd64 "$again/skiplock"
+GOCACHE="$work/cache" build "$work/again" linux amd64 "$work/skiplock"
 first=$(sha256sum < "dist/skiplock_${version}_linux_amd64" | cut -d' ' -f1)
-second=$(sha256sum < "$again/skiplock" | cut -d' ' -f1)
+second=$(sha256sum < "$work/skiplock" | cut -d' ' -f1)
 if [ "$first" != "$second" ]; then
   echo "release: NOT reproducible: linux/amd64 built twice: $first then $second" >&2
   exit 1
 fi
-echo "release: linux/amd64 rebuilt from an empty cache in $((SECONDS - start))s: same sha256 $first" >&2
+echo "release: linux/amd64 rebuilt in another directory from an empty cache in $((SECONDS - start))s: same sha256 $first" >&2
 
 # Static: no cgo, so no dynamic loader (an ELF program interpreter) is needed.
 for t in $targets; do

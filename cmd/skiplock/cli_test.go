@@ -346,3 +346,19 @@ func TestRelayWarnsWithoutDefaultDestination(t *testing.T) {
 		}
 	}
 }
+
+// TestVersionStamp: a release build's -ldflags -X stamp (scripts/release.sh) is what
+// `skiplock version` reports, in place of the build information.
+func TestVersionStamp(t *testing.T) {
+	// Not parallel: it sets the package's stamp variables.
+	version, commit, date = "v1.2.3", "0123456789abcdef0123456789abcdef01234567", "2026-12-04T10:00:00Z"
+	t.Cleanup(func() { version, commit, date = "", "", "" })
+	v := readBuildVersion()
+	if v.Version != "v1.2.3" || v.Revision != commit || v.Time != date || v.Modified {
+		t.Fatalf("stamped version: %+v", v)
+	}
+	want := "skiplock v1.2.3 (github.com/skiplock/skiplock, revision 0123456789abcdef0123456789abcdef01234567, committed 2026-12-04T10:00:00Z, "
+	if line := v.line(); !strings.HasPrefix(line, want) {
+		t.Fatalf("line: %q\nwant prefix %q", line, want)
+	}
+}

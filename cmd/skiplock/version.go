@@ -23,14 +23,12 @@ type buildVersion struct {
 
 // The release build (scripts/release.sh) stamps these with -ldflags -X: the version
 // (a tag, or git describe), the commit and the commit's date (not the build's, so two
-// builds of one commit are the same bytes), and "true" in modified for a build of a
-// tree with uncommitted changes. Such a build has no VCS information of its own
-// (-buildvcs=false); a stamp wins over what the build information says.
+// builds of one commit are the same bytes). Such a build has no VCS information of its
+// own (-buildvcs=false); a stamp wins over what the build information says.
 var (
-	version  string
-	commit   string
-	date     string
-	modified string
+	version string
+	commit  string
+	date    string
 )
 
 func readBuildVersion() buildVersion {
@@ -39,7 +37,7 @@ func readBuildVersion() buildVersion {
 		v.Version = version
 	}
 	if commit != "" {
-		v.Revision, v.Time, v.Modified = commit, date, modified == "true"
+		v.Revision, v.Time, v.Modified = commit, date, false
 	}
 	return v
 }
