@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole suite: starts the brokers the tests need, runs go test -race, stops them.
+# The whole suite: starts the brokers the tests need, runs go test -race, stops them;
+# then checks the example Kubernetes manifests (a Go module of their own).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started_rabbit=0
@@ -11,3 +12,4 @@ fi
 cleanup() { [ $started_rabbit = 1 ] && bash scripts/rabbitmq.sh stop >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 go test -race -count=1 -timeout 20m ${TESTFLAGS:-} ./...
+bash scripts/deploy-check.sh
