@@ -465,11 +465,12 @@ func serveUntilDone(ctx context.Context, srv *http.Server, ln net.Listener) erro
 
 // serveHealth serves /healthz and /readyz for c on addr (health.Handler with opts)
 // until ctx ends or stop is called; a relay's container probes them. The listener is
-// opened before it returns, so a taken port fails the command at once.
-func serveHealth(ctx context.Context, c *skiplock.Client, addr string, opts health.Options) (stop func(), err error) {
+// opened before it returns (bound is its address), so a taken port fails the command
+// at once.
+func serveHealth(ctx context.Context, c *skiplock.Client, addr string, opts health.Options) (bound net.Addr, stop func(), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("health: listening on %s: %w", addr, err)
+		return nil, nil, fmt.Errorf("health: listening on %s: %w", addr, err)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	srv := &http.Server{Handler: health.Handler(c, opts), ReadHeaderTimeout: 10 * time.Second}
@@ -478,7 +479,7 @@ func serveHealth(ctx context.Context, c *skiplock.Client, addr string, opts heal
 		defer close(done)
 		_ = serveUntilDone(ctx, srv, ln)
 	}()
-	return func() { cancel(); <-done }, nil
+	return ln.Addr(), func() { cancel(); <-done }, nil
 }
 
 // withClient makes a RunE that opens a client on the command's database, runs f with

@@ -199,3 +199,34 @@ func TestMetricsRecoversWhenDatabaseComesUp(t *testing.T) {
 		t.Fatalf("/metrics after the database came up: %d %s", code, body)
 	}
 }
+
+// TestRelayServesProbes: relay --health-addr serves /healthz and /readyz while it
+// runs (the database answers; no event needs publishing for that).
+func TestRelayServesProbes(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	stderr := newAddrWatcher()
+	done := make(chan int, 1)
+	go func() {
+		done <- execute(ctx, io.Discard, stderr, "relay", "--to", "http://127.0.0.1:1/hook", "--webhook-secret", "0123456789abcdef0123456789abcdef", "--health-addr", "127.0.0.1:0",
+			"--database-url", pgtest.URL(t), "--schema", c.schema)
+	}()
+	var addr string
+	select {
+	case addr = <-stderr.addr:
+	case code := <-done:
+		t.Fatalf("relay exited %d before serving its probes:\n%s", code, stderr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("relay never served its probes:\n%s", stderr.String())
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if code, body := getPath(t, addr, path, ""); code != http.StatusOK || !strings.Contains(body, `"status":"ok"`) {
+			t.Errorf("%s: %d\n%s", path, code, body)
+		}
+	}
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("relay exited %d after cancel:\n%s", code, stderr.String())
+	}
+}

@@ -147,11 +147,12 @@ func newRelayCmd(db *dbFlags) *cobra.Command {
 			return fmt.Errorf("relay: %w", err)
 		}
 		if f.healthAddr != "" {
-			stop, err := serveHealth(ctx, c, f.healthAddr, health.Options{SkipQueues: true})
+			bound, stop, err := serveHealth(ctx, c, f.healthAddr, health.Options{SkipQueues: true})
 			if err != nil {
 				return fmt.Errorf("relay: %w", err)
 			}
 			defer stop()
+			fmt.Fprintf(cmd.ErrOrStderr(), "serving /healthz and /readyz on http://%s for schema %s\n", bound, schema)
 		}
 		log.Info("relay started", "schema", schema, "to", target, "ordered", f.ordered, "batch", f.batch, "concurrency", f.concurrency)
 
