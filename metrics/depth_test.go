@@ -12,6 +12,12 @@ import (
 	"github.com/skiplock/skiplock/metrics"
 )
 
+// depthHelp and depthUpHelp are the exposition's header lines of the two gauges.
+const (
+	depthHelp   = "# HELP skiplock_queue_depth Due jobs (pending, run_at passed) of the queue (\"\": all queues), counted up to a cap (skiplock.DepthCap).\n# TYPE skiplock_queue_depth gauge\n"
+	depthUpHelp = "# HELP skiplock_queue_depth_up 1 if the last read of every queue's depth succeeded.\n# TYPE skiplock_queue_depth_up gauge\n"
+)
+
 // TestDepthCollectorGauges: the depth gauge reports Client.Depth per configured queue
 // ("" for all), and keeps its value between reads closer than MinInterval.
 func TestDepthCollectorGauges(t *testing.T) {
@@ -30,14 +36,10 @@ func TestDepthCollectorGauges(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(d)
 	want := `
-# HELP skiplock_queue_depth Due jobs (pending, run_at passed) of the queue ("": all queues), counted up to a cap (skiplock.DepthCap).
-# TYPE skiplock_queue_depth gauge
-skiplock_queue_depth{queue=""} 3
+` + depthHelp + `skiplock_queue_depth{queue=""} 3
 skiplock_queue_depth{queue="idle"} 0
 skiplock_queue_depth{queue="mail"} 2
-# HELP skiplock_queue_depth_up 1 if the last read of every queue's depth succeeded.
-# TYPE skiplock_queue_depth_up gauge
-skiplock_queue_depth_up 1
+` + depthUpHelp + `skiplock_queue_depth_up 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
@@ -50,9 +52,7 @@ skiplock_queue_depth_up 1
 	fresh := prometheus.NewPedanticRegistry()
 	fresh.MustRegister(metrics.NewDepthCollector(c, metrics.DepthOptions{Queues: []string{"mail"}}))
 	if err := testutil.GatherAndCompare(fresh, strings.NewReader(`
-# HELP skiplock_queue_depth Due jobs (pending, run_at passed) of the queue ("": all queues), counted up to a cap (skiplock.DepthCap).
-# TYPE skiplock_queue_depth gauge
-skiplock_queue_depth{queue="mail"} 3
+`+depthHelp+`skiplock_queue_depth{queue="mail"} 3
 `), "skiplock_queue_depth"); err != nil {
 		t.Errorf("after the clock passed the scheduled job: %v", err)
 	}
@@ -67,12 +67,8 @@ func TestDepthCollectorReportsFailure(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(d)
 	want := `
-# HELP skiplock_queue_depth Due jobs (pending, run_at passed) of the queue ("": all queues), counted up to a cap (skiplock.DepthCap).
-# TYPE skiplock_queue_depth gauge
-skiplock_queue_depth{queue="mail"} 0
-# HELP skiplock_queue_depth_up 1 if the last read of every queue's depth succeeded.
-# TYPE skiplock_queue_depth_up gauge
-skiplock_queue_depth_up 0
+` + depthHelp + `skiplock_queue_depth{queue="mail"} 0
+` + depthUpHelp + `skiplock_queue_depth_up 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Fatal(err)

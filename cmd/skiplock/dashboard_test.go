@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
@@ -88,22 +87,9 @@ func TestDashboardHelp(t *testing.T) {
 func TestDashboardServes(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	stderr := newAddrWatcher()
-	done := make(chan int, 1)
 	const token = "0123456789abcdef-test"
-	go func() {
-		done <- execute(ctx, io.Discard, stderr, "dashboard", "--listen", "127.0.0.1:0", "--token", token,
-			"--base-path", "/ops", "--database-url", pgtest.URL(t), "--schema", c.schema)
-	}()
-	var addr string
-	select {
-	case addr = <-stderr.addr:
-	case code := <-done:
-		t.Fatalf("dashboard exited %d before listening:\n%s", code, stderr.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("dashboard never listened:\n%s", stderr.String())
-	}
+	addr, stderr := startServing(t, "dashboard", "--listen", "127.0.0.1:0", "--token", token,
+		"--base-path", "/ops", "--database-url", pgtest.URL(t), "--schema", c.schema)
 	addr, _, _ = strings.Cut(addr, "/")
 	get := func(auth string) (int, string) {
 		return getPath(t, addr, "/ops/queues", auth)
@@ -119,10 +105,6 @@ func TestDashboardServes(t *testing.T) {
 	}
 	if code, body := get(token); code != http.StatusOK || !strings.Contains(body, `href="/ops/jobs"`) {
 		t.Errorf("with the token: %d\n%s", code, body)
-	}
-	cancel()
-	if code := <-done; code != 0 {
-		t.Errorf("dashboard exited %d after cancel:\n%s", code, stderr.String())
 	}
 	if !strings.Contains(stderr.String(), "actions allowed to authenticated users") {
 		t.Errorf("stderr: %s", stderr.String())

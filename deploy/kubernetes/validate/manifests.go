@@ -118,42 +118,40 @@ func Decode(files map[string][]byte) (*Set, []string) {
 				problems = append(problems, fmt.Sprintf("%s: %v", where, err))
 				continue
 			}
-			var obj any
-			switch tm.APIVersion + " " + tm.Kind {
-			case "apps/v1 Deployment":
-				d := &appsv1.Deployment{}
-				set.Deployments, obj = append(set.Deployments, d), d
-			case "v1 Service":
-				s := &corev1.Service{}
-				set.Services, obj = append(set.Services, s), s
-			case "v1 Secret":
-				s := &corev1.Secret{}
-				set.Secrets, obj = append(set.Secrets, s), s
-			case "policy/v1 PodDisruptionBudget":
-				p := &policyv1.PodDisruptionBudget{}
-				set.PDBs, obj = append(set.PDBs, p), p
-			case "batch/v1 Job":
-				j := &batchv1.Job{}
-				set.Jobs, obj = append(set.Jobs, j), j
-			case "autoscaling/v2 HorizontalPodAutoscaler":
-				h := &autoscalingv2.HorizontalPodAutoscaler{}
-				set.HPAs, obj = append(set.HPAs, h), h
-			case "keda.sh/v1alpha1 ScaledObject":
-				s := &ScaledObject{}
-				set.Scaled, obj = append(set.Scaled, s), s
-			case "keda.sh/v1alpha1 TriggerAuthentication":
-				a := &TriggerAuthentication{}
-				set.TriggerAuth, obj = append(set.TriggerAuth, a), a
-			default:
+			newObj := kinds(set)[tm.APIVersion+" "+tm.Kind]
+			if newObj == nil {
 				problems = append(problems, fmt.Sprintf("%s: unknown apiVersion and kind %q %q", where, tm.APIVersion, tm.Kind))
 				continue
 			}
+			obj := newObj()
 			if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
 				problems = append(problems, fmt.Sprintf("%s (%s): %v", where, tm.Kind, err))
 			}
 		}
 	}
 	return set, problems
+}
+
+// kinds maps each apiVersion and kind the manifests may hold to a function that
+// adds a new object of its type to set and returns it, for decoding into.
+func kinds(set *Set) map[string]func() any {
+	return map[string]func() any{
+		"apps/v1 Deployment":                     func() any { return add(&set.Deployments) },
+		"v1 Service":                             func() any { return add(&set.Services) },
+		"v1 Secret":                              func() any { return add(&set.Secrets) },
+		"policy/v1 PodDisruptionBudget":          func() any { return add(&set.PDBs) },
+		"batch/v1 Job":                           func() any { return add(&set.Jobs) },
+		"autoscaling/v2 HorizontalPodAutoscaler": func() any { return add(&set.HPAs) },
+		"keda.sh/v1alpha1 ScaledObject":          func() any { return add(&set.Scaled) },
+		"keda.sh/v1alpha1 TriggerAuthentication": func() any { return add(&set.TriggerAuth) },
+	}
+}
+
+// add appends a new T to list and returns it.
+func add[T any](list *[]*T) *T {
+	v := new(T)
+	*list = append(*list, v)
+	return v
 }
 
 func stripComments(doc string) string {
