@@ -35,10 +35,10 @@ if [ -n "$(git status --porcelain --untracked-files=no)" ]; then
 fi
 ldflags="-s -w -buildid= -X main.version=$version -X main.commit=$commit -X main.date=$date"
 
-# source <dir>: the commit's files, and nothing else, in dir.
-source() {
+# export_commit <dir>: the commit's files ($commit, fixed when the script starts), and nothing else, in dir.
+export_commit() {
   mkdir -p "$1"
-  git archive --format=tar HEAD | tar -x -C "$1"
+  git archive --format=tar "$commit" | tar -x -C "$1"
 }
 
 # build <source dir> <os> <arch> <output>
@@ -49,7 +49,7 @@ build() {
 
 work=$(mktemp -d)
 trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
-source "$work/src"
+export_commit "$work/src"
 rm -rf dist
 mkdir -p dist
 for t in $targets; do
@@ -67,7 +67,7 @@ cat dist/SHA256SUMS
 # anew, in another directory), must give the same bytes. One target is enough to
 # catch a clock, a path or a random value reaching the binary; all four twice would
 # double CI's few minutes.
-source "$work/again"
+export_commit "$work/again"
 start=$SECONDS
 GOCACHE="$work/cache" build "$work/again" linux amd64 "$work/skiplock"
 first=$(sha256sum < "dist/skiplock_${version}_linux_amd64" | cut -d' ' -f1)
