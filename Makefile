@@ -32,7 +32,8 @@ deploy-check:
 	bash scripts/deploy-check.sh
 
 ## deps installs what is missing on a fresh Debian machine: PostgreSQL server binaries,
-## RabbitMQ, PgBouncer and Chromium (needed by the broker, pooler and dashboard browser tests).
+## RabbitMQ, PgBouncer and Chromium (needed by the broker, pooler and dashboard browser tests),
+## and podman (make image, CI).
 deps:
 	@bash scripts/deps.sh
 
