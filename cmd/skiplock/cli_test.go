@@ -192,6 +192,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"queues", "resume", "mail", "bad q", "x y"}, `invalid queue name "x y"`},
 		{[]string{"queues", "pause", "mail", "bad q"}, "; nothing was paused"},
 		{[]string{"queues", "depth", "bad q"}, `queues depth: invalid queue name "bad q"`},
+		{[]string{"relay", "--to", "http://127.0.0.1:1/", "--webhook-secret", "s", "--health-addr", "8081"}, `relay: --health-addr "8081": address 8081: missing port in address`},
 		{[]string{"queues", "depth", "a", "b"}, "queues depth: want at most one queue, got 2 arguments"},
 		{[]string{"metrics", "--depth-queues", "mail,x y"}, `--depth-queues: invalid queue name "x y"`},
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -57,6 +58,11 @@ func newRelayCmd(db *dbFlags) *cobra.Command {
   http[s]://host/path                    signed webhooks; events without Destination go here`,
 		Args: noArgs,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			if f.healthAddr != "" {
+				if _, _, err := net.SplitHostPort(f.healthAddr); err != nil {
+					return usagef(cmd, "relay: --health-addr %q: %v (want host:port or :port)", f.healthAddr, err)
+				}
+			}
 			// Environment defaults are read here, not shown in --help: they may hold
 			// credentials.
 			if f.to == "" {
