@@ -2,7 +2,7 @@
 GO ?= go
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: demo test deps vet lint bench chaos soak build
+.PHONY: demo test deps vet lint bench chaos soak build release release-check image deploy-check
 
 ## demo needs only the PostgreSQL server binaries, not the test suite's brokers and browser.
 demo:
@@ -12,8 +12,28 @@ demo:
 build:
 	$(GO) build ./...
 
+## release: the CLI for linux and darwin, amd64 and arm64, static and reproducible, with
+## SHA256SUMS, under dist/ (VERSION=v1.2.3 to name it; default: git describe).
+release:
+	bash scripts/release.sh
+
+## release-check: release, then linux/amd64 again from an empty build cache: same bytes.
+release-check:
+	bash scripts/release.sh --check
+
+## image: the container image (Containerfile, FROM scratch) from dist/'s linux/amd64
+## binary, built with podman (installed when missing) and inspected, never run.
+image: release
+	@SKIPLOCK_DEPS=image bash scripts/deps.sh
+	bash scripts/image.sh
+
+## deploy-check: decode the example Kubernetes manifests and check the project's rules.
+deploy-check:
+	bash scripts/deploy-check.sh
+
 ## deps installs what is missing on a fresh Debian machine: PostgreSQL server binaries,
-## RabbitMQ, PgBouncer and Chromium (needed by the broker, pooler and dashboard browser tests).
+## RabbitMQ, PgBouncer and Chromium (needed by the broker, pooler and dashboard browser tests),
+## and podman (make image, CI).
 deps:
 	@bash scripts/deps.sh
 

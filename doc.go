@@ -125,7 +125,7 @@
 //   - Batches: [Client.BatchOpen], [Client.BatchOpenTx], [Client.BatchAdd],
 //     [Client.BatchAddTx], [Client.BatchSeal], [Client.BatchSealTx], [Client.BatchGet],
 //     [Client.BatchList], [Client.BatchMembers].
-//   - Statistics and observation: [Client.Stats], [Client.Throughput],
+//   - Statistics and observation: [Client.Stats], [Client.Depth], [Client.Throughput],
 //     [Client.Counters], [Client.Operations], [Client.Subscribe].
 //   - Storage: [Client.RunRetention], [Client.Partitions].
 //   - The client itself: [Client.ID], [Client.Schema], [Client.Pool], [Client.Clock],

@@ -148,6 +148,15 @@ WHERE id IN (SELECT id FROM `+e.q("outbox")+` WHERE published_at IS NULL FOR UPD
 	refused("dashboard deletes", exec(dp, "DELETE FROM "+e.q("jobs")))
 	refused("dashboard inserts", exec(dp, `INSERT INTO `+e.q("jobs")+` (kind, payload) VALUES ('k', '{}')`))
 	refused("dashboard updates the outbox", exec(dp, "UPDATE "+e.q("outbox")+" SET dead_at = now()"))
+	// The autoscalers' depth (migration 0015): the read-only role may run it, from Go
+	// and from SQL, as the worker may; the producer and the relay, which do not read
+	// jobs, may not.
+	_, err = dashboard.Depth(e.ctx, "mail")
+	must("dashboard reads the depth", err)
+	must("dashboard runs queue_depth", exec(dp, "SELECT "+e.q("queue_depth")+"('mail')"))
+	must("worker runs queue_depth", exec(wp, "SELECT "+e.q("queue_depth")+"()"))
+	refused("producer runs queue_depth", exec(pp, "SELECT "+e.q("queue_depth")+"()"))
+	refused("relay runs queue_depth", exec(rp, "SELECT "+e.q("queue_depth")+"()"))
 
 	mp := e.rolePool(names.Migrator)
 	must("migrator creates tables", exec(mp, "CREATE TABLE "+e.q("migrator_made")+" (a int)"))

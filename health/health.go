@@ -44,6 +44,11 @@ type Options struct {
 	Components []Component
 	// Queues limits the check to these queues. Default: every queue with jobs.
 	Queues []string
+	// SkipQueues leaves the queues out of /readyz: it then checks that the database
+	// answers (and the outbox lag, when MaxOutboxLag is set) and this process's
+	// operations. For processes that serve rather than work the queues — a relay, a
+	// dashboard — whose Kubernetes readiness must not follow a queue's backlog.
+	SkipQueues bool
 	// Timeout bounds each probe's database work. Default 3s.
 	Timeout time.Duration
 }
@@ -114,9 +119,17 @@ func Check(ctx context.Context, c *skiplock.Client, opts Options) (Report, int) 
 	if opts.MaxFailing <= 0 {
 		opts.MaxFailing = 30 * time.Second
 	}
-	s, err := c.Stats(ctx, &skiplock.StatsOpts{SamplePages: -1, RecentWindow: -1})
-	if err != nil {
-		return Report{Status: "unavailable", Error: err.Error()}, http.StatusServiceUnavailable
+	s := &skiplock.Stats{}
+	if opts.SkipQueues && opts.MaxOutboxLag <= 0 {
+		if err := c.Pool().Ping(ctx); err != nil {
+			return Report{Status: "unavailable", Error: "database: " + err.Error()}, http.StatusServiceUnavailable
+		}
+	} else {
+		var err error
+		s, err = c.Stats(ctx, &skiplock.StatsOpts{SamplePages: -1, RecentWindow: -1})
+		if err != nil {
+			return Report{Status: "unavailable", Error: err.Error()}, http.StatusServiceUnavailable
+		}
 	}
 	var reasons []Reason
 	check := func(q skiplock.QueueStats) {
@@ -127,11 +140,13 @@ func Check(ctx context.Context, c *skiplock.Client, opts Options) (Report, int) 
 					q.Queue, q.OldestDueAge.Round(time.Second), opts.MaxOldestDue, q.Due, q.Running, q.ExpiredLeases)})
 		}
 	}
-	if len(opts.Queues) > 0 {
+	switch {
+	case opts.SkipQueues:
+	case len(opts.Queues) > 0:
 		for _, name := range opts.Queues {
 			check(s.Queue(name))
 		}
-	} else {
+	default:
 		for _, q := range s.Queues {
 			check(q)
 		}

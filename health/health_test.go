@@ -71,6 +71,16 @@ VALUES ('o', '1', 'e', '{}', $1::timestamptz - interval '1 hour')`, clock.Now())
 	if len(rep.Reasons) != 2 || rep.Reasons[1].Check != "outbox_lag" {
 		t.Fatalf("readyz with outbox lag: %+v", rep)
 	}
+	// A relay's or a dashboard's readiness leaves the queues out: the old job does not
+	// make it unready, the outbox lag still does when asked for.
+	serving := health.Handler(c, health.Options{MaxOldestDue: time.Minute, SkipQueues: true})
+	if code, rep := get(t, serving, "/readyz"); code != 200 || rep.Status != "ok" {
+		t.Fatalf("readyz with SkipQueues: %d %+v", code, rep)
+	}
+	relay := health.Handler(c, health.Options{MaxOldestDue: time.Minute, MaxOutboxLag: 10 * time.Minute, SkipQueues: true})
+	if code, rep := get(t, relay, "/readyz"); code != http.StatusServiceUnavailable || len(rep.Reasons) != 1 || rep.Reasons[0].Check != "outbox_lag" {
+		t.Fatalf("readyz with SkipQueues and MaxOutboxLag: %d %+v", code, rep)
+	}
 }
 
 func TestHealthzFailsWithoutDatabase(t *testing.T) {

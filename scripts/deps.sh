@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# Installs what skiplock's demo and tests need and is missing. Idempotent.
+# Installs what skiplock's demo, tests and CI need and is missing. Idempotent.
 set -euo pipefail
+# SKIPLOCK_DEPS: all (the default: the test suite and CI), postgres (make demo), image
+# (make image: only podman, which builds the container image).
+deps=${SKIPLOCK_DEPS:-all}
 need=()
-if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
+if [ "$deps" != image ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
   need+=(postgresql)
+fi
+# podman builds and inspects the container image (scripts/image.sh; CI runs it).
+if { [ "$deps" = all ] || [ "$deps" = image ]; } && ! command -v podman >/dev/null 2>&1; then
+  need+=(podman)
 fi
 if [ "${SKIPLOCK_DEPS:-all}" = all ]; then
   command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/sbin/rabbitmq-server ] || need+=(rabbitmq-server)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole suite: starts the brokers the tests need, runs go test -race, stops them.
+# The whole suite: starts the brokers the tests need, runs go test -race, stops them;
+# then checks the example Kubernetes manifests (a Go module of their own).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started_rabbit=0
@@ -14,3 +15,4 @@ trap cleanup EXIT
 # scratch module (builds the CLI without -race; the Go module proxy for what the cache lacks).
 export SKIPLOCK_TEST_USER_MODULE=${SKIPLOCK_TEST_USER_MODULE:-1}
 go test -race -count=1 -timeout 20m ${TESTFLAGS:-} ./...
+bash scripts/deploy-check.sh

@@ -194,6 +194,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"queues", "pause", "mail", "bad q", "other"}, `queues pause: invalid queue name "bad q": character ' ' not allowed`},
 		{[]string{"queues", "resume", "mail", "bad q", "x y"}, `invalid queue name "x y"`},
 		{[]string{"queues", "pause", "mail", "bad q"}, "; nothing was paused"},
+		{[]string{"queues", "depth", "bad q"}, `queues depth: invalid queue name "bad q"`},
+		{[]string{"relay", "--to", "http://127.0.0.1:1/", "--webhook-secret", "s", "--health-addr", "8081"}, `relay: --health-addr "8081": want host:port`},
+		{[]string{"queues", "depth", "a", "b"}, "queues depth: want at most one queue, got 2 arguments"},
+		{[]string{"metrics", "--depth-queues", "mail,x y"}, `--depth-queues: invalid queue name "x y"`},
 
 		// schedules update without a field to change.
 		{[]string{"schedules", "update", "nightly"}, "schedules update: nothing to update: give at least one of --spec, --timezone, --kind, --payload, --queue"},
@@ -344,5 +348,21 @@ func TestRelayWarnsWithoutDefaultDestination(t *testing.T) {
 		if code != 1 || warned != (tc.warn != "") || (tc.warn != "" && !strings.Contains(errb.String(), tc.warn)) {
 			t.Errorf("relay %v: exit %d, want 1 and warning %q\n%s", tc.args, code, tc.warn, errb.String())
 		}
+	}
+}
+
+// TestVersionStamp: a release build's -ldflags -X stamp (scripts/release.sh) is what
+// `skiplock version` reports, in place of the build information.
+func TestVersionStamp(t *testing.T) {
+	// Not parallel: it sets the package's stamp variables.
+	version, commit, date = "v1.2.3", "0123456789abcdef0123456789abcdef01234567", "2026-12-04T10:00:00Z"
+	t.Cleanup(func() { version, commit, date = "", "", "" })
+	v := readBuildVersion()
+	if v.Version != "v1.2.3" || v.Revision != commit || v.Time != date || v.Modified {
+		t.Fatalf("stamped version: %+v", v)
+	}
+	want := "skiplock v1.2.3 (github.com/skiplock/skiplock, revision 0123456789abcdef0123456789abcdef01234567, committed 2026-12-04T10:00:00Z, "
+	if line := v.line(); !strings.HasPrefix(line, want) {
+		t.Fatalf("line: %q\nwant prefix %q", line, want)
 	}
 }

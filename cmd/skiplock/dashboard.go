@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/skiplock/skiplock/dashboard"
+	"github.com/skiplock/skiplock/health"
 	"github.com/skiplock/skiplock/outbox"
 	"github.com/spf13/cobra"
 )
@@ -115,7 +116,14 @@ the worker role's grants, outbox requeues the relay role's.`,
 		if err != nil {
 			return fmt.Errorf("dashboard: listening on %s: %w", listen, err)
 		}
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+		// The container probes, outside the dashboard's authentication and base path:
+		// they tell whether the database answers, not how the queues fare.
+		mux := http.NewServeMux()
+		probes := health.Handler(c, health.Options{SkipQueues: true})
+		mux.Handle("GET /healthz", probes)
+		mux.Handle("GET /readyz", probes)
+		mux.Handle("/", h)
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		mode := "read-only (give --token or --basic-auth to allow actions)"
 		switch {
 		case authed && readOnly:

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
@@ -88,35 +87,18 @@ func TestDashboardHelp(t *testing.T) {
 func TestDashboardServes(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	stderr := newAddrWatcher()
-	done := make(chan int, 1)
 	const token = "0123456789abcdef-test"
-	go func() {
-		done <- execute(ctx, io.Discard, stderr, "dashboard", "--listen", "127.0.0.1:0", "--token", token,
-			"--base-path", "/ops", "--database-url", pgtest.URL(t), "--schema", c.schema)
-	}()
-	var addr string
-	select {
-	case addr = <-stderr.addr:
-	case code := <-done:
-		t.Fatalf("dashboard exited %d before listening:\n%s", code, stderr.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("dashboard never listened:\n%s", stderr.String())
-	}
+	addr, stderr := startServing(t, "dashboard", "--listen", "127.0.0.1:0", "--token", token,
+		"--base-path", "/ops", "--database-url", pgtest.URL(t), "--schema", c.schema)
 	addr, _, _ = strings.Cut(addr, "/")
 	get := func(auth string) (int, string) {
-		req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/ops/queues", nil)
-		if auth != "" {
-			req.Header.Set("Authorization", "Bearer "+auth)
+		return getPath(t, addr, "/ops/queues", auth)
+	}
+	// The container probes answer without the token, outside the base path.
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if code, body := getPath(t, addr, path, ""); code != http.StatusOK || !strings.Contains(body, `"status":"ok"`) {
+			t.Errorf("%s without the token: %d\n%s", path, code, body)
 		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		body, _ := io.ReadAll(res.Body)
-		return res.StatusCode, string(body)
 	}
 	if code, body := get(""); code != http.StatusUnauthorized || !strings.Contains(body, `data-testid="login-form"`) {
 		t.Errorf("without the token: %d\n%s", code, body)
@@ -124,11 +106,23 @@ func TestDashboardServes(t *testing.T) {
 	if code, body := get(token); code != http.StatusOK || !strings.Contains(body, `href="/ops/jobs"`) {
 		t.Errorf("with the token: %d\n%s", code, body)
 	}
-	cancel()
-	if code := <-done; code != 0 {
-		t.Errorf("dashboard exited %d after cancel:\n%s", code, stderr.String())
-	}
 	if !strings.Contains(stderr.String(), "actions allowed to authenticated users") {
 		t.Errorf("stderr: %s", stderr.String())
 	}
+}
+
+// getPath GETs path from addr, with a bearer token unless auth is "".
+func getPath(t *testing.T, addr, path, auth string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
+	if auth != "" {
+		req.Header.Set("Authorization", "Bearer "+auth)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(body)
 }

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/health"
 	"github.com/skiplock/skiplock/internal/ident"
 	"github.com/skiplock/skiplock/internal/uuidv7"
 	"github.com/spf13/cobra"
@@ -460,6 +461,25 @@ func serveUntilDone(ctx context.Context, srv *http.Server, ln net.Listener) erro
 		return err
 	}
 	return nil
+}
+
+// serveHealth serves /healthz and /readyz for c on addr (health.Handler with opts)
+// until ctx ends or stop is called; a relay's container probes them. The listener is
+// opened before it returns (bound is its address), so a taken port fails the command
+// at once.
+func serveHealth(ctx context.Context, c *skiplock.Client, addr string, opts health.Options) (bound net.Addr, stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("health: listening on %s: %w", addr, err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	srv := &http.Server{Handler: health.Handler(c, opts), ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = serveUntilDone(ctx, srv, ln)
+	}()
+	return ln.Addr(), func() { cancel(); <-done }, nil
 }
 
 // withClient makes a RunE that opens a client on the command's database, runs f with

@@ -53,38 +53,38 @@ func (w *addrWatcher) String() string {
 // startMetrics runs `skiplock metrics` until the test ends and returns its address.
 func startMetrics(t *testing.T, args ...string) string {
 	t.Helper()
+	addr, _ := startServing(t, append([]string{"metrics", "--addr", "127.0.0.1:0", "--min-interval", "1ms"}, args...)...)
+	return addr
+}
+
+// startServing runs `skiplock args…` until the test ends (then it must exit 0) and
+// returns the address it printed it serves on, and its stderr.
+func startServing(t *testing.T, args ...string) (string, *addrWatcher) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	stderr := newAddrWatcher()
 	done := make(chan int, 1)
-	go func() {
-		done <- execute(ctx, io.Discard, stderr, append([]string{"metrics", "--addr", "127.0.0.1:0", "--min-interval", "1ms"}, args...)...)
-	}()
+	go func() { done <- execute(ctx, io.Discard, stderr, args...) }()
 	t.Cleanup(func() {
 		cancel()
 		if code := <-done; code != 0 {
-			t.Errorf("metrics exited %d after cancel:\n%s", code, stderr.String())
+			t.Errorf("%s exited %d after cancel:\n%s", args[0], code, stderr.String())
 		}
 	})
 	select {
 	case addr := <-stderr.addr:
-		return addr
+		return addr, stderr
 	case code := <-done:
-		t.Fatalf("metrics exited %d before listening:\n%s", code, stderr.String())
+		t.Fatalf("%s exited %d before listening:\n%s", args[0], code, stderr.String())
 	case <-time.After(30 * time.Second):
-		t.Fatalf("metrics never listened:\n%s", stderr.String())
+		t.Fatalf("%s never listened:\n%s", args[0], stderr.String())
 	}
-	return ""
+	return "", stderr
 }
 
 func get(t *testing.T, addr, path string) (int, string) {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
+	return getPath(t, addr, path, "")
 }
 
 // wantUnavailable checks that /healthz and /readyz answer 503 with a JSON reason.
@@ -197,5 +197,19 @@ func TestMetricsRecoversWhenDatabaseComesUp(t *testing.T) {
 	}
 	if code, body := get(t, addr, "/metrics"); code != 200 || !strings.Contains(body, `skiplock_stats_up{schema="`+c.schema+`"} 1`) {
 		t.Fatalf("/metrics after the database came up: %d %s", code, body)
+	}
+}
+
+// TestRelayServesProbes: relay --health-addr serves /healthz and /readyz while it
+// runs (the database answers; no event needs publishing for that).
+func TestRelayServesProbes(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	addr, _ := startServing(t, "relay", "--to", "http://127.0.0.1:1/hook", "--webhook-secret", "0123456789abcdef0123456789abcdef",
+		"--health-addr", "127.0.0.1:0", "--database-url", pgtest.URL(t), "--schema", c.schema)
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if code, body := get(t, addr, path); code != http.StatusOK || !strings.Contains(body, `"status":"ok"`) {
+			t.Errorf("%s: %d\n%s", path, code, body)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/health"
+	"github.com/skiplock/skiplock/internal/ident"
 	"github.com/skiplock/skiplock/metrics"
 	"github.com/spf13/cobra"
 )
@@ -21,6 +22,7 @@ func newMetricsCmd(db *dbFlags) *cobra.Command {
 		minInterval  time.Duration
 		maxOldestDue time.Duration
 		maxOutboxLag time.Duration
+		depthQueues  []string
 	)
 	cmd := &cobra.Command{
 		Use:   "metrics [--addr :9187]",
@@ -37,10 +39,19 @@ metrics with skiplock_stats_up 0.`,
 	durationFlag(cmd, &minInterval, "min-interval", 5*time.Second, "least time between two database reads; scrapes in between are served from cache (0: the default, 5s)")
 	durationFlag(cmd, &maxOldestDue, "max-oldest-due", 5*time.Minute, "/readyz fails when a queue's oldest due job is older (0: the default, 5m)")
 	durationFlag(cmd, &maxOutboxLag, "max-outbox-lag", 0, "/readyz fails when the oldest unpublished outbox event is older (0: not checked)")
+	fs.StringSliceVar(&depthQueues, "depth-queues", nil, "also export skiplock_queue_depth (the capped due count, read every second at most) for these queues, comma-separated; \"\" is all queues together")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
 		if _, err := listenHost(cmd, "addr", addr); err != nil {
 			return err
+		}
+		for _, q := range depthQueues {
+			if q == "" {
+				continue
+			}
+			if err := ident.ValidateQueue(q); err != nil {
+				return usagef(cmd, "--depth-queues: %v", err)
+			}
 		}
 		// No ping: the pool connects on the first probe or scrape, and again after
 		// an outage, so the endpoints report the database's state rather than the
@@ -63,6 +74,9 @@ metrics with skiplock_stats_up 0.`,
 		defer m.Close()
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		if len(depthQueues) > 0 {
+			reg.MustRegister(metrics.NewDepthCollector(c, metrics.DepthOptions{Queues: depthQueues, ConstLabels: prometheus.Labels{"schema": schema}}))
+		}
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		h := health.Handler(c, health.Options{MaxOldestDue: maxOldestDue, MaxOutboxLag: maxOutboxLag})

@@ -507,3 +507,26 @@ func TestMigrateStatus(t *testing.T) {
 		t.Fatalf("migrate status:\n%s", out)
 	}
 }
+
+// TestQueuesDepth: queues depth prints a queue's (or every queue's) due jobs; -o json
+// adds the cap.
+func TestQueuesDepth(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	ctx := context.Background()
+	cl := c.client()
+	for _, q := range []string{"mail", "mail", "bills"} {
+		if _, err := cl.EnqueueRawTx(ctx, cl.Pool(), "k", []byte(`{}`), &skiplock.EnqueueOpts{Queue: q}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out := c.must("queues", "depth", "mail"); out != "2\n" {
+		t.Errorf("queues depth mail: %q, want 2", out)
+	}
+	if out := c.must("queues", "depth"); out != "3\n" {
+		t.Errorf("queues depth: %q, want 3", out)
+	}
+	if out := c.must("queues", "depth", "bills", "-o", "json"); !strings.Contains(out, `"depth": 1`) || !strings.Contains(out, `"cap": 10000`) {
+		t.Errorf("queues depth bills -o json: %s", out)
+	}
+}

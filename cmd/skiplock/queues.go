@@ -13,7 +13,7 @@ import (
 
 func newQueuesCmd(db *dbFlags) *cobra.Command {
 	return group("queues", "list queues with their state, pause or resume them (for every client at once)",
-		newQueuesListCmd(db), newQueuePauseCmd(db, true), newQueuePauseCmd(db, false))
+		newQueuesListCmd(db), newQueuePauseCmd(db, true), newQueuePauseCmd(db, false), newQueueDepthCmd(db))
 }
 
 func newQueuesListCmd(db *dbFlags) *cobra.Command {
@@ -121,4 +121,50 @@ func queuesKnown(pause bool, ahead *bool) func(cmd *cobra.Command, c *skiplock.C
 		return fmt.Errorf("queues %s: no job, schedule, limit or setting names queue %s: misspelt?%s",
 			map[bool]string{true: "pause", false: "resume"}[pause], strings.Join(unknown, ", "), hint)
 	}
+}
+
+func newQueueDepthCmd(db *dbFlags) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "depth [queue]",
+		Short: fmt.Sprintf("print how many jobs are due in a queue (or all queues), counted up to %d: what an autoscaler reads", skiplock.DepthCap),
+		Long: fmt.Sprintf(`Print how many jobs of a queue are due — pending, with run_at passed — counted up to
+%d (a larger backlog prints %d). Without a queue, every queue's due jobs together.
+
+It runs one indexed statement, the SQL function queue_depth that KEDA's PostgreSQL
+scaler can run itself (docs/operations.md, "Deploying"); scheduled, running and
+finished jobs are not counted, a paused queue's due jobs are.`, skiplock.DepthCap, skiplock.DepthCap),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 1 {
+				return usagef(cmd, "%s: want at most one queue, got %d arguments", pathOf(cmd), len(args))
+			}
+			if len(args) == 1 {
+				if err := ident.ValidateQueue(args[0]); err != nil {
+					return usagef(cmd, "%s: %v", pathOf(cmd), err)
+				}
+			}
+			return nil
+		},
+	}
+	out := newOutputFlag(cmd)
+	cmd.RunE = withClient(db, func(cmd *cobra.Command, c *skiplock.Client, args []string) error {
+		queue := ""
+		if len(args) == 1 {
+			queue = args[0]
+		}
+		n, err := c.Depth(cmd.Context(), queue)
+		if err != nil {
+			return err
+		}
+		if out.json() {
+			return printJSON(cmd.OutOrStdout(), struct {
+				Queue  string `json:"queue"`
+				Depth  int64  `json:"depth"`
+				Cap    int64  `json:"cap"`
+				Capped bool   `json:"capped"`
+			}{queue, n, skiplock.DepthCap, n >= skiplock.DepthCap})
+		}
+		_, err = fmt.Fprintln(cmd.OutOrStdout(), n)
+		return err
+	})
+	return cmd
 }

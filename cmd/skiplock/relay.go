@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/health"
 	"github.com/skiplock/skiplock/internal/redact"
 	"github.com/skiplock/skiplock/outbox"
 	"github.com/skiplock/skiplock/outbox/amqppub"
@@ -22,6 +23,7 @@ import (
 )
 
 type relayFlags struct {
+	healthAddr  string
 	to          string
 	exchange    string
 	routingKey  string
@@ -55,6 +57,11 @@ func newRelayCmd(db *dbFlags) *cobra.Command {
   http[s]://host/path                    signed webhooks; events without Destination go here`,
 		Args: noArgs,
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			if f.healthAddr != "" {
+				if _, err := listenHost(cmd, "health-addr", f.healthAddr); err != nil {
+					return err
+				}
+			}
 			// Environment defaults are read here, not shown in --help: they may hold
 			// credentials.
 			if f.to == "" {
@@ -103,6 +110,7 @@ func newRelayCmd(db *dbFlags) *cobra.Command {
 	durationFlag(cmd, &f.poll, "poll", time.Second, "safety-net poll interval, jittered ±10% (0: the default, 1s)")
 	fs.BoolVar(&f.pollOnly, "poll-only", false, "do not LISTEN (behind PgBouncer in transaction pooling mode)")
 	durationFlag(cmd, &f.every, "stats-every", 10*time.Second, "how often to log what was published (0: never)")
+	fs.StringVar(&f.healthAddr, "health-addr", "", "also serve /healthz and /readyz (the database answers) on this address, e.g. :8081, for a container's probes (default: none)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
 		log := db.logger(cmd)
@@ -142,6 +150,16 @@ func newRelayCmd(db *dbFlags) *cobra.Command {
 		}
 		if err != nil {
 			return fmt.Errorf("relay: %w", err)
+		}
+		if f.healthAddr != "" {
+			// /readyz also fails while the relay's own claims, publishes or marks
+			// keep failing (Relay.Operations).
+			bound, stop, err := serveHealth(ctx, c, f.healthAddr, health.Options{SkipQueues: true, Components: []health.Component{r}})
+			if err != nil {
+				return fmt.Errorf("relay: %w", err)
+			}
+			defer stop()
+			fmt.Fprintf(cmd.ErrOrStderr(), "serving /healthz and /readyz on http://%s for schema %s\n", bound, schema)
 		}
 		if err := r.Start(ctx); err != nil {
 			return fmt.Errorf("relay: %w", err)

@@ -8,9 +8,10 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// buildVersion is what `skiplock version` reports, read from the build information
-// the Go toolchain embeds: the module version (a tag with go install …@v1.2.3,
-// "(devel)" for a build from a checkout) and the VCS revision of a checkout build.
+// buildVersion is what `skiplock version` reports: the stamp of a release build
+// (scripts/release.sh), else the build information the Go toolchain embeds: the
+// module version (a tag with go install …@v1.2.3, "(devel)" for a build from a
+// checkout) and the VCS revision of a checkout build.
 type buildVersion struct {
 	Module   string `json:"module"`
 	Version  string `json:"version"`
@@ -20,7 +21,29 @@ type buildVersion struct {
 	Go       string `json:"go"`
 }
 
+// The release build (scripts/release.sh) stamps these with -ldflags -X: the version
+// (a tag, or git describe), the commit and the commit's date (not the build's, so two
+// builds of one commit are the same bytes). Such a build has no VCS information of its
+// own (-buildvcs=false); a stamp wins over what the build information says.
+var (
+	version string
+	commit  string
+	date    string
+)
+
 func readBuildVersion() buildVersion {
+	v := buildInfoVersion()
+	if version != "" {
+		v.Version = version
+	}
+	if commit != "" {
+		v.Revision, v.Time, v.Modified = commit, date, false
+	}
+	return v
+}
+
+// buildInfoVersion is the version the Go toolchain's build information gives.
+func buildInfoVersion() buildVersion {
 	v := buildVersion{Module: "github.com/skiplock/skiplock", Version: "unknown", Go: runtime.Version()}
 	info, ok := debug.ReadBuildInfo()
 	if !ok {

@@ -218,7 +218,7 @@ func (c *Cluster) start(ctx context.Context) error {
 			port = p
 		}
 		cmd := c.command(context.Background(), "postgres", "-D", c.dataDir, "-p", strconv.Itoa(port))
-		cmd.SysProcAttr.Pdeathsig = syscall.SIGQUIT
+		setPdeathsig(cmd.SysProcAttr, syscall.SIGQUIT)
 		cmd.SysProcAttr.Setpgid = true
 		logf := c.opts.Log
 		if logf == nil {

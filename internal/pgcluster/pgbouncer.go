@@ -77,7 +77,8 @@ pidfile = %s
 	}
 	cmd := exec.Command(bin, filepath.Join(dir, "pgbouncer.ini"))
 	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Pdeathsig: syscall.SIGTERM}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+	setPdeathsig(cmd.SysProcAttr, syscall.SIGTERM)
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("pgcluster: starting pgbouncer: %w", err)

@@ -81,12 +81,21 @@ func (s *Store) RolesSQL(n RoleNames) (string, error) {
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON "+t("limits")+", "+t("limit_windows"),
 		"GRANT INSERT ON "+t("jobs"),
 		// Stats and batch listings read batches; a handler may open and add to one.
-		"GRANT SELECT, INSERT, UPDATE (sealed_at) ON "+t("batches"))
+		"GRANT SELECT, INSERT, UPDATE (sealed_at) ON "+t("batches"),
+		queueDepthGrant(t))
 	section(n.Relay, "claims, publishes and marks outbox events; prunes published ones; requeues dead ones.",
 		"GRANT SELECT, DELETE ON "+t("outbox"),
 		"GRANT UPDATE (available_at, attempts, relay_until, relay_token, published_at, dead_at, last_error) ON "+t("outbox"))
 	section(n.Dashboard, "reads everything, changes nothing (stats, job and outbox listings, metrics).",
 		"GRANT SELECT ON "+strings.Join([]string{t("jobs"), t("outbox"), t("inbox"), t("job_dedup"), t("partitioning"),
-			t("schema_migrations"), t("queues"), t("schedules"), t("tx_lineage"), t("limits"), t("limit_windows"), t("batches")}, ", "))
+			t("schema_migrations"), t("queues"), t("schedules"), t("tx_lineage"), t("limits"), t("limit_windows"), t("batches")}, ", "),
+		queueDepthGrant(t))
 	return b.String(), nil
+}
+
+// queueDepthGrant lets a role that reads jobs run the queue_depth function (migration
+// 0015, SECURITY INVOKER), whose EXECUTE the migration revokes from PUBLIC: an
+// autoscaler's query, Client.Depth.
+func queueDepthGrant(t func(string) string) string {
+	return "GRANT EXECUTE ON FUNCTION " + t("queue_depth") + "(text, bigint, timestamptz)"
 }
