@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/skiplock/skiplock/internal/engine"
+	"github.com/skiplock/skiplock/internal/lifecycle"
 	"github.com/skiplock/skiplock/internal/migrate"
 	"github.com/skiplock/skiplock/internal/store"
 )
@@ -61,18 +62,10 @@ func (c *Client) Start(ctx context.Context) error {
 		return wrapPgError(err)
 	}
 	c.rt = e
-	go func() {
-		select {
-		case <-ctx.Done():
-			sctx, cancel := context.WithTimeout(context.Background(), c.cfg.ShutdownTimeout)
-			defer cancel()
-			if err := c.Stop(sctx); err != nil {
-				c.log.Warn("skiplock: jobs still running at the end of ShutdownTimeout were cancelled and go back to pending",
-					"shutdown_timeout", c.cfg.ShutdownTimeout)
-			}
-		case <-e.Stopped():
-		}
-	}()
+	go lifecycle.StopWhenDone(ctx, e.Stopped(), c.cfg.ShutdownTimeout, c.Stop, func() {
+		c.log.Warn("skiplock: jobs still running at the end of ShutdownTimeout were cancelled and go back to pending",
+			"shutdown_timeout", c.cfg.ShutdownTimeout)
+	})
 	c.log.Info("skiplock: client started", "worker_id", c.cfg.ID, "queues", len(c.cfg.Queues), "poll_only", c.cfg.PollOnly)
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/failures"
 	"github.com/skiplock/skiplock/internal/hostclock"
+	"github.com/skiplock/skiplock/internal/lifecycle"
 	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/safetext"
 	"github.com/skiplock/skiplock/internal/store"
@@ -200,18 +201,10 @@ func (r *Relay) Start(ctx context.Context) error {
 		close(run.stopped)
 		r.log.Info("outbox relay: stopped")
 	}()
-	go func() {
-		select {
-		case <-ctx.Done():
-			sctx, cancel := context.WithTimeout(context.Background(), r.cfg.StopTimeout)
-			defer cancel()
-			if err := run.stop(sctx); err != nil {
-				r.log.Warn("outbox relay: marks still running at the end of StopTimeout were cancelled; their events are claimed again once their lease expires",
-					"stop_timeout", r.cfg.StopTimeout)
-			}
-		case <-run.stopped:
-		}
-	}()
+	go lifecycle.StopWhenDone(ctx, run.stopped, r.cfg.StopTimeout, run.stop, func() {
+		r.log.Warn("outbox relay: marks still running at the end of StopTimeout were cancelled; their events are claimed again once their lease expires",
+			"stop_timeout", r.cfg.StopTimeout)
+	})
 	r.run = run
 	r.log.Info("outbox relay: started", "concurrency", r.cfg.Concurrency, "poll_only", r.cfg.PollOnly)
 	return nil
