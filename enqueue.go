@@ -127,7 +127,8 @@ type UniqueOpts struct {
 	ByArgs bool
 	// States in which a job holds its key. Default: pending and running without a
 	// Period (a new job may be enqueued once the last one finished); every state
-	// with a Period (at most one job per period, whatever became of it).
+	// with a Period (at most one job per period, whatever became of it). Claimed and
+	// running are one stored state here: naming either holds the key in both.
 	States []JobState
 	// Period, when positive, makes the key per period: periods are aligned to the
 	// Unix epoch on the statement's clock (Config.Clock, else the database's), and a
@@ -201,6 +202,9 @@ func uniqueParams(u *UniqueOpts, payload []byte, p *store.InsertParams) error {
 	for _, st := range states {
 		if _, err := ParseJobState(string(st)); err != nil {
 			return invalid("unique", "States: %v", err)
+		}
+		if st == StateClaimed {
+			st = StateRunning // one stored state: a claimed job holds a key as a running one does
 		}
 		if !seen[st] {
 			seen[st] = true

@@ -37,16 +37,16 @@ func ExampleClient_LimitSet() {
 
 	use, _ := client.LimitUsages(ctx)
 	for _, u := range use {
-		fmt.Printf("%s, bucket %q: %d running\n", u.Limit, u.Bucket, u.Running)
+		fmt.Printf("%s, bucket %q: %d holding\n", u.Limit, u.Bucket, u.Holding)
 	}
 	// Output:
 	// limit: queue email max-running 5
 	// limit: queue email key * max-running 1
 	// limit: queue email key acme max-running 2
 	// claimed 3 of 5
-	// queue email max-running 5, bucket "": 3 running
-	// queue email key * max-running 1, bucket "bolt": 1 running
-	// queue email key acme max-running 2, bucket "acme": 2 running
+	// queue email max-running 5, bucket "": 3 holding
+	// queue email key * max-running 1, bucket "bolt": 1 holding
+	// queue email key acme max-running 2, bucket "acme": 2 holding
 }
 
 // Limits declared in a Config are written (LimitSet) when the client starts; limits

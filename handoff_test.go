@@ -62,7 +62,7 @@ func (h *handoffEnv) running(queue string) int64 {
 	h.must(err)
 	for _, u := range use {
 		if u.Limit.Queue == queue && u.Bucket == "" {
-			return u.Running
+			return u.Holding
 		}
 	}
 	h.t.Fatalf("no usage of queue %s: %+v", queue, use)

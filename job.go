@@ -13,8 +13,13 @@ type JobState string
 
 // The job states.
 const (
-	StatePending   JobState = "pending"   // waiting for run_at, then claimable
-	StateRunning   JobState = "running"   // claimed under a lease
+	StatePending JobState = "pending" // waiting for run_at, then claimable
+	StateRunning JobState = "running" // leased, its handler runs
+	// StateClaimed: leased by a worker whose handler has not started it yet (in the
+	// worker's prefetch, or a limit slot's successor waiting for its predecessor).
+	// It is running as far as the lease, limits and uniqueness go; a view of what runs
+	// leaves it out. Stored as running (docs/state_machine.md).
+	StateClaimed   JobState = "claimed"
 	StateSucceeded JobState = "succeeded" // handler returned nil
 	StateFailed    JobState = "failed"    // permanent error or attempts exhausted
 	StateCancelled JobState = "cancelled" // Cancel(err) or an operator
@@ -71,9 +76,18 @@ type Job struct {
 // repeat an effect a previous attempt already had.
 func (j *Job) IdempotencyKey() string { return "skiplock-job-" + j.ID }
 
+// stateOf is a row's state as people read it: StateClaimed for a running job whose
+// handler has not started.
+func stateOf(r *store.Job) JobState {
+	if r.Status == store.StatusRunning && !r.Started {
+		return StateClaimed
+	}
+	return JobState(r.Status)
+}
+
 func fromRow(r *store.Job) *Job {
 	j := &Job{
-		ID: r.ID, Queue: r.Queue, Kind: r.Kind, Payload: r.Payload, State: JobState(r.Status),
+		ID: r.ID, Queue: r.Queue, Kind: r.Kind, Payload: r.Payload, State: stateOf(r),
 		Priority: r.Priority, RunAt: r.RunAt, Attempt: r.Attempts, MaxAttempts: r.MaxAttempts,
 		CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}
@@ -141,7 +155,7 @@ func (j *Job) lease() store.Lease { return store.Lease{ID: j.ID, Token: j.LeaseT
 
 // JobStates lists every job state: the lifecycle order, then StateWaiting (which
 // precedes pending in a flow's or a batch's lifecycle, but was added later).
-var JobStates = []JobState{StatePending, StateRunning, StateSucceeded, StateFailed, StateCancelled, StateWaiting}
+var JobStates = []JobState{StatePending, StateClaimed, StateRunning, StateSucceeded, StateFailed, StateCancelled, StateWaiting}
 
 // ParseJobState returns the state named s, or an ErrInvalid error that lists the
 // valid names.

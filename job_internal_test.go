@@ -43,6 +43,7 @@ func TestFromRowMapsEveryColumn(t *testing.T) {
 		SlotOf:           new("01a2408a-0000-7000-8000-000000000000"),
 		SlotToken:        new("slot"),
 		Rated:            true,
+		Started:          true,
 	}
 	// Columns that are not the Job's to carry.
 	notMapped := map[string]string{
@@ -50,6 +51,7 @@ func TestFromRowMapsEveryColumn(t *testing.T) {
 		"SlotOf":    "a successor's predecessor (a limit slot's handoff), read by the engine from the row",
 		"SlotToken": "the predecessor's lease, read by the engine with SlotOf",
 		"Rated":     "a rate limit counted the claim as a start, read by the engine from the row",
+		"Started":   "read into Job.State (StateClaimed when false on a running job)",
 	}
 	// Fields of the Job that no column fills.
 	notFromRow := map[string]string{

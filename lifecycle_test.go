@@ -443,7 +443,7 @@ func TestClaimUsesReadyIndex(t *testing.T) {
 	tx, err := e.pool.Begin(e.ctx)
 	e.must(err)
 	defer tx.Rollback(e.ctx)
-	rows, err := tx.Query(e.ctx, "EXPLAIN "+e.client.ClaimSQLForTest(), nil, "default", "w", int64(30e6), 10, nil, nil, int64(0))
+	rows, err := tx.Query(e.ctx, "EXPLAIN "+e.client.ClaimSQLForTest(), nil, "default", "w", int64(30e6), 10, nil, nil, int64(0), 10)
 	e.must(err)
 	plan, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	e.must(err)

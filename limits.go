@@ -214,8 +214,9 @@ type LimitUsage struct {
 	Limit Limit `json:"limit"`
 	// Bucket is the concurrency key the figures count, "" for a limit on all jobs.
 	Bucket string `json:"bucket,omitempty"`
-	// Running counts the bucket's jobs running under an unexpired lease.
-	Running int64 `json:"running"`
+	// Holding counts the bucket's jobs holding one of its slots: leased (claimed or
+	// running) under an unexpired lease, a limit slot's waiting successor excepted.
+	Holding int64 `json:"holding"`
 	// Started counts the bucket's starts within the last Limit.Per (rate limits).
 	Started int64 `json:"started,omitempty"`
 }
@@ -232,7 +233,7 @@ func (c *Client) LimitUsages(ctx context.Context) ([]LimitUsage, error) {
 	}
 	out := make([]LimitUsage, len(rows))
 	for i, r := range rows {
-		out[i] = LimitUsage{Limit: limitFromRow(r.LimitRow), Bucket: r.Bucket, Running: r.Running, Started: r.Started}
+		out[i] = LimitUsage{Limit: limitFromRow(r.LimitRow), Bucket: r.Bucket, Holding: r.Running, Started: r.Started}
 	}
 	return out, nil
 }

@@ -263,7 +263,7 @@ func TestPlainClaimLeavesLimitedJobs(t *testing.T) {
 	e.must(err)
 	claimed := func(queue string) int64 {
 		var n int64
-		rows, err := e.pool.Query(e.ctx, e.client.ClaimSQLForTest(), t0, queue, "w", int64(time.Minute/time.Microsecond), 10, nil, nil, int64(0))
+		rows, err := e.pool.Query(e.ctx, e.client.ClaimSQLForTest(), t0, queue, "w", int64(time.Minute/time.Microsecond), 10, nil, nil, int64(0), 10)
 		e.must(err)
 		for rows.Next() {
 			n++

@@ -90,7 +90,7 @@ func (m *Manual) Heartbeat(ctx context.Context, jobs ...*Job) (lost []*Job, err 
 		}
 		leases[i] = j.lease()
 	}
-	renewed, err := c.store.Heartbeat(ctx, c.pool, store.NowParam(c.cfg.Clock), leases, c.cfg.LeaseDuration)
+	renewed, err := c.store.Heartbeat(ctx, c.pool, store.NowParam(c.cfg.Clock), leases, c.cfg.LeaseDuration, nil)
 	if err != nil {
 		return nil, fmt.Errorf("renewing %d lease(s): %w", len(jobs), wrapPgError(err))
 	}

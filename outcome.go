@@ -19,6 +19,7 @@ import (
 // runJob runs job's handler under ctx (the engine's, cancelled on a lost lease or a
 // stop) and says what to write for it.
 func (c *Client) runJob(ctx context.Context, job *Job) engine.Result {
+	job.State = StateRunning // it may have been claimed to wait (StateClaimed): it runs now
 	ctx = ContextWithJob(ctx, job)
 	var err error
 	reg, known := c.workers.lookup(job.Kind)

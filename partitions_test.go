@@ -121,7 +121,7 @@ GRANT UPDATE (status) ON `+e.q("jobs")+` TO "`+role+`"`)
 	_, err = e.pool.Exec(e.ctx, `INSERT INTO `+e.q("jobs")+` (kind, payload, status, updated_at)
 SELECT 'k', '{}', 'succeeded', now() FROM generate_series(1, 20000); ANALYZE `+e.q("jobs"))
 	e.must(err)
-	plan := explainGeneric(e, e.client.ClaimSQLForTest(), nil, "default", "w", int64(30e6), 10, nil, nil, int64(0))
+	plan := explainGeneric(e, e.client.ClaimSQLForTest(), nil, "default", "w", int64(30e6), 10, nil, nil, int64(0), 10)
 	if strings.Contains(plan, "Seq Scan on jobs_legacy") || !strings.Contains(plan, "jobs_legacy_ready_idx") ||
 		!strings.Contains(plan, "jobs_legacy_pkey") {
 		t.Errorf("claim plan on the partitioned layout:\n%s", plan)
@@ -208,7 +208,7 @@ func TestPartitionManager(t *testing.T) {
 	if k := kept["jobs_p20200102"]; k.Pending != 1 {
 		t.Errorf("day 2 should be kept for its pending job: %+v", res.PartitionsKept)
 	}
-	if k := kept["jobs_p20200103"]; k.Running != 1 {
+	if k := kept["jobs_p20200103"]; k.Leased != 1 {
 		t.Errorf("day 3 should be kept for its running job: %+v", res.PartitionsKept)
 	}
 	// Row retention, which waits one period (a day) more than the window in the

@@ -89,13 +89,13 @@ type RetentionResult struct {
 func (r RetentionResult) Deleted() int64 { return r.Succeeded + r.Failed + r.Cancelled }
 
 // KeptPartition is a partition past the retention window that still holds jobs that
-// must not be lost (pending or running — for example a job scheduled far ahead, or a
+// must not be lost (pending or leased — for example a job scheduled far ahead, or a
 // late retry) or finished jobs younger than their state's window. It is dropped by a
 // later run once they are gone; meanwhile its finished jobs are deleted row by row.
 type KeptPartition struct {
 	Name    string `json:"name"`
 	Pending int64  `json:"pending"`
-	Running int64  `json:"running"`
+	Leased  int64  `json:"leased"` // claimed or running
 	Reason  string `json:"reason"`
 }
 

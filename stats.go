@@ -17,8 +17,13 @@ type QueueStats struct {
 	Queue string
 	// Pending counts jobs waiting, Due those of them whose run_at has come.
 	Pending, Due int64
-	// Running counts leased jobs.
-	Running int64
+	// Running counts jobs whose handler runs (or ran until a moment ago: their
+	// outcome is being written). Claimed counts the other leased jobs: claimed by a
+	// worker, their handler not started yet — in its prefetch, or a limit slot's
+	// successor waiting for its predecessor (StateClaimed). A claimed job's start is
+	// written about a second after its handler began, so it never counts as running
+	// before; Running + Claimed is every leased job.
+	Running, Claimed int64
 	// Waiting counts jobs in StateWaiting: flow parents whose children have not all
 	// finished, and batch callbacks not released yet (docs/flows.md).
 	Waiting int64
@@ -244,7 +249,7 @@ func (c *Client) Stats(ctx context.Context, opts *StatsOpts) (*Stats, error) {
 	}
 	byQueue := map[string]*QueueStats{}
 	for _, q := range live {
-		byQueue[q.Queue] = &QueueStats{Queue: q.Queue, Pending: q.Pending, Due: q.Due, Running: q.Running,
+		byQueue[q.Queue] = &QueueStats{Queue: q.Queue, Pending: q.Pending, Due: q.Due, Running: q.Running, Claimed: q.Claimed,
 			ExpiredLeases: q.ExpiredLeases, OldestDueAge: q.OldestDueAge, Retrying: q.Retrying}
 	}
 	s := &Stats{}

@@ -69,7 +69,7 @@ var jobActions = []jobAction{
 			return c.JobRunNow(ctx, id)
 		}},
 	{Name: "cancel", Label: "Cancel", Past: "cancelled", Single: ActionJobCancel, Bulk: ActionBulkCancel,
-		From: []skiplock.JobState{skiplock.StatePending, skiplock.StateRunning, skiplock.StateWaiting}, Confirm: "Cancel this job?",
+		From: []skiplock.JobState{skiplock.StatePending, skiplock.StateClaimed, skiplock.StateRunning, skiplock.StateWaiting}, Confirm: "Cancel this job?",
 		run: func(ctx context.Context, c *skiplock.Client, id string) (*skiplock.Job, error) {
 			return c.JobCancel(ctx, id, "cancelled from the dashboard")
 		}},

@@ -170,8 +170,8 @@ func TestJobFilters(t *testing.T) {
 		}
 		return ids
 	}
-	if got := rows("/jobs"); len(got) != 7 {
-		t.Errorf("all jobs: %d rows, want 7", len(got))
+	if got := rows("/jobs"); len(got) != 8 {
+		t.Errorf("all jobs: %d rows, want 8", len(got))
 	}
 	for _, s := range skiplock.JobStates {
 		got := rows("/jobs?order=oldest&state=" + string(s))
@@ -255,7 +255,7 @@ func TestJobPaging(t *testing.T) {
 	u, err := url.Parse(strings.ReplaceAll(m[1], "&amp;", "&"))
 	must(t, err)
 	r = b.get("/jobs?" + u.RawQuery)
-	if n := testids(r.body, "job-row"); n != 3 || next.MatchString(r.body) || testids(r.body, "jobs-first") != 1 {
+	if n := testids(r.body, "job-row"); n != 4 || next.MatchString(r.body) || testids(r.body, "jobs-first") != 1 {
 		t.Errorf("second page: %d rows, next link %v, first link %d", n, next.MatchString(r.body), testids(r.body, "jobs-first"))
 	}
 	// The previous page is the first again, in the same order.
@@ -997,8 +997,8 @@ func TestBulkOnSelectedJobs(t *testing.T) {
 	f := seed(t)
 	b := serve(t, f.handler(dashboard.Options{Authorize: allowAll}), "", false)
 	r := b.get("/jobs")
-	if testids(r.body, "job-select") != 7 || testids(r.body, "selected-bulk-retry") != 1 {
-		t.Fatalf("%d checkboxes, %d retry-selected buttons; want 7 and 1", testids(r.body, "job-select"), testids(r.body, "selected-bulk-retry"))
+	if testids(r.body, "job-select") != 8 || testids(r.body, "selected-bulk-retry") != 1 {
+		t.Fatalf("%d checkboxes, %d retry-selected buttons; want 8 and 1", testids(r.body, "job-select"), testids(r.body, "selected-bulk-retry"))
 	}
 	failed, cancelled, pending := f.jobs[skiplock.StateFailed], f.jobs[skiplock.StateCancelled], f.jobs[skiplock.StatePending]
 	r = b.get("/jobs/bulk?action=retry&id=" + failed + "&id=" + cancelled + "&id=" + pending)

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/dashboard"
@@ -79,6 +81,13 @@ func seed(t *testing.T) *fixture {
 	must(t, c.Manual().Fail(ctx, claim("mail"), errors.New("smtp: mailbox unavailable")))
 	f.jobs[skiplock.StateRunning] = enqueue("mail", "send_email", `{"to":"cy@example.com"}`)
 	claim("mail")
+	// A claimed job: leased by a worker that has not started its handler (a manual
+	// claim starts every job it takes, so the row is set as a worker's prefetch
+	// leaves it).
+	f.jobs[skiplock.StateClaimed] = enqueue("mail", "send_email", `{"to":"eve@example.com"}`)
+	claim("mail")
+	_, err = c.Pool().Exec(ctx, "UPDATE "+pgx.Identifier{c.Schema(), "jobs"}.Sanitize()+" SET started = false WHERE id = $1", f.jobs[skiplock.StateClaimed])
+	must(t, err)
 	f.jobs[skiplock.StateCancelled] = enqueue("reports", "build_report", `{"month":"2026-01"}`)
 	_, err = c.JobCancel(ctx, f.jobs[skiplock.StateCancelled], "not needed")
 	must(t, err)

@@ -241,9 +241,10 @@ func with(v url.Values, k, s string) url.Values {
 // them over the queues), the finished states' estimates (JobStateEstimates), each a
 // link to the list of that state with the rest of the filter.
 func stateCounts(q *request, h *handler, f jobFilter, s *skiplock.Stats, est map[skiplock.JobState]int64) []stateCount {
-	exact := map[skiplock.JobState]int64{skiplock.StatePending: 0, skiplock.StateRunning: 0, skiplock.StateWaiting: 0}
+	exact := map[skiplock.JobState]int64{skiplock.StatePending: 0, skiplock.StateClaimed: 0, skiplock.StateRunning: 0, skiplock.StateWaiting: 0}
 	for _, qs := range s.Queues {
 		exact[skiplock.StatePending] += qs.Pending
+		exact[skiplock.StateClaimed] += qs.Claimed
 		exact[skiplock.StateRunning] += qs.Running
 		exact[skiplock.StateWaiting] += qs.Waiting
 	}

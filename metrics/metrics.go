@@ -21,7 +21,7 @@
 //	skiplock_vacuum_horizon_held_seconds             gauge: how long its transaction has been open (needs pg_read_all_stats
 //	                                                 for other roles' sessions; absent when not known)
 //	skiplock_jobs_dead_tuples                        gauge: PostgreSQL's estimate of dead tuples in the jobs table
-//	skiplock_limit_running{scope,target,key}         gauge: jobs running under a valid lease in a limit's bucket, all processes
+//	skiplock_limit_holding{scope,target,key}         gauge: jobs holding a slot of a limit's bucket (claimed or running under a valid lease), all processes
 //	skiplock_limit_max_running{scope,target,key}     gauge: the bucket's concurrency limit
 //	skiplock_limit_started{scope,target,key}         gauge: the bucket's starts within its rate window, all processes
 //	skiplock_limit_rate{scope,target,key}            gauge: the bucket's rate limit: most starts per window
@@ -205,7 +205,7 @@ func New(c *skiplock.Client, opts Options) *Metrics {
 	d("vacuum_horizon_held_seconds", "How long the transaction holding the database's vacuum horizon has been open.")
 	d("jobs_dead_tuples", "PostgreSQL's estimate of the dead tuples in the jobs table (all partitions).")
 	lim := []string{"scope", "target", "key"}
-	d("limit_running", "Jobs of every process running under a valid lease in a limit's bucket (key: the concurrency key, \"\" for a limit on all jobs).", lim...)
+	d("limit_holding", "Jobs of every process holding a slot of a limit's bucket: claimed or running under a valid lease (key: the concurrency key, \"\" for a limit on all jobs).", lim...)
 	d("limit_max_running", "The most jobs a limit's bucket may run at once.", lim...)
 	d("limit_started", "Jobs of every process started in a limit's bucket within its rate window.", lim...)
 	d("limit_rate", "The most starts a limit's bucket may make per window (skiplock_limit_window_seconds).", lim...)
@@ -297,7 +297,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge("stats_duration_seconds", took.Seconds())
 	if s != nil {
 		for _, q := range s.Queues {
-			for state, n := range map[string]int64{"pending": q.Pending, "running": q.Running, "succeeded": q.Succeeded,
+			for state, n := range map[string]int64{"pending": q.Pending, "claimed": q.Claimed, "running": q.Running, "succeeded": q.Succeeded,
 				"failed": q.Failed, "cancelled": q.Cancelled} {
 				gauge("jobs", float64(n), q.Queue, state)
 			}
@@ -330,7 +330,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 		if u.Limit.Kind != "" {
 			scope, target = "kind", u.Limit.Kind
 		}
-		gauge("limit_running", float64(u.Running), scope, target, u.Bucket)
+		gauge("limit_holding", float64(u.Holding), scope, target, u.Bucket)
 		if u.Limit.MaxRunning > 0 {
 			gauge("limit_max_running", float64(u.Limit.MaxRunning), scope, target, u.Bucket)
 		}

@@ -69,8 +69,8 @@ skiplock_stats_up 1
 		"skiplock_inserted_total", "skiplock_stats_up"); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(m, "skiplock_jobs"); n != 5 {
-		t.Fatalf("skiplock_jobs has %d series, want one per state (5)", n)
+	if n := testutil.CollectAndCount(m, "skiplock_jobs"); n != 6 {
+		t.Fatalf("skiplock_jobs has %d series, want one per state (6)", n)
 	}
 	// Within MinInterval a scrape reuses the snapshot: the database is not read again.
 	if _, err := c.EnqueueRawTx(ctx, c.Pool(), "k", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "mail", RunAt: t0}); err != nil {
@@ -190,11 +190,11 @@ skiplock_limit_max_running{key="t1",scope="queue",target="lq"} 3
 # HELP skiplock_limit_rate The most starts a limit's bucket may make per window (skiplock_limit_window_seconds).
 # TYPE skiplock_limit_rate gauge
 skiplock_limit_rate{key="",scope="kind",target="k"} 100
-# HELP skiplock_limit_running Jobs of every process running under a valid lease in a limit's bucket (key: the concurrency key, "" for a limit on all jobs).
-# TYPE skiplock_limit_running gauge
-skiplock_limit_running{key="",scope="kind",target="k"} 1
-skiplock_limit_running{key="",scope="queue",target="lq"} 1
-skiplock_limit_running{key="t1",scope="queue",target="lq"} 1
+# HELP skiplock_limit_holding Jobs of every process holding a slot of a limit's bucket: claimed or running under a valid lease (key: the concurrency key, "" for a limit on all jobs).
+# TYPE skiplock_limit_holding gauge
+skiplock_limit_holding{key="",scope="kind",target="k"} 1
+skiplock_limit_holding{key="",scope="queue",target="lq"} 1
+skiplock_limit_holding{key="t1",scope="queue",target="lq"} 1
 # HELP skiplock_limit_started Jobs of every process started in a limit's bucket within its rate window.
 # TYPE skiplock_limit_started gauge
 skiplock_limit_started{key="",scope="kind",target="k"} 1
@@ -206,7 +206,7 @@ skiplock_limit_window_seconds{key="",scope="kind",target="k"} 60
 skiplock_stats_up 1
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "skiplock_limit_max_running", "skiplock_limit_rate",
-		"skiplock_limit_running", "skiplock_limit_started", "skiplock_limit_window_seconds", "skiplock_stats_up"); err != nil {
+		"skiplock_limit_holding", "skiplock_limit_started", "skiplock_limit_window_seconds", "skiplock_stats_up"); err != nil {
 		t.Fatal(err)
 	}
 	mfs, err := reg.Gather()

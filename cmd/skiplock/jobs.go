@@ -197,8 +197,8 @@ var (
 		run: func(ctx context.Context, c *skiplock.Client, id, _ string) (*skiplock.Job, error) {
 			return c.JobRetry(ctx, id)
 		}}
-	jobCancel = jobAction{name: "cancel", short: "cancel pending, running or waiting jobs",
-		from: []string{"pending", "running", "waiting"}, fromText: "pending, running or waiting jobs can be cancelled",
+	jobCancel = jobAction{name: "cancel", short: "cancel pending, claimed, running or waiting jobs",
+		from: []string{"pending", "claimed", "running", "waiting"}, fromText: "pending, claimed, running or waiting jobs can be cancelled",
 		run: func(ctx context.Context, c *skiplock.Client, id, reason string) (*skiplock.Job, error) {
 			return c.JobCancel(ctx, id, reason)
 		}}

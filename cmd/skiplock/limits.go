@@ -37,12 +37,12 @@ func limitToJSON(l skiplock.Limit) limitJSON {
 type limitUsageJSON struct {
 	limitJSON
 	Bucket  string `json:"bucket"`
-	Running int64  `json:"running"`
+	Holding int64  `json:"holding"`
 	Started int64  `json:"started"`
 }
 
 func limitUsageToJSON(u skiplock.LimitUsage) limitUsageJSON {
-	j := limitUsageJSON{limitJSON: limitToJSON(u.Limit), Bucket: u.Bucket, Running: u.Running, Started: u.Started}
+	j := limitUsageJSON{limitJSON: limitToJSON(u.Limit), Bucket: u.Bucket, Holding: u.Holding, Started: u.Started}
 	j.UpdatedAt = time.Time{}
 	return j
 }
@@ -231,10 +231,11 @@ func newLimitsDeleteCmd(db *dbFlags) *cobra.Command {
 func newLimitsUsageCmd(db *dbFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "usage",
-		Short: "show each limit's use across every client: per bucket, running / max running and starts / rate in the window",
+		Short: "show each limit's use across every client: per bucket, slots held / max running and starts / rate in the window",
 		Long: `Show each limit's use across every client, one line per bucket: a limit on all jobs
 together is one bucket; a '*' limit has one per concurrency key that is running jobs
-or started any within its window. RUNNING counts jobs under an unexpired lease.`,
+or started any within its window. HOLDING counts the jobs holding a slot: claimed or
+running under an unexpired lease (a limit slot's waiting successor holds none).`,
 		Args: noArgs,
 	}
 	out := newOutputFlag(cmd)
@@ -251,23 +252,23 @@ or started any within its window. RUNNING counts jobs under an unexpired lease.`
 			return printJSON(cmd.OutOrStdout(), views)
 		}
 		tw := newTable(cmd.OutOrStdout())
-		fmt.Fprintln(tw, "SCOPE\tTARGET\tKEY\tBUCKET\tRUNNING\tSTARTED")
+		fmt.Fprintln(tw, "SCOPE\tTARGET\tKEY\tBUCKET\tHOLDING\tSTARTED")
 		for _, u := range use {
 			scope, target := limitScope(u.Limit)
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", scope, target, keyOrDash(u.Limit.Key), keyOrDash(u.Bucket),
-				runningText(u), startedText(u))
+				holdingText(u), startedText(u))
 		}
 		return tw.Flush()
 	})
 	return cmd
 }
 
-// runningText is "3/5" (running of max), or "3" without a concurrency limit.
-func runningText(u skiplock.LimitUsage) string {
+// holdingText is "3/5" (slots held of max), or "3" without a concurrency limit.
+func holdingText(u skiplock.LimitUsage) string {
 	if u.Limit.MaxRunning == 0 {
-		return fmt.Sprint(u.Running)
+		return fmt.Sprint(u.Holding)
 	}
-	return fmt.Sprintf("%d/%d", u.Running, u.Limit.MaxRunning)
+	return fmt.Sprintf("%d/%d", u.Holding, u.Limit.MaxRunning)
 }
 
 // startedText is "40/100 per 1s" (starts in the window of the rate), or "-".
@@ -282,7 +283,7 @@ func startedText(u skiplock.LimitUsage) string {
 // count of active keys, the busiest one and how many are at their limit.
 type limitSummary struct {
 	keys, full       int
-	running, started int64
+	holding, started int64
 }
 
 // printLimits writes stats' limits section: one line per limit, nothing when there
@@ -302,8 +303,8 @@ func printLimits(w io.Writer, limits []skiplock.Limit, use []skiplock.LimitUsage
 			continue
 		}
 		s.keys++
-		s.running, s.started = max(s.running, u.Running), max(s.started, u.Started)
-		if (u.Limit.MaxRunning > 0 && u.Running >= int64(u.Limit.MaxRunning)) || (u.Limit.Rate > 0 && u.Started >= int64(u.Limit.Rate)) {
+		s.holding, s.started = max(s.holding, u.Holding), max(s.started, u.Started)
+		if (u.Limit.MaxRunning > 0 && u.Holding >= int64(u.Limit.MaxRunning)) || (u.Limit.Rate > 0 && u.Started >= int64(u.Limit.Rate)) {
 			s.full++
 		}
 	}
@@ -312,10 +313,10 @@ func printLimits(w io.Writer, limits []skiplock.Limit, use []skiplock.LimitUsage
 	for _, l := range limits {
 		s := sums[id(l)]
 		name := limitName(l)
-		u := skiplock.LimitUsage{Limit: l, Running: s.running, Started: s.started}
+		u := skiplock.LimitUsage{Limit: l, Holding: s.holding, Started: s.started}
 		use := []string{}
 		if l.MaxRunning > 0 {
-			use = append(use, "running "+runningText(u))
+			use = append(use, "holding "+holdingText(u))
 		}
 		if l.Rate > 0 {
 			use = append(use, "started "+startedText(u))

@@ -130,7 +130,7 @@ func TestJobsCommands(t *testing.T) {
 		t.Fatalf("retrying a missing job: exit %d\n%s", code, errOut)
 	}
 	if _, errOut, code := c.run(ctx, "jobs", "list", "--state", "done"); code != 2 ||
-		!strings.Contains(errOut, "pending, running, succeeded, failed, cancelled") {
+		!strings.Contains(errOut, "pending, claimed, running, succeeded, failed, cancelled") {
 		t.Fatalf("jobs list --state done: exit %d\n%s", code, errOut)
 	}
 }
@@ -305,14 +305,14 @@ func TestLimitsCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(c.must("limits", "usage", "-o", "json")), &use); err != nil {
 		t.Fatal(err)
 	}
-	if len(use) < 2 || use[0]["bucket"] != "" || use[0]["running"] != 2.0 {
+	if len(use) < 2 || use[0]["bucket"] != "" || use[0]["holding"] != 2.0 {
 		t.Fatalf("limits usage -o json: %v", use)
 	}
 	if out := c.must("limits", "usage"); !strings.Contains(out, "2/2") || !strings.Contains(out, "0/10 per 1m0s") {
 		t.Fatalf("limits usage:\n%s", out)
 	}
 	if out := c.must("stats"); !strings.Contains(out, "limits:") || !strings.Contains(out, "queue lq  ") ||
-		!strings.Contains(out, "running 2/2") || !strings.Contains(out, "busiest: running 1/1") {
+		!strings.Contains(out, "holding 2/2") || !strings.Contains(out, "busiest: holding 1/1") {
 		t.Fatalf("stats' limits section:\n%s", out)
 	}
 	var st struct {

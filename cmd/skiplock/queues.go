@@ -44,25 +44,26 @@ func newQueuesListCmd(db *dbFlags) *cobra.Command {
 			PausedAt      time.Time `json:"paused_at,omitzero"`
 			Pending       int64     `json:"pending"`
 			Due           int64     `json:"due"`
+			Claimed       int64     `json:"claimed"`
 			Running       int64     `json:"running"`
 			OldestDueSecs float64   `json:"oldest_due_age_seconds"`
 		}
 		views := []queueView{}
 		for _, q := range s.Queues {
 			views = append(views, queueView{Queue: q.Queue, Paused: q.Paused, PausedAt: pausedAt[q.Queue], Pending: q.Pending,
-				Due: q.Due, Running: q.Running, OldestDueSecs: q.OldestDueAge.Seconds()})
+				Due: q.Due, Claimed: q.Claimed, Running: q.Running, OldestDueSecs: q.OldestDueAge.Seconds()})
 		}
 		if out.json() {
 			return printJSON(cmd.OutOrStdout(), views)
 		}
 		tw := newTable(cmd.OutOrStdout())
-		fmt.Fprintln(tw, "QUEUE\tSTATE\tPENDING\tDUE\tRUNNING\tOLDEST_DUE")
+		fmt.Fprintln(tw, "QUEUE\tSTATE\tPENDING\tDUE\tCLAIMED\tRUNNING\tOLDEST_DUE")
 		for _, v := range views {
 			state := "active"
 			if v.Paused {
 				state = "paused since " + v.PausedAt.Format(time.RFC3339)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\n", v.Queue, state, v.Pending, v.Due, v.Running,
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", v.Queue, state, v.Pending, v.Due, v.Claimed, v.Running,
 				(time.Duration(v.OldestDueSecs * float64(time.Second))).Round(time.Second))
 		}
 		return tw.Flush()

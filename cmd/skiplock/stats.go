@@ -15,6 +15,7 @@ type queueJSON struct {
 	Queue               string  `json:"queue"`
 	Pending             int64   `json:"pending"`
 	Due                 int64   `json:"due"`
+	Claimed             int64   `json:"claimed"`
 	Running             int64   `json:"running"`
 	Succeeded           int64   `json:"succeeded"`
 	Failed              int64   `json:"failed"`
@@ -67,7 +68,7 @@ type statsJSON struct {
 func statsToJSON(s *skiplock.Stats, lim *limitsRead, took time.Duration) statsJSON {
 	j := statsJSON{Queues: []queueJSON{}}
 	for _, q := range s.Queues {
-		j.Queues = append(j.Queues, queueJSON{Queue: q.Queue, Pending: q.Pending, Due: q.Due, Running: q.Running,
+		j.Queues = append(j.Queues, queueJSON{Queue: q.Queue, Pending: q.Pending, Due: q.Due, Claimed: q.Claimed, Running: q.Running,
 			Succeeded: q.Succeeded, Failed: q.Failed, Cancelled: q.Cancelled, ExpiredLeases: q.ExpiredLeases,
 			OldestDueAgeSeconds: q.OldestDueAge.Seconds(), Paused: q.Paused, Retrying: q.Retrying,
 			BlockedSequences: q.BlockedSequences, Waiting: q.Waiting})
@@ -192,14 +193,14 @@ func printStats(w io.Writer, s *skiplock.Stats, lim *limitsRead, took time.Durat
 	if s.FinishedEstimated {
 		est = "~"
 	}
-	fmt.Fprintln(tw, "QUEUE\tSTATE\tPENDING\tDUE\tOLDEST_DUE\tRUNNING\tEXPIRED\tRETRYING\tBLOCKED_SEQ\tWAITING\tSUCCEEDED\tFAILED\tCANCELLED")
+	fmt.Fprintln(tw, "QUEUE\tSTATE\tPENDING\tDUE\tOLDEST_DUE\tCLAIMED\tRUNNING\tEXPIRED\tRETRYING\tBLOCKED_SEQ\tWAITING\tSUCCEEDED\tFAILED\tCANCELLED")
 	for _, q := range s.Queues {
 		state := "active"
 		if q.Paused {
 			state = "paused"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%s%d\t%s%d\t%s%d\n", q.Queue, state, q.Pending, q.Due,
-			q.OldestDueAge.Round(time.Millisecond), q.Running, q.ExpiredLeases, q.Retrying, q.BlockedSequences, q.Waiting,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s%d\t%s%d\t%s%d\n", q.Queue, state, q.Pending, q.Due,
+			q.OldestDueAge.Round(time.Millisecond), q.Claimed, q.Running, q.ExpiredLeases, q.Retrying, q.BlockedSequences, q.Waiting,
 			est, q.Succeeded, est, q.Failed, est, q.Cancelled)
 	}
 	tw.Flush()

@@ -88,6 +88,12 @@ func (c *capacity) claimSize(batch, fetchLimit int, queuedLocally bool) (int, bo
 	return min(free, fetchLimit), true
 }
 
+// idle is how many jobs of a claim made now an executor takes at once: the workers
+// neither running a job nor promised one already queued locally. The rest of a claim
+// waits (the prefetch). Places only free up while a claim is in flight, so a job
+// counted here never waits; one counted out may not wait either (store.ClaimParams.Waiting).
+func (c *capacity) idle() int { return max(c.workers-int(c.active.Load()), 0) }
+
 // reserve takes n active and held places before a claim for n jobs.
 func (c *capacity) reserve(n int) {
 	c.active.Add(int32(n))

@@ -177,6 +177,7 @@ type Engine struct {
 	limits        atomic.Pointer[limitView] // which claims run limited (limits.go)
 	limitsChanged chan struct{}             // a limits NOTIFY arrived
 	idle          chan struct{}             // a producer began waiting for jobs (warmer.go)
+	began         chan struct{}             // a job claimed to wait began to run (heartbeater.go)
 }
 
 // New returns an engine for cfg; it touches nothing until Start.
@@ -189,6 +190,7 @@ func New(cfg Config) *Engine {
 		abandon:       make(chan struct{}),
 		limitsChanged: make(chan struct{}, 1),
 		idle:          make(chan struct{}, 1),
+		began:         make(chan struct{}, 1),
 	}
 	if e.cfg.Counters == nil {
 		e.cfg.Counters = &Counters{}

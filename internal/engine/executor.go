@@ -83,6 +83,9 @@ func (e *Engine) execute(f *flight) {
 	if f.p.handoff.Load() {
 		signal(f.p.orphan) // its slot can be handed on: worth a claim for a successor
 	}
+	if f.waits {
+		signal(e.began) // the database says it waits: the heartbeater writes its start
+	}
 	res := hooks.Run(ctx, f.job)
 	f.runDur = hostclock.Since(f.started)
 	f.p.cap.observe(f.runDur)

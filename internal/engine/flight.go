@@ -84,6 +84,11 @@ type flight struct {
 
 	warned atomic.Bool // the heartbeater warned that its handler ignores its timeout
 
+	// waits: the claim wrote the job claimed, not started (store.ClaimParams.Waiting,
+	// or a successor); beganWritten: the heartbeater has since written its start.
+	waits        bool
+	beganWritten atomic.Bool
+
 	// The limit slot's handoff, guarded by Engine.mu.
 	slot     handoff
 	next     *flight     // the successor attached to it (slotTaken)
@@ -102,7 +107,7 @@ type flight struct {
 
 // newFlight is the flight of a job claimed as row.
 func newFlight(row *store.Job, job any, p *producer) *flight {
-	f := &flight{row: row, job: job, p: p, unblocks: row.Unblocks}
+	f := &flight{row: row, job: job, p: p, unblocks: row.Unblocks, waits: !row.Started}
 	if row.Rated && row.AttemptedAt != nil {
 		f.startBy = row.AttemptedAt.Add(store.RateStartSlack)
 	}
@@ -158,6 +163,12 @@ func (f *flight) lose() (wasRunning bool) {
 // it started already.
 func (f *flight) handBack() bool {
 	return f.move(queued, released) || f.move(stranded, released)
+}
+
+// beganUnwritten reports whether the job's handler runs while the database still
+// says it waits (claimed, not started): the heartbeater writes its start.
+func (f *flight) beganUnwritten() bool {
+	return f.waits && !f.beganWritten.Load() && f.state() == running
 }
 
 // renewable reports whether the heartbeater renews the job's lease: not once its

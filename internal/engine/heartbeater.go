@@ -9,6 +9,13 @@ import (
 	"github.com/skiplock/skiplock/internal/store"
 )
 
+// beganWriteDelay is how long after a waiting job's handler began (a job claimed
+// to wait: the prefetch, a successor) the heartbeater writes its start, unless the
+// regular tick comes first. A job that ends sooner needs no write: its outcome ends
+// the run. So a job reads as claimed until its handler starts and at most about
+// this long after, and never as running before.
+const beganWriteDelay = time.Second
+
 // heartbeat renews the leases of the process's in-flight jobs every
 // HeartbeatInterval. A renewal that fails is tried again after a tenth of the
 // interval, then after twice as long each time, up to the interval: the leases are at
@@ -16,19 +23,39 @@ import (
 // a statement chosen as a deadlock's victim). Waiting the whole interval, two
 // failures in a row would lose every lease of the process under the default lease
 // and interval.
+//
+// Between ticks it writes the starts of waiting jobs whose handlers began
+// (beganWriteDelay), renewing only their leases.
 func (e *Engine) heartbeat() {
 	defer e.bgWG.Done()
 	interval := e.cfg.HeartbeatInterval
 	fail := backoff.Backoff{Initial: interval / 10, Max: interval, Jitter: hostclock.Jitter}
 	t := time.NewTimer(interval)
 	defer t.Stop()
+	began := time.NewTimer(time.Hour)
+	began.Stop()
+	defer began.Stop()
+	beganDue := false
 	for {
 		select {
 		case <-e.bgCtx.Done():
 			return
+		case <-e.began:
+			if !beganDue {
+				beganDue = true
+				began.Reset(min(beganWriteDelay, interval))
+			}
+			continue
+		case <-began.C:
+			beganDue = false
+			if n, err := e.renewLeases(true); err != nil && e.bgCtx.Err() == nil {
+				// The next tick renews every lease and writes these starts too.
+				e.cfg.Failures.Warn("heartbeat", err, "jobs", n)
+			}
+			continue
 		case <-t.C:
 		}
-		n, err := e.renewLeases()
+		n, err := e.renewLeases(false)
 		if e.bgCtx.Err() != nil {
 			return // stopping: a renewal cut short is no failure
 		}
@@ -45,13 +72,15 @@ func (e *Engine) heartbeat() {
 }
 
 // renewLeases runs one heartbeat for the jobs in flight, if any, and cancels the
-// handlers whose lease it found lost. It returns how many leases it tried to renew.
-func (e *Engine) renewLeases() (int, error) {
+// handlers whose lease it found lost; it writes the starts of waiting jobs whose
+// handlers began (flight.beganUnwritten). onlyBegan renews those jobs' leases only.
+// It returns how many leases it tried to renew.
+func (e *Engine) renewLeases(onlyBegan bool) (int, error) {
 	now := hostclock.Now()
 	var live []*flight
 	e.mu.Lock()
 	for _, f := range e.inflight {
-		if !f.renewable() {
+		if !f.renewable() || (onlyBegan && !f.beganUnwritten()) {
 			continue
 		}
 		if f.state() == running && !f.deadline.IsZero() && now.After(f.deadline.Add(e.cfg.HeartbeatInterval)) {
@@ -68,20 +97,26 @@ func (e *Engine) renewLeases() (int, error) {
 		return 0, nil
 	}
 	leases := make([]store.Lease, len(live))
+	began := make([]bool, len(live))
 	for i, f := range live {
 		leases[i] = f.lease()
+		began[i] = f.beganUnwritten()
 	}
 	ctx, cancel := context.WithTimeout(e.bgCtx, e.cfg.HeartbeatInterval)
-	renewed, err := e.cfg.Store.Heartbeat(ctx, e.cfg.Pool, e.now(), leases, e.cfg.LeaseDuration)
+	renewed, err := e.cfg.Store.Heartbeat(ctx, e.cfg.Pool, e.now(), leases, e.cfg.LeaseDuration, began)
 	cancel()
 	if err != nil {
 		return len(leases), err
 	}
-	for _, f := range live {
+	for i, f := range live {
 		// A job missing from the result is lost; one present but not renewed was
 		// locked by another transaction (store.Heartbeat) and is renewed next time.
-		if _, held := renewed[f.row.ID]; !held && f.lose() {
+		done, held := renewed[f.row.ID]
+		if !held && f.lose() {
 			f.cancel(e.cfg.LeaseLost)
+		}
+		if done && began[i] {
+			f.beganWritten.Store(true)
 		}
 	}
 	return len(leases), nil

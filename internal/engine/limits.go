@@ -66,7 +66,7 @@ func (e *Engine) watchLimits() {
 // claimLimited is the producer's claim for a queue under limits. It reports the
 // jobs held back by a limit (throttled) and, when a rate window is full, how long
 // until it frees a start.
-func (e *Engine) claimLimited(ctx context.Context, p *producer, n int, successors bool) ([]*store.Job, claimResult, error) {
+func (e *Engine) claimLimited(ctx context.Context, p *producer, n, waiting int, successors bool) ([]*store.Job, claimResult, error) {
 	var preds []store.Lease
 	if p.handoff.Load() {
 		preds = e.predecessors(p)
@@ -74,7 +74,7 @@ func (e *Engine) claimLimited(ctx context.Context, p *producer, n int, successor
 	// Limited claims resume from the producer's cursor too (cursor.go), so a held
 	// snapshot does not make each of them walk every job claimed since it was taken.
 	after, gen := p.cursor.get()
-	params := store.ClaimParams{Queue: p.queue, WorkerID: e.cfg.WorkerID, Limit: n, Lease: e.cfg.LeaseDuration, Preds: preds,
+	params := store.ClaimParams{Queue: p.queue, WorkerID: e.cfg.WorkerID, Limit: n, Waiting: waiting, Lease: e.cfg.LeaseDuration, Preds: preds,
 		After: after, Lag: e.cfg.PollInterval}
 	if successors && p.handoff.Load() {
 		still := claimResult{short: true, throttled: true, successors: true}

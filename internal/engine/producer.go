@@ -150,10 +150,12 @@ func (e *Engine) produce(p *producer) {
 			}
 			continue
 		}
-		// Reserve the places now; the claim gives back what it did not get.
+		// Reserve the places now; the claim gives back what it did not get. The jobs
+		// beyond the idle executors are claimed to wait, not started.
+		waiting := max(n-p.cap.idle(), 0)
 		p.cap.reserve(n)
 		claiming, woken = true, false
-		go func(successors bool) { results <- e.claim(p, n, successors) }(successors)
+		go func(successors bool) { results <- e.claim(p, n, waiting, successors) }(successors)
 		successors = false
 	}
 }
@@ -168,11 +170,12 @@ func (p *producer) orphans(due bool) chan struct{} {
 	return p.orphan
 }
 
-// claim runs one claim statement for up to n jobs (already reserved) and hands the
-// jobs to the executors; successors asks for a claim of successors only, if the
-// queue is limited. It is not cancelled by Stop: a claim that commits must hand its
-// jobs over, or they would sit leased until their lease expired.
-func (e *Engine) claim(p *producer, n int, successors bool) claimResult {
+// claim runs one claim statement for up to n jobs (already reserved), of which the
+// last waiting in claim order wait for an executor, and hands the jobs to the
+// executors; successors asks for a claim of successors only, if the queue is
+// limited. It is not cancelled by Stop: a claim that commits must hand its jobs
+// over, or they would sit leased until their lease expired.
+func (e *Engine) claim(p *producer, n, waiting int, successors bool) claimResult {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(e.fetchCtx), 30*time.Second)
 	defer cancel()
 	began := hostclock.Now()
@@ -180,11 +183,11 @@ func (e *Engine) claim(p *producer, n int, successors bool) claimResult {
 	var err error
 	res := claimResult{}
 	if e.limited(p.queue) {
-		rows, res, err = e.claimLimited(ctx, p, n, successors)
+		rows, res, err = e.claimLimited(ctx, p, n, waiting, successors)
 	} else {
 		after, gen := p.cursor.get()
 		rows, err = e.cfg.Store.Claim(ctx, e.cfg.Pool, e.now(), store.ClaimParams{
-			Queue: p.queue, WorkerID: e.cfg.WorkerID, Limit: n, Lease: e.cfg.LeaseDuration,
+			Queue: p.queue, WorkerID: e.cfg.WorkerID, Limit: n, Waiting: waiting, Lease: e.cfg.LeaseDuration,
 			After: after, Lag: e.cfg.PollInterval,
 		})
 		res.short = len(rows) < n

@@ -166,10 +166,10 @@ func indexOf(parts []store.Partition, name string) int {
 }
 
 func kept(name string, b store.Blockers) KeptPartition {
-	k := KeptPartition{Name: name, Pending: b.Pending, Running: b.Running}
+	k := KeptPartition{Name: name, Pending: b.Pending, Leased: b.Running}
 	switch {
 	case b.Pending > 0 || b.Running > 0:
-		k.Reason = fmt.Sprintf("%d pending and %d running job(s)", b.Pending, b.Running)
+		k.Reason = fmt.Sprintf("%d pending and %d leased (claimed or running) job(s)", b.Pending, b.Running)
 	default:
 		k.Reason = "finished jobs younger than their retention window"
 	}

@@ -61,9 +61,9 @@ type Retention struct {
 
 // KeptPartition is an expired partition that could not be dropped yet, and why.
 type KeptPartition struct {
-	Name             string
-	Pending, Running int64
-	Reason           string
+	Name            string
+	Pending, Leased int64
+	Reason          string
 }
 
 // RetentionResult reports one retention run.

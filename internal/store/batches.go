@@ -53,7 +53,7 @@ LIMIT $2`),
 
 		// A batch's members per status (jobs_batch_idx).
 		members: b.addGuarded(planGuardOn, "batch_members", `
-SELECT status::text, count(*) FROM {{s}}.jobs WHERE batch_id = $1 GROUP BY 1`),
+SELECT `+statusRead("")+`, count(*) FROM {{s}}.jobs WHERE batch_id = $1 GROUP BY 1`),
 	}
 }
 

@@ -60,7 +60,7 @@ func nodeBlocks(n map[string]any) float64 {
 func readyIndexBlocks(t *testing.T, ctx context.Context, s *Store, db DBTX, p ClaimParams) (blocks float64, claimed int) {
 	t.Helper()
 	prio, after, lag := p.cursorArgs()
-	return explainReady(t, ctx, db, s.lease.claim.sql, nil, p.Queue, "w", micros(time.Minute), p.Limit, prio, after, lag)
+	return explainReady(t, ctx, db, s.lease.claim.sql, nil, p.Queue, "w", micros(time.Minute), p.Limit, prio, after, lag, p.ready())
 }
 
 // explainReady runs sql under EXPLAIN (ANALYZE, BUFFERS) (explainPlan) and returns the

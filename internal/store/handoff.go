@@ -154,10 +154,12 @@ nothing AS (SELECT NULL::uuid AS id WHERE false),
 ` + successorMap + `
 UPDATE {{s}}.jobs AS j
 ` + claimSet + `,
-  ` + successorSlots + `
+  ` + successorSlots + `,
+  started = false -- a successor waits for its predecessor's handler
 FROM t, sm
 WHERE j.id = ANY(ARRAY(SELECT id FROM succ)) AND ` + stillPending + ` AND t.async IS NOT NULL
   AND $5::int IS NOT NULL -- the free slots asked for: a claim of successors takes none
+  AND $12::int IS NOT NULL -- the jobs to start at once: successors wait
 RETURNING ` + claimReturns + `, j.slot_of, j.slot_token, false AS rated`
 }
 

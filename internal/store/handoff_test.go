@@ -66,7 +66,7 @@ func TestClaimOfSuccessorsComparesLinearly(t *testing.T) {
 	}
 	array := func(us []string) string { return "'{" + strings.Join(us, ",") + "}'" }
 	var out string
-	if err := tx.QueryRow(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE succ(NULL, 'default', 'w', 3600000000, 0, %d, %s, %s, NULL, NULL, 1000000)`,
+	if err := tx.QueryRow(ctx, fmt.Sprintf(`EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE succ(NULL, 'default', 'w', 3600000000, 0, %d, %s, %s, NULL, NULL, 1000000, 0)`,
 		running+16, array(ids), array(tokens))).Scan(&out); err != nil {
 		t.Fatal(err)
 	}

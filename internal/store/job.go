@@ -18,8 +18,18 @@ const (
 	StatusSucceeded = "succeeded"
 	StatusFailed    = "failed"
 	StatusCancelled = "cancelled"
+	// StatusClaimed is no job_status value but a reading of one: a running job
+	// whose handler has not started (Job.Started false; migration 0016).
+	StatusClaimed = "claimed"
 	// StatusWaiting (flows.go): a parent waiting for its children, a batch callback.
 )
+
+// statusRead is a job's status as people read it, from the columns of alias (with its
+// dot, or ""): its job_status, but StatusClaimed for a running job whose handler has
+// not started.
+func statusRead(alias string) string {
+	return `CASE WHEN ` + alias + `status = 'running' AND NOT ` + alias + `started THEN 'claimed' ELSE ` + alias + `status::text END`
+}
 
 // Job is a row of the jobs table.
 type Job struct {
@@ -46,6 +56,10 @@ type Job struct {
 	ConcurrencyKey   string
 	CreatedAt        time.Time
 	UpdatedAt        time.Time
+	// Started is false while a running job waits for its handler to start (a claim's
+	// prefetch beyond the idle executors, a limit slot's successor): the job is
+	// claimed, not running (migration 0016). Meaningless unless Status is running.
+	Started bool
 	// Unblocks is set by claims only: the job has a sequence key, a parent or a batch,
 	// so its outcome can make a job ready whose run_at lies behind a claim cursor
 	// (see ClaimCursor).
@@ -62,7 +76,7 @@ type Job struct {
 // jobColumns lists what statements returning jobs select, in scanJob's order.
 const jobColumns = `id, queue, kind, payload, status, priority, run_at, attempts, max_attempts,
   lease_until, lease_token, worker_id, deduplication_key, last_error, metadata,
-  tags, output, attempt_history, txid::text::bigint, attempted_at, concurrency_key, created_at, updated_at`
+  tags, output, attempt_history, txid::text::bigint, attempted_at, concurrency_key, created_at, updated_at, started`
 
 // prefixed returns jobColumns qualified by the table alias p.
 func prefixed(p string) string { return prefixedExcept(p, nil) }
@@ -93,7 +107,7 @@ var claimReturns = prefixedExcept("j", map[string]string{"output": "NULL::jsonb"
 func jobDest(d []any, j *Job) []any {
 	return append(d, &j.ID, &j.Queue, &j.Kind, &j.Payload, &j.Status, &j.Priority, &j.RunAt, &j.Attempts,
 		&j.MaxAttempts, &j.LeaseUntil, &j.LeaseToken, &j.WorkerID, &j.DeduplicationKey, &j.LastError,
-		&j.Metadata, &j.Tags, &j.Output, &j.History, &j.TxID, &j.AttemptedAt, &j.ConcurrencyKey, &j.CreatedAt, &j.UpdatedAt)
+		&j.Metadata, &j.Tags, &j.Output, &j.History, &j.TxID, &j.AttemptedAt, &j.ConcurrencyKey, &j.CreatedAt, &j.UpdatedAt, &j.Started)
 }
 
 func scanJob(row pgx.Row) (*Job, error) {
@@ -172,7 +186,7 @@ func newJobStatements(b *builder) jobStatements {
 		// that a state implies its partial indexes' predicates.
 		list: b.addGuarded(planCustom, "list", `
 SELECT `+jobColumns+` FROM {{s}}.jobs
-WHERE `+jobFilters("", "$1", "$2", "$3", "$6", "$7", "$8").all()+`
+WHERE `+jobFilters("", "$1", "$9", "$2", "$3", "$6", "$7", "$8").all()+`
   AND ($4::uuid IS NULL OR id > $4)
 ORDER BY id
 LIMIT $5`),
@@ -224,6 +238,8 @@ func (s *Store) Get(ctx context.Context, db DBTX, id string) (*Job, error) {
 
 // ListParams filter and page a job listing. Zero values mean "any".
 type ListParams struct {
+	// Statuses are job_status values, and StatusClaimed: running jobs whose handler
+	// has not started (StatusRunning then means the started ones only).
 	Statuses []string
 	Queue    string
 	Kind     string
@@ -236,12 +252,34 @@ type ListParams struct {
 
 // List returns jobs matching p, ordered by id (oldest first).
 func (s *Store) List(ctx context.Context, db DBTX, p ListParams) ([]*Job, error) {
-	var statuses []string
-	if len(p.Statuses) > 0 {
-		statuses = p.Statuses
-	}
+	statuses, started := p.statusArgs()
 	return guarded(ctx, db, s.jobs.list, CollectJobs, statuses, nullable(p.Queue), nullable(p.Kind), nullable(p.AfterID), p.Limit,
-		nullable(p.Tag), nullable(p.Search), jsonOrNil(p.Metadata))
+		nullable(p.Tag), nullable(p.Search), jsonOrNil(p.Metadata), started)
+}
+
+// statusArgs are the listing statements' state parameters for p.Statuses: the
+// job_status values (nil: any), StatusClaimed read as running, and whether a running
+// job's handler must have started (nil: either) — true when running is asked for
+// without claimed, false for claimed without running.
+func (p ListParams) statusArgs() (statuses []string, started *bool) {
+	claimed, running := false, false
+	for _, st := range p.Statuses {
+		switch st {
+		case StatusClaimed:
+			claimed = true
+			continue
+		case StatusRunning:
+			running = true
+		}
+		statuses = append(statuses, st)
+	}
+	if claimed && !running {
+		statuses = append(statuses, StatusRunning)
+	}
+	if claimed != running {
+		started = &running
+	}
+	return statuses, started
 }
 
 // JobsByTx returns the jobs the transaction txid wrote, oldest first.

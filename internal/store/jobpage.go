@@ -29,8 +29,8 @@ type pageStatements struct {
 // a filter that matched nothing read the whole table: a text search for a state
 // walked the primary key over every row.
 func pageQuery(cmp, order string) string {
-	f := jobFilters("j.", "$1", "$2", "$3", "$6", "$7", "$8")
-	g := jobFilters("", "$1", "$2", "$3", "$6", "$7", "$8")
+	f := jobFilters("j.", "$1", "$10", "$2", "$3", "$6", "$7", "$8")
+	g := jobFilters("", "$1", "$10", "$2", "$3", "$6", "$7", "$8")
 	return `
 SELECT ` + prefixed("s") + `, s.hit, s.n FROM (
   SELECT j.*, row_number() OVER (ORDER BY j.id ` + order + `) AS n,
@@ -54,11 +54,13 @@ type filterSQL struct{ states, queue, kind, tag, text, metadata string }
 
 // jobFilters returns the listing's predicates on the columns of alias (with its
 // dot, or "") for the given parameters: the states (an array of the job_status
-// type), queue, kind, tag, text (in the payload or last error, case-insensitive)
-// and metadata (a JSON object the job's must contain).
-func jobFilters(alias, states, queue, kind, tag, text, metadata string) filterSQL {
+// type) and whether a running job's handler started (NULL: either; see
+// ListParams.statusArgs), queue, kind, tag, text (in the payload or last error,
+// case-insensitive) and metadata (a JSON object the job's must contain).
+func jobFilters(alias, states, started, queue, kind, tag, text, metadata string) filterSQL {
 	return filterSQL{
-		states:   "(" + states + "::{{s}}.job_status[] IS NULL OR " + alias + "status = ANY(" + states + "))",
+		states: "(" + states + "::{{s}}.job_status[] IS NULL OR " + alias + "status = ANY(" + states + "))" +
+			" AND (" + started + "::boolean IS NULL OR " + alias + "status <> 'running' OR " + alias + "started = " + started + ")",
 		queue:    "(" + queue + "::text IS NULL OR " + alias + "queue = " + queue + ")",
 		kind:     "(" + kind + "::text IS NULL OR " + alias + "kind = " + kind + ")",
 		tag:      "(" + tag + "::text IS NULL OR " + alias + "tags @> ARRAY[" + tag + "::text])",
@@ -85,7 +87,7 @@ func newPageStatements(b *builder) pageStatements {
 		countCapped: b.addGuarded(planCustom, "count_jobs_capped", `
 SELECT count(*), coalesce(max(id::text), '') FROM (
   SELECT id FROM {{s}}.jobs
-  WHERE `+jobFilters("", "$1", "$2", "$3", "$4", "$5", "$6").all()+`
+  WHERE `+jobFilters("", "$1", "$8", "$2", "$3", "$4", "$5", "$6").all()+`
   LIMIT $7) AS x`),
 
 		// One page of the jobs one transaction wrote, by id after the cursor: the
@@ -134,10 +136,7 @@ func (s *Store) ListPage(ctx context.Context, db DBTX, p ListParams, desc bool, 
 	if desc {
 		st = s.pages.desc
 	}
-	var statuses []string
-	if len(p.Statuses) > 0 {
-		statuses = p.Statuses
-	}
+	statuses, started := p.statusArgs()
 	var hits []bool
 	var ns []int64
 	jobs, err := guarded(ctx, db, st, func(rows pgx.Rows, err error) ([]*Job, error) {
@@ -146,7 +145,7 @@ func (s *Store) ListPage(ctx context.Context, db DBTX, p ListParams, desc bool, 
 			return append(d, &hits[len(hits)-1], &ns[len(ns)-1])
 		})
 	}, statuses, nullable(p.Queue), nullable(p.Kind), nullable(p.AfterID), p.Limit,
-		nullable(p.Tag), nullable(p.Search), jsonOrNil(p.Metadata), budget)
+		nullable(p.Tag), nullable(p.Search), jsonOrNil(p.Metadata), budget, started)
 	if err != nil {
 		return nil, err
 	}
@@ -160,17 +159,14 @@ func (s *Store) ListPage(ctx context.Context, db DBTX, p ListParams, desc bool, 
 // CountCapped counts the jobs matching p's filters (not its cursor or limit), up to
 // limit, and returns the count and the greatest id among them.
 func (s *Store) CountCapped(ctx context.Context, db DBTX, p ListParams, limit int) (n int64, maxID string, err error) {
-	var statuses []string
-	if len(p.Statuses) > 0 {
-		statuses = p.Statuses
-	}
+	statuses, started := p.statusArgs()
 	_, err = guarded(ctx, db, s.pages.countCapped, func(rows pgx.Rows, err error) (struct{}, error) {
 		if err != nil {
 			return struct{}{}, err
 		}
 		_, err = pgx.ForEachRow(rows, []any{&n, &maxID}, func() error { return nil })
 		return struct{}{}, err
-	}, statuses, nullable(p.Queue), nullable(p.Kind), nullable(p.Tag), nullable(p.Search), jsonOrNil(p.Metadata), limit)
+	}, statuses, nullable(p.Queue), nullable(p.Kind), nullable(p.Tag), nullable(p.Search), jsonOrNil(p.Metadata), limit, started)
 	return n, maxID, err
 }
 

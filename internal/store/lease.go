@@ -44,6 +44,23 @@ const claimSet = `SET status = 'running',
     attempted_at = t.now,
     updated_at = t.now`
 
+// startMap is the CTE st of a claim: the jobs an idle executor of the claiming
+// worker takes at once — the first n of relation rel (a column id) in claim order
+// (order) — as one jsonb object keyed by id, which claimStarted looks each job up in.
+// The others wait (the worker's prefetch) and are written claimed, not started
+// (migration 0016); the worker writes their start once their handlers begin. A
+// lookup in one row, as successorMap, so the claim's UPDATE still reads jobs only by
+// its array of ids.
+func startMap(rel, order, n string) string {
+	return `st AS MATERIALIZED (
+  SELECT coalesce(jsonb_object_agg(x.id::text, true), '{}'::jsonb) AS m
+  FROM (SELECT id FROM ` + rel + ` ORDER BY ` + order + ` LIMIT ` + n + `) x
+)`
+}
+
+// claimStarted is what a claim writes to the started column (startMap).
+const claimStarted = `started = st.m ? j.id::text`
+
 type leaseStatements struct {
 	claim, claimHead, heartbeat stmt
 }
@@ -75,7 +92,7 @@ type leaseStatements struct {
 // ranges (fromCursor).
 func claimBranch(name, op string) string {
 	return name + ` AS (
-  SELECT id FROM {{s}}.jobs
+  SELECT id, priority, run_at FROM {{s}}.jobs
   WHERE ` + fromCursor("jobs", op) + `
     AND (SELECT open FROM t)
     AND ` + sequenceReady("jobs") + `
@@ -131,13 +148,15 @@ WITH t AS (
 `+claimBranch("b", "=")+`,
 `+claimBranch("c", "<")+`,
 claimed AS (
-  SELECT id FROM a UNION ALL SELECT id FROM b UNION ALL SELECT id FROM c
+  SELECT * FROM a UNION ALL SELECT * FROM b UNION ALL SELECT * FROM c
   LIMIT $5
-)
+),
+`+startMap("claimed", "priority DESC, run_at, id", "$9")+`
 UPDATE {{s}}.jobs AS j
 `+claimSet+`,
-    slot_of = NULL, slot_token = NULL
-FROM t
+    slot_of = NULL, slot_token = NULL,
+    `+claimStarted+`
+FROM t, st
 WHERE j.id = ANY(ARRAY(SELECT id FROM claimed)) AND t.async IS NOT NULL
 RETURNING `+claimReturns),
 
@@ -156,7 +175,9 @@ FROM t LEFT JOIN LATERAL (
 ) h ON true`),
 
 		// Heartbeat renews every listed lease that is still held and has more than a
-		// margin ($5) left. It never touches the token. The margin keeps a renewal from
+		// margin ($5) left. It never touches the token. It also records the start of the
+		// handlers of claimed jobs that began since their claim ($6, per lease: see
+		// startMap). The margin keeps a renewal from
 		// reviving a lease that expired while the statement ran: a limited claim that
 		// saw the lease expired (and gave its slot to another job) could not see a
 		// renewal committed a moment later. With the margin, that takes a heartbeat
@@ -181,12 +202,12 @@ FROM t LEFT JOIN LATERAL (
 		heartbeat: b.addGuarded(planGuardByID, "heartbeat", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now, `+asyncCommit+`),
 held AS MATERIALIZED (
-  SELECT j.id, j.lease_token FROM unnest($2::uuid[], $3::uuid[]) AS h(id, token)
+  SELECT j.id, j.lease_token, h.began FROM unnest($2::uuid[], $3::uuid[], $6::bool[]) AS h(id, token, began)
   JOIN {{s}}.jobs j ON j.id = h.id AND j.lease_token = h.token
   WHERE j.lease_until > (SELECT now FROM t) + $5::bigint * interval '1 microsecond' AND `+idIn("j", "$2")+`
 ),
 locked AS MATERIALIZED (
-  SELECT j.id FROM held h JOIN {{s}}.jobs j ON j.id = h.id
+  SELECT j.id, h.began FROM held h JOIN {{s}}.jobs j ON j.id = h.id
   WHERE j.lease_token = h.lease_token AND j.lease_until > (SELECT now FROM t) + $5::bigint * interval '1 microsecond'
     AND `+idIn("j", "$2")+`
   FOR UPDATE OF j SKIP LOCKED
@@ -194,7 +215,8 @@ locked AS MATERIALIZED (
 renewed AS (
   UPDATE {{s}}.jobs AS j
   SET lease_until = t.now + $4::bigint * interval '1 microsecond',
-      updated_at = t.now
+      updated_at = t.now,
+      started = j.started OR coalesce(l.began, false)
   FROM locked l, t
   WHERE j.id = l.id AND `+idIn("j", "$2")+` AND t.async IS NOT NULL
   RETURNING j.id
@@ -216,10 +238,17 @@ type ClaimParams struct {
 	// Lag is how far before now the claim looks at the cursor's priority even when the
 	// cursor is later, for jobs of transactions that committed after it moved on.
 	Lag time.Duration
+	// Waiting is how many of the Limit jobs asked for (the last, in claim order) no
+	// idle executor takes at once: they are written claimed, not started, until their
+	// handlers begin (startMap). Zero: every job starts at once (a manual claim).
+	Waiting int
 	// Preds are running jobs of the caller that a limited claim may hand their slots
 	// to a successor from (limitedClaimSQL, "Handoff"); the plain claim ignores them.
 	Preds []Lease
 }
+
+// ready is how many jobs, the first in claim order, a claim writes started.
+func (p ClaimParams) ready() int { return max(p.Limit-p.Waiting, 0) }
 
 // cursorArgs are the parameters cursorColumns reads for p: the cursor's priority and
 // run_at (nil without a cursor) and the lag in microseconds.
@@ -245,7 +274,7 @@ func CursorOf(j *Job) *ClaimCursor { return &ClaimCursor{Priority: j.Priority, R
 func (s *Store) Claim(ctx context.Context, db DBTX, now *time.Time, p ClaimParams) ([]*Job, error) {
 	prio, after, lag := p.cursorArgs()
 	jobs, err := guarded(ctx, db, s.lease.claim, collectClaimed, Now(now), p.Queue, p.WorkerID, micros(p.Lease), p.Limit,
-		prio, after, lag)
+		prio, after, lag, p.ready())
 	if err != nil {
 		return nil, err
 	}
@@ -299,9 +328,16 @@ type Lease struct {
 // locked (its outcome being written, a CompleteTx transaction still open), so it was
 // skipped rather than waited for. A missing id means that lease is lost — or had less
 // than HeartbeatMargin(d) left.
-func (s *Store) Heartbeat(ctx context.Context, db DBTX, now *time.Time, leases []Lease, d time.Duration) (map[string]bool, error) {
+//
+// began, if not nil, has one flag per lease: true records that the job's handler has
+// started (a job claimed to wait, ClaimParams.Waiting, is claimed and not running
+// until then).
+func (s *Store) Heartbeat(ctx context.Context, db DBTX, now *time.Time, leases []Lease, d time.Duration, began []bool) (map[string]bool, error) {
 	ids, tokens := splitLeases(leases) // it never waits for a lock: any order will do
-	return guarded(ctx, db, s.lease.heartbeat, collectRenewals, Now(now), uuidArg(ids), uuidArg(tokens), micros(d), micros(HeartbeatMargin(d)))
+	if began == nil {
+		began = make([]bool, len(leases))
+	}
+	return guarded(ctx, db, s.lease.heartbeat, collectRenewals, Now(now), uuidArg(ids), uuidArg(tokens), micros(d), micros(HeartbeatMargin(d)), began)
 }
 
 // collectRenewals reads Heartbeat's rows: (id, false) for every lease still held, and

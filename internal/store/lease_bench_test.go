@@ -27,7 +27,7 @@ func BenchmarkHeartbeat(b *testing.B) {
 		leases[i] = Lease{ID: j.ID, Token: *j.LeaseToken}
 	}
 	for b.Loop() {
-		renewed, err := s.Heartbeat(ctx, pool, nil, leases, time.Hour)
+		renewed, err := s.Heartbeat(ctx, pool, nil, leases, time.Hour, nil)
 		if err != nil || len(renewed) != n {
 			b.Fatalf("renewed %d of %d: %v", len(renewed), n, err)
 		}

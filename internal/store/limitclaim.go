@@ -76,7 +76,7 @@ func (s *Store) queueLimitedClaim(pl *pipeline, claim stmt, now *time.Time, p Cl
 	ids, tokens := splitLeases(p.Preds)
 	prio, after, lag := p.cursorArgs()
 	pl.add(claim, Now(now), p.Queue, p.WorkerID, micros(p.Lease), p.Limit, window, uuidArg(ids), uuidArg(tokens),
-		prio, after, lag)
+		prio, after, lag, p.ready())
 }
 
 // limitedClaimed reads the lock's result and the claimed jobs of a limited claim's

@@ -15,7 +15,7 @@ func limitedIndexBlocks(t *testing.T, ctx context.Context, s *Store, db DBTX, p 
 	t.Helper()
 	prio, after, lag := p.cursorArgs()
 	blocks, claimed = explainReady(t, ctx, db, s.limits.claim.sql, nil, p.Queue, "w", micros(time.Minute), p.Limit, p.Limit+16,
-		uuidArg(nil), uuidArg(nil), prio, after, lag)
+		uuidArg(nil), uuidArg(nil), prio, after, lag, p.ready())
 	status, _ := explainReady(t, ctx, db, s.limits.status.sql, nil, p.Queue, p.Limit, prio, after, lag)
 	return blocks + status, claimed
 }

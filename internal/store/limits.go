@@ -258,11 +258,12 @@ allc AS MATERIALIZED (
   ) u
 ),
 ` + limitEval("a", "allc") + `,
-pick AS (
-  SELECT id FROM h_pick WHERE NOT (SELECT need FROM fb)
+pick AS MATERIALIZED (
+  SELECT id, pos FROM h_pick WHERE NOT (SELECT need FROM fb)
   UNION ALL
-  SELECT id FROM a_pick WHERE (SELECT need FROM fb)
+  SELECT id, pos FROM a_pick WHERE (SELECT need FROM fb)
 ),
+` + startMap("pick", "pos", "$12") + `,
 rated AS (
   SELECT id, scope, target, bkey, per_us FROM h_cb WHERE rate IS NOT NULL AND NOT (SELECT need FROM fb) AND ` + limRated + `
   UNION ALL
@@ -276,8 +277,9 @@ rated AS (
 claimed AS (
   UPDATE {{s}}.jobs AS j
   ` + claimSet + `,
-    ` + successorSlots + `
-  FROM t, sm
+    ` + successorSlots + `,
+    ` + claimStarted + `
+  FROM t, sm, st
   WHERE j.id = ANY(ARRAY(SELECT id FROM pick UNION ALL SELECT id FROM succ)) AND ` + stillPending + ` AND t.async IS NOT NULL
   RETURNING ` + claimReturns + `, j.slot_of, j.slot_token, j.id IN (SELECT r.id FROM rated r) AS rated
 ),

@@ -53,8 +53,8 @@ func TestListFindsFewJobsByIndex(t *testing.T) {
 	list := func(name, guard string, args ...string) (int, string) {
 		return read(name, guard, s.jobs.list.sql, args...)
 	}
-	failed := []string{`'{failed}'`, "NULL", "NULL", "NULL", "100", "NULL", "NULL", "NULL"}
-	tagged := []string{"NULL", "NULL", "NULL", "NULL", "100", `'rare'`, "NULL", "NULL"}
+	failed := []string{`'{failed}'`, "NULL", "NULL", "NULL", "100", "NULL", "NULL", "NULL", "NULL"}
+	tagged := []string{"NULL", "NULL", "NULL", "NULL", "100", `'rare'`, "NULL", "NULL", "NULL"}
 	for name, args := range map[string][]string{"failed": failed, "tagged": tagged} {
 		if n, plan := list(name, s.jobs.list.guard, args...); n*10 > pages {
 			t.Errorf("listing the %s jobs read %d buffers of a table of %d pages:\n%s", name, n, pages, plan)

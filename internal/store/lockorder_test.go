@@ -120,7 +120,7 @@ func TestHeartbeatAndReclaimSkipLockedJobs(t *testing.T) {
 		defer holder.Rollback(ctx)
 		tctx, cancel := context.WithTimeout(ctx, 5*time.Second) // a wait for B would end here
 		defer cancel()
-		renewed, err := s.Heartbeat(tctx, pool, nil, []Lease{lease(2), lease(0), lease(1)}, time.Hour)
+		renewed, err := s.Heartbeat(tctx, pool, nil, []Lease{lease(2), lease(0), lease(1)}, time.Hour, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,7 +134,7 @@ func TestHeartbeatAndReclaimSkipLockedJobs(t *testing.T) {
 		if got := leaseOf(jobs[1].ID); !got.Equal(before) {
 			t.Errorf("B's lease moved from %s to %s while it was locked", before, got)
 		}
-		if renewed, err := s.Heartbeat(ctx, pool, nil, []Lease{lease(1)}, time.Hour); err != nil || !renewed[jobs[1].ID] {
+		if renewed, err := s.Heartbeat(ctx, pool, nil, []Lease{lease(1)}, time.Hour, nil); err != nil || !renewed[jobs[1].ID] {
 			t.Errorf("B once unlocked: %v, %v; want renewed", renewed, err)
 		}
 	})

@@ -401,7 +401,7 @@ func TestPlanGuardLeavesSettings(t *testing.T) {
 	}
 	lease := []Lease{{ID: "00000000-0000-0000-0000-000000000001", Token: "00000000-0000-0000-0000-000000000002"}}
 	before := settings(pool) // the server's own values (onononautoonon by default)
-	if _, err := s.Heartbeat(ctx, pool, nil, lease, time.Minute); err != nil {
+	if _, err := s.Heartbeat(ctx, pool, nil, lease, time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := settings(pool); got != before {
@@ -417,7 +417,7 @@ SET LOCAL plan_cache_mode = force_custom_plan; SET LOCAL enable_nestloop = on; S
 SET LOCAL max_parallel_workers_per_gather = 3`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Heartbeat(ctx, tx, nil, lease, time.Minute); err != nil {
+	if _, err := s.Heartbeat(ctx, tx, nil, lease, time.Minute, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := settings(tx); got != "onoffonforce_custom_planonon3" {

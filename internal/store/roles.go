@@ -61,7 +61,7 @@ func (s *Store) RolesSQL(n RoleNames) (string, error) {
 		"-- It cannot change a payload, or touch the outbox beyond reading its health.",
 		"GRANT SELECT, DELETE ON "+t("jobs"),
 		"GRANT UPDATE (status, run_at, attempts, max_attempts, lease_until, lease_token, worker_id, last_error, updated_at,\n"+
-			"  attempted_at, output, attempt_history, slot_of, slot_token) ON "+t("jobs"),
+			"  attempted_at, output, attempt_history, slot_of, slot_token, started) ON "+t("jobs"),
 		"GRANT SELECT (id, created_at, published_at, dead_at) ON "+t("outbox"),
 		// The retention service reads the partition settings (partition DDL itself
 		// needs the owner: run `skiplock retention run` as the migrator).

@@ -51,7 +51,7 @@ p AS (
   GROUP BY queue
 ),
 r AS (
-  SELECT queue, count(*) AS running,
+  SELECT queue, count(*) FILTER (WHERE started) AS running, count(*) FILTER (WHERE NOT started) AS claimed,
          count(*) FILTER (WHERE lease_until < (SELECT now FROM t)) AS expired
   FROM {{s}}.jobs
   WHERE status = 'running'
@@ -60,7 +60,7 @@ r AS (
 SELECT coalesce(p.queue, r.queue),
        coalesce(p.pending, 0), coalesce(p.due, 0),
        coalesce(extract(epoch FROM (SELECT now FROM t) - p.oldest_due), 0)::float8,
-       coalesce(r.running, 0), coalesce(r.expired, 0), coalesce(p.retrying, 0)
+       coalesce(r.running, 0), coalesce(r.expired, 0), coalesce(p.retrying, 0), coalesce(r.claimed, 0)
 FROM p FULL JOIN r ON p.queue = r.queue
 ORDER BY 1`),
 
@@ -128,11 +128,14 @@ SELECT (SELECT count(*) FROM {{s}}.outbox WHERE published_at IS NULL AND dead_at
 type QueueStats struct {
 	Queue                 string
 	Pending, Due, Running int64
-	ExpiredLeases         int64
-	OldestDueAge          time.Duration // 0 when nothing is due
-	Retrying              int64         // pending after at least one attempt
-	Succeeded, Failed     int64
-	Cancelled             int64
+	// Claimed counts running jobs whose handler has not started (Job.Started):
+	// Running does not include them.
+	Claimed           int64
+	ExpiredLeases     int64
+	OldestDueAge      time.Duration // 0 when nothing is due
+	Retrying          int64         // pending after at least one attempt
+	Succeeded, Failed int64
+	Cancelled         int64
 }
 
 // LiveStats returns per-queue pending, due, running and expired-lease counts and the
@@ -142,7 +145,7 @@ func (s *Store) LiveStats(ctx context.Context, db DBTX, now *time.Time) ([]Queue
 		return collectValues(rows, err, func(r pgx.Row) (QueueStats, error) {
 			var q QueueStats
 			var age float64
-			err := r.Scan(&q.Queue, &q.Pending, &q.Due, &age, &q.Running, &q.ExpiredLeases, &q.Retrying)
+			err := r.Scan(&q.Queue, &q.Pending, &q.Due, &age, &q.Running, &q.ExpiredLeases, &q.Retrying, &q.Claimed)
 			q.OldestDueAge = secondsDuration(age)
 			return q, err
 		})

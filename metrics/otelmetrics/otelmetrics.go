@@ -3,7 +3,7 @@
 // registry. It has the same instruments as package metrics, named with dots
 // (skiplock.jobs, skiplock.oldest_due_age, …): observable gauges and counters read in
 // one callback from a cached Client.Stats, and two histograms fed from the client's
-// events. Of the limits it reports skiplock.limit.running, .max_running, .started,
+// events. Of the limits it reports skiplock.limit.holding, .max_running, .started,
 // .rate and .window (attributes scope, target and key, from a cached
 // Client.LimitUsages) and the counters skiplock.jobs.throttled and
 // skiplock.limit.handoffs.
@@ -68,7 +68,7 @@ func Register(meter metric.Meter, c *skiplock.Client, opts Options) (*Bridge, er
 		"Transaction ids assigned since the database's oldest open snapshot or transaction began.")
 	horizonHeld := gauge("vacuum_horizon.held", "s", "How long the transaction holding the database's vacuum horizon has been open.")
 	deadTuples := gauge("jobs.dead_tuples", "{tuple}", "PostgreSQL's estimate of the dead tuples in the jobs table.")
-	limRunning := gauge("limit.running", "{job}", "Jobs of every process running under a valid lease in a limit's bucket.")
+	limHolding := gauge("limit.holding", "{job}", "Jobs of every process holding a slot of a limit's bucket: claimed or running under a valid lease.")
 	limMax := gauge("limit.max_running", "{job}", "The most jobs a limit's bucket may run at once.")
 	limStarted := gauge("limit.started", "{job}", "Jobs of every process started in a limit's bucket within its rate window.")
 	limRate := gauge("limit.rate", "{job}", "The most starts a limit's bucket may make per window (skiplock.limit.window).")
@@ -103,7 +103,7 @@ func Register(meter metric.Meter, c *skiplock.Client, opts Options) (*Bridge, er
 		if s != nil {
 			for _, q := range s.Queues {
 				qa := attribute.String("queue", q.Queue)
-				for state, n := range map[string]int64{"pending": q.Pending, "running": q.Running, "succeeded": q.Succeeded,
+				for state, n := range map[string]int64{"pending": q.Pending, "claimed": q.Claimed, "running": q.Running, "succeeded": q.Succeeded,
 					"failed": q.Failed, "cancelled": q.Cancelled} {
 					o.ObserveFloat64(jobs, float64(n), metric.WithAttributes(qa, attribute.String("state", state)))
 				}
@@ -128,7 +128,7 @@ func Register(meter metric.Meter, c *skiplock.Client, opts Options) (*Bridge, er
 			}
 			attrs := metric.WithAttributes(attribute.String("scope", scope), attribute.String("target", target),
 				attribute.String("key", u.Bucket))
-			o.ObserveFloat64(limRunning, float64(u.Running), attrs)
+			o.ObserveFloat64(limHolding, float64(u.Holding), attrs)
 			if u.Limit.MaxRunning > 0 {
 				o.ObserveFloat64(limMax, float64(u.Limit.MaxRunning), attrs)
 			}
@@ -147,7 +147,7 @@ func Register(meter metric.Meter, c *skiplock.Client, opts Options) (*Bridge, er
 		o.ObserveInt64(handoffs, p.Handoffs, metric.WithAttributes(attribute.String("result", "claimed")))
 		o.ObserveInt64(handoffs, p.HandoffsReturned, metric.WithAttributes(attribute.String("result", "returned")))
 		return errors.Join(err, limErr)
-	}, jobs, due, oldest, expired, unpublished, lag, dead, horizonAge, horizonHeld, deadTuples, limRunning, limMax, limStarted, limRate, limWindow, outcomes, throttled, handoffs)
+	}, jobs, due, oldest, expired, unpublished, lag, dead, horizonAge, horizonHeld, deadTuples, limHolding, limMax, limStarted, limRate, limWindow, outcomes, throttled, handoffs)
 	if err != nil {
 		return nil, fmt.Errorf("otelmetrics: registering the callback: %w", err)
 	}

@@ -97,9 +97,9 @@ func TestBridgeReportsLimits(t *testing.T) {
 		}
 	}
 	want := map[string]float64{
-		"skiplock.limit.running queue/mail/acme": 2, "skiplock.limit.max_running queue/mail/acme": 2,
-		"skiplock.limit.running queue/mail/bob": 1, "skiplock.limit.max_running queue/mail/bob": 2,
-		"skiplock.limit.running kind/k/": 3, "skiplock.limit.started kind/k/": 3,
+		"skiplock.limit.holding queue/mail/acme": 2, "skiplock.limit.max_running queue/mail/acme": 2,
+		"skiplock.limit.holding queue/mail/bob": 1, "skiplock.limit.max_running queue/mail/bob": 2,
+		"skiplock.limit.holding kind/k/": 3, "skiplock.limit.started kind/k/": 3,
 		"skiplock.limit.rate kind/k/": 50, "skiplock.limit.window kind/k/": 1,
 	}
 	for k, v := range want {
