@@ -73,6 +73,9 @@ func run(m *testing.M) int {
 	if sharedPool != nil {
 		sharedPool.Close()
 	}
+	if citusPool != nil {
+		citusPool.Close()
+	}
 	return code
 }
 
