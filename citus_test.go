@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -77,6 +78,13 @@ func TestCitusEnqueueTxColocated(t *testing.T) {
 	}
 	t.Cleanup(client.Close)
 
+	// Listeners on the coordinator hear the enqueue's NOTIFY: the coordinator runs the
+	// insert's first step, which sends it.
+	listener := nodeConn(t, "")
+	if _, err := listener.Exec(ctx, `LISTEN "`+schema+`.jobs"`); err != nil {
+		t.Fatal(err)
+	}
+
 	// The business row and its job in one transaction.
 	var jobID string
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -91,6 +99,13 @@ func TestCitusEnqueueTxColocated(t *testing.T) {
 		t.Fatalf("the order and its job: %v", err)
 	}
 
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	n, err := listener.WaitForNotification(waitCtx)
+	cancel()
+	if err != nil || n.Channel != schema+".jobs" || n.Payload != skiplock.DefaultQueue {
+		t.Errorf("the enqueue's NOTIFY on the coordinator: %+v, %v", n, err)
+	}
+
 	// Same shard index, same node: co-located.
 	jobNode, jobShard := shardOf(t, pool, q("jobs"), "acme")
 	orderNode, orderShard := shardOf(t, pool, q("orders"), "acme")
@@ -98,7 +113,7 @@ func TestCitusEnqueueTxColocated(t *testing.T) {
 		t.Fatalf("the job's shard is on %s, the order's on %s: not co-located", jobNode, orderNode)
 	}
 	// Read both rows on that worker node, from the shard tables themselves.
-	worker := nodeConn(t, pool, jobNode)
+	worker := nodeConn(t, jobNode)
 	var gotKey, gotKind string
 	if err := worker.QueryRow(ctx, fmt.Sprintf(`SELECT concurrency_key, kind FROM %s WHERE id = $1`, q("jobs_"+strconv.FormatInt(jobShard, 10))), jobID).
 		Scan(&gotKey, &gotKind); err != nil {
@@ -182,6 +197,21 @@ func TestCitusEnqueueTxColocated(t *testing.T) {
 		t.Errorf("after the refusals tenant acme has %d jobs, want 1", n)
 	}
 
+	// Working jobs is refused at Start, naming it, rather than failing at every poll.
+	ws := skiplock.NewWorkers()
+	if err := ws.AddHandler("order_placed", func(context.Context, *skiplock.Job) error { return nil }, nil); err != nil {
+		t.Fatal(err)
+	}
+	workers, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema, Workers: ws,
+		Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(workers.Close)
+	if err := workers.Start(ctx); !errors.Is(err, skiplock.ErrNotOnCitus) || !strings.Contains(err.Error(), "working jobs") {
+		t.Errorf("Start on the Citus layout: %v; want ErrNotOnCitus naming working jobs", err)
+	}
+
 	// The partitioned layout is refused on a distributed schema.
 	if _, err := skiplock.PartitionJobs(ctx, pool, schema, skiplock.PartitionOpts{}); !errors.Is(err, skiplock.ErrNotPartitionable) {
 		t.Errorf("PartitionJobs on the Citus layout: %v; want ErrNotPartitionable", err)
@@ -229,14 +259,17 @@ func shardOf(t *testing.T, pool *pgxpool.Pool, table, key string) (string, int64
 	return node, id
 }
 
-// nodeConn connects to one node of the cluster as the coordinator's URL does.
-func nodeConn(t *testing.T, pool *pgxpool.Pool, node string) *pgx.Conn {
+// nodeConn connects to one node ("host:port") of the cluster as the coordinator's URL
+// does; "" is the coordinator.
+func nodeConn(t *testing.T, node string) *pgx.Conn {
 	t.Helper()
 	u, err := url.Parse(pgtest.CitusURL(t))
 	if err != nil {
 		t.Fatalf("the Citus URL must be a postgres:// URL here: %v", err)
 	}
-	u.Host = node
+	if node != "" {
+		u.Host = node
+	}
 	conn, err := pgx.Connect(context.Background(), u.String())
 	if err != nil {
 		t.Fatalf("connecting to the worker node %s: %v", node, err)

@@ -90,7 +90,7 @@ port_of() {
 }
 
 SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO=sudo
+[ "$(id -u)" -eq 0 ] || SUDO="sudo -n"
 
 # as_pg runs a command as the user the servers run as.
 as_pg() {

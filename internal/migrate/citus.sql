@@ -44,6 +44,31 @@
 SET LOCAL citus.enable_unsafe_triggers = on;
 SET LOCAL citus.multi_shard_modify_mode = 'sequential';
 
+-- An existing schema: unfinished flows and batches would settle across keys.
+DO $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM {{schema}}.jobs
+             WHERE (parent_id IS NOT NULL OR batch_id IS NOT NULL OR flow_open IS NOT NULL)
+               AND status NOT IN ('succeeded', 'failed', 'cancelled')) THEN
+    RAISE EXCEPTION 'skiplock: the Citus layout: {{schema}}.jobs holds unfinished flows or batches, which the layout does not support; let them finish (or cancel them) first'
+      USING ERRCODE = 'feature_not_supported';
+  END IF;
+END
+$$;
+
+-- The triggers go while the rows are copied into the shards (a copy would fire them
+-- on the worker nodes, before their side tables are distributed) and come back below.
+DROP TRIGGER jobs_unique_claim ON {{schema}}.jobs;
+DROP TRIGGER jobs_unique_track ON {{schema}}.jobs;
+DROP TRIGGER jobs_unique_release ON {{schema}}.jobs;
+DROP TRIGGER jobs_lineage ON {{schema}}.jobs;
+DROP TRIGGER jobs_flow_note ON {{schema}}.jobs;
+DROP TRIGGER jobs_flow_note_delete ON {{schema}}.jobs;
+DROP TRIGGER jobs_flow_settle ON {{schema}}.jobs;
+DROP TRIGGER jobs_flow_settle_delete ON {{schema}}.jobs;
+DROP TRIGGER jobs_flow_cascade ON {{schema}}.jobs;
+DROP TRIGGER outbox_lineage ON {{schema}}.outbox;
+
 ALTER TABLE {{schema}}.jobs DROP CONSTRAINT jobs_pkey;
 ALTER TABLE {{schema}}.jobs ADD CONSTRAINT jobs_pkey PRIMARY KEY (id, concurrency_key);
 DROP INDEX {{schema}}.jobs_dedup_idx;
@@ -59,6 +84,12 @@ ALTER TABLE {{schema}}.tx_lineage ADD COLUMN concurrency_key text NOT NULL DEFAU
 ALTER TABLE {{schema}}.job_unique ADD COLUMN concurrency_key text NOT NULL DEFAULT '';
 ALTER TABLE {{schema}}.job_unique DROP CONSTRAINT job_unique_pkey;
 ALTER TABLE {{schema}}.job_unique ADD CONSTRAINT job_unique_pkey PRIMARY KEY (concurrency_key, kind, unique_key);
+
+-- Existing side rows take the key of their job, so they land beside it.
+UPDATE {{schema}}.tx_lineage l SET concurrency_key = j.concurrency_key
+FROM {{schema}}.jobs j WHERE l.job_id = j.id AND j.concurrency_key <> '';
+UPDATE {{schema}}.job_unique u SET concurrency_key = j.concurrency_key
+FROM {{schema}}.jobs j WHERE u.job_id = j.id AND j.concurrency_key <> '';
 
 -- The lineage rows of a statement's inserts, on the node and shard of their key. The
 -- transaction id is the row's txid column (set where the insert was planned, the
@@ -111,16 +142,30 @@ BEGIN
 END
 $$;
 
-CREATE TRIGGER jobs_citus_refuse BEFORE INSERT ON {{schema}}.jobs FOR EACH ROW
-  WHEN (NEW.parent_id IS NOT NULL OR NEW.flow_open IS NOT NULL OR NEW.batch_id IS NOT NULL
-        OR NEW.deduplication_key IS NOT NULL OR NEW.unique_key IS NOT NULL)
-  EXECUTE FUNCTION {{schema}}.jobs_citus_refuse();
-
 SELECT create_distributed_table('{{schema}}.jobs', 'concurrency_key');
 SELECT create_distributed_table('{{schema}}.outbox', 'concurrency_key', colocate_with => '{{schema}}.jobs');
 SELECT create_distributed_table('{{schema}}.tx_lineage', 'concurrency_key', colocate_with => '{{schema}}.jobs');
 SELECT create_distributed_table('{{schema}}.job_unique', 'concurrency_key', colocate_with => '{{schema}}.jobs');
 
+-- The triggers again, now on the distributed tables (Citus creates them on every
+-- shard), and the refusal.
+SELECT {{schema}}.install_unique_triggers();
+SELECT {{schema}}.install_lineage_trigger();
+SELECT {{schema}}.install_flow_triggers();
+CREATE TRIGGER outbox_lineage AFTER INSERT ON {{schema}}.outbox
+  REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION {{schema}}.outbox_lineage();
+CREATE TRIGGER jobs_citus_refuse BEFORE INSERT ON {{schema}}.jobs FOR EACH ROW
+  WHEN (NEW.parent_id IS NOT NULL OR NEW.flow_open IS NOT NULL OR NEW.batch_id IS NOT NULL
+        OR NEW.deduplication_key IS NOT NULL OR NEW.unique_key IS NOT NULL)
+  EXECUTE FUNCTION {{schema}}.jobs_citus_refuse();
+
 SELECT create_reference_table('{{schema}}.queues');
 SELECT create_reference_table('{{schema}}.limits');
 SELECT create_reference_table('{{schema}}.limit_windows');
+
+-- An existing schema's rows were copied into the shards; the coordinator's own copies
+-- are hidden behind the distributed tables from now on, and only take space.
+SELECT truncate_local_data_after_distributing_table('{{schema}}.jobs');
+SELECT truncate_local_data_after_distributing_table('{{schema}}.outbox');
+SELECT truncate_local_data_after_distributing_table('{{schema}}.tx_lineage');
+SELECT truncate_local_data_after_distributing_table('{{schema}}.job_unique');

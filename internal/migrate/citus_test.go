@@ -130,3 +130,114 @@ WHERE i.indisunique AND i.indrelid = ANY($1::regclass[])
 		t.Errorf("the refused schema is distributed: %v, %v", dist, err)
 	}
 }
+
+// TestStatementsSplitsTheCitusLayout: the layout splits into whole statements — each
+// dollar-quoted body inside one — and nothing is lost but comments.
+func TestStatementsSplitsTheCitusLayout(t *testing.T) {
+	t.Parallel()
+	ddl, err := migrate.CitusSQL("s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sts := migrate.Statements(ddl)
+	if len(sts) < 30 {
+		t.Fatalf("%d statements", len(sts))
+	}
+	var kept strings.Builder
+	for _, st := range sts {
+		if strings.Count(st, "$$")%2 != 0 || !strings.HasSuffix(strings.TrimSpace(st), ";") {
+			t.Errorf("not a whole statement:\n%s", st)
+		}
+		kept.WriteString(st)
+	}
+	strip := func(s string) string {
+		var b strings.Builder
+		for _, l := range strings.Split(s, "\n") {
+			if tl := strings.TrimSpace(l); tl != "" && !strings.HasPrefix(tl, "--") {
+				b.WriteString(l + "\n")
+			}
+		}
+		return b.String()
+	}
+	if strip(kept.String()) != strip(ddl) {
+		t.Error("the statements do not add up to the layout's SQL (comments aside)")
+	}
+	if got := migrate.Statements("SELECT 1;\n-- c\nDO $$\nBEGIN\n  PERFORM 1;\nEND\n$$;\nSELECT 2"); len(got) != 3 {
+		t.Errorf("Statements: %q", got)
+	}
+}
+
+// TestCitusLayoutOfAnExistingSchema: a single-node schema with rows is converted: every
+// job stays, under its key; its lineage and unique-key rows take the key of their job
+// (so they sit beside it); the coordinator keeps no copy; the triggers work again on
+// the shards. A schema with an unfinished flow is refused, unchanged.
+func TestCitusLayoutOfAnExistingSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.CitusPool(t)
+	schema := pgtest.SchemaName(t)
+	t.Cleanup(func() { pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS "`+schema+`" CASCADE`) })
+	if _, err := migrate.Up(ctx, pool, schema); err != nil {
+		t.Fatal(err)
+	}
+	q := `"` + schema + `".`
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec(`INSERT INTO ` + q + `jobs (kind, payload, concurrency_key) SELECT 'k', '{}', 'tenant-' || (i % 5) FROM generate_series(1, 100) i`)
+	exec(`INSERT INTO ` + q + `jobs (kind, payload, concurrency_key, unique_key, unique_states) VALUES ('u', '{}', 'tenant-1', 'once', '{pending}')`)
+	exec(`INSERT INTO ` + q + `jobs (kind, payload, concurrency_key, status, parent_id) VALUES ('child', '{}', 'tenant-2', 'succeeded', gen_random_uuid())`)
+	exec(`INSERT INTO ` + q + `outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '1', 'placed', '{}')`)
+
+	if did, err := migrate.Citus(ctx, pool, schema); !did || err != nil {
+		t.Fatalf("Citus on a schema with rows: %v, %v", did, err)
+	}
+	scalar := func(sql string) int {
+		t.Helper()
+		var n int
+		if err := pool.QueryRow(ctx, sql).Scan(&n); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		return n
+	}
+	if n := scalar(`SELECT count(*) FROM ` + q + `jobs WHERE concurrency_key LIKE 'tenant-%'`); n != 102 {
+		t.Errorf("%d jobs after the conversion, want 102", n)
+	}
+	if n := scalar(`SELECT count(*) FROM ` + q + `tx_lineage l WHERE l.job_id IS NOT NULL AND l.concurrency_key LIKE 'tenant-%'`); n != 102 {
+		t.Errorf("%d lineage rows under their job's key, want 102", n)
+	}
+	if n := scalar(`SELECT count(*) FROM ` + q + `job_unique WHERE concurrency_key = 'tenant-1' AND unique_key = 'once'`); n != 1 {
+		t.Errorf("the unique key's row under its job's key: %d", n)
+	}
+	if n := scalar(`SELECT count(*) FROM ` + q + `outbox`); n != 1 {
+		t.Errorf("%d outbox events, want 1", n)
+	}
+	for _, table := range []string{"jobs", "outbox", "tx_lineage", "job_unique"} {
+		if n := scalar(`SELECT pg_relation_size('` + q + table + `')::int`); n != 0 {
+			t.Errorf("the coordinator keeps %d bytes of %s", n, table)
+		}
+	}
+	exec(`INSERT INTO ` + q + `jobs (kind, payload, concurrency_key) VALUES ('after', '{}', 'tenant-9')`)
+	if n := scalar(`SELECT count(*) FROM ` + q + `tx_lineage WHERE concurrency_key = 'tenant-9'`); n != 1 {
+		t.Errorf("a job inserted after the conversion has %d lineage rows, want 1", n)
+	}
+
+	// An unfinished flow: refused, nothing changed.
+	flows := pgtest.SchemaName(t)
+	t.Cleanup(func() { pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS "`+flows+`" CASCADE`) })
+	if _, err := migrate.Up(ctx, pool, flows); err != nil {
+		t.Fatal(err)
+	}
+	exec(`INSERT INTO "` + flows + `".jobs (kind, payload, parent_id) VALUES ('child', '{}', gen_random_uuid())`)
+	did, err := migrate.Citus(ctx, pool, flows)
+	var ce *migrate.CitusError
+	if did || !errors.As(err, &ce) || !strings.Contains(ce.Reason, "unfinished flows or batches") {
+		t.Errorf("Citus with an unfinished flow: %v, %v; want a CitusError naming it", did, err)
+	}
+	if dist, err := migrate.Distributed(ctx, pool, flows); err != nil || dist {
+		t.Errorf("the refused schema is distributed: %v, %v", dist, err)
+	}
+}

@@ -10,6 +10,7 @@ package migrate
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -17,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/internal/ident"
 )
@@ -223,6 +225,9 @@ func CitusSQL(schema string) (string, error) {
 	return strings.ReplaceAll(citusSQL, "{{schema}}", ident.Quote(schema)), nil
 }
 
+// citusRefusal begins the message of citus.sql's own refusals (SQLSTATE 0A000).
+const citusRefusal = "skiplock: the Citus layout: "
+
 // CitusError is returned by Citus when the database cannot take the Citus layout.
 type CitusError struct{ Reason string }
 
@@ -303,12 +308,51 @@ func Citus(ctx context.Context, pool *pgxpool.Pool, schema string) (bool, error)
 	if dist, err := Distributed(ctx, conn, schema); err != nil || dist {
 		return false, err
 	}
+	// One statement at a time: Citus propagates some DDL to the worker nodes by its
+	// text, and a multi-statement string then fails there ("cannot insert multiple
+	// commands into a prepared statement").
 	err = pgx.BeginFunc(ctx, conn.Conn(), func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, ddl)
-		return err
+		for _, st := range Statements(ddl) {
+			if _, err := tx.Exec(ctx, st, pgx.QueryExecModeSimpleProtocol); err != nil {
+				return fmt.Errorf("%w\n%s", err, st)
+			}
+		}
+		return nil
 	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "0A000" && strings.HasPrefix(pgErr.Message, citusRefusal) {
+		return false, &CitusError{Reason: strings.TrimPrefix(pgErr.Message, citusRefusal)}
+	}
 	if err != nil {
 		return false, fmt.Errorf("migrate: applying the Citus layout to %s: %w", q, err)
 	}
 	return true, nil
+}
+
+// Statements splits DDL into its statements: a statement ends with a line ending in
+// ";" outside a dollar-quoted body ($$ … $$). Lines of comments alone are dropped.
+// It is made for skiplock's own DDL files, which keep to that shape.
+func Statements(ddl string) []string {
+	var out []string
+	var cur strings.Builder
+	inBody := false
+	for _, line := range strings.Split(ddl, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if !inBody && cur.Len() == 0 && (trimmed == "" || strings.HasPrefix(trimmed, "--")) {
+			continue
+		}
+		cur.WriteString(line)
+		cur.WriteByte('\n')
+		if strings.Count(line, "$$")%2 == 1 {
+			inBody = !inBody
+		}
+		if !inBody && strings.HasSuffix(trimmed, ";") {
+			out = append(out, cur.String())
+			cur.Reset()
+		}
+	}
+	if strings.TrimSpace(cur.String()) != "" {
+		out = append(out, cur.String())
+	}
+	return out
 }

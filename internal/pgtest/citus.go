@@ -44,15 +44,7 @@ func CitusURL(t testing.TB) string {
 func CitusPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	url := CitusURL(t)
-	citusOnce.Do(func() {
-		cfg, err := pgxpool.ParseConfig(url)
-		if err != nil {
-			citusErr = err
-			return
-		}
-		cfg.MaxConns = 20
-		citusPool, citusErr = pgxpool.NewWithConfig(context.Background(), cfg)
-	})
+	citusOnce.Do(func() { citusPool, citusErr = openPool(url, 20) })
 	if citusErr != nil {
 		t.Fatalf("pgtest: Citus pool: %v", citusErr)
 	}
