@@ -33,7 +33,7 @@ deploy-check:
 
 ## deps installs what is missing on a fresh Debian machine: PostgreSQL server binaries,
 ## RabbitMQ, PgBouncer and Chromium (needed by the broker, pooler and dashboard browser tests),
-## and podman (make image, CI).
+## what building Citus needs (scripts/citus.sh; the Citus tests) and podman (make image, CI).
 deps:
 	@bash scripts/deps.sh
 

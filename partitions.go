@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/internal/hostclock"
 	"github.com/skiplock/skiplock/internal/maint"
+	"github.com/skiplock/skiplock/internal/migrate"
 	"github.com/skiplock/skiplock/internal/store"
 )
 
@@ -75,6 +76,10 @@ type PartitionReport struct {
 	LockHeld time.Duration `json:"lock_held_ns"`
 }
 
+// ErrNotPartitionable is returned (wrapped) by PartitionJobs on a schema with the
+// Citus layout (MigrateOpts.Citus): a distributed jobs table is not partitioned.
+var ErrNotPartitionable = errors.New("skiplock: jobs cannot be partitioned")
+
 // ErrAlreadyPartitioned is returned by PartitionJobs on a partitioned jobs table.
 var ErrAlreadyPartitioned = errors.New("skiplock: jobs is already partitioned")
 
@@ -115,6 +120,11 @@ func PartitionJobs(ctx context.Context, pool *pgxpool.Pool, schema string, opts 
 	st, err := store.New(schema)
 	if err != nil {
 		return nil, invalid("schema", "%v", err)
+	}
+	if dist, err := migrate.Distributed(ctx, pool, schema); err != nil {
+		return nil, err
+	} else if dist {
+		return nil, fmt.Errorf("%w: %s.jobs is distributed by Citus (docs/citus.md)", ErrNotPartitionable, schema)
 	}
 	rep := &PartitionReport{}
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {

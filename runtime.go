@@ -28,7 +28,8 @@ var ErrClientStarted = errors.New("skiplock: client already started")
 //
 // Start refuses a cancelled ctx, a client without Queues, and a schema that is not
 // migrated (ErrNotMigrated) or was migrated by a newer skiplock (ErrSchemaNewer); so
-// a worker pointed at a misspelled schema fails at once instead of idling.
+// a worker pointed at a misspelled schema fails at once instead of idling. On a schema
+// with the Citus layout it returns ErrNotOnCitus: workers do not run there yet.
 func (c *Client) Start(ctx context.Context) error {
 	if ctx == nil {
 		return invalid("ctx", "must not be nil")
@@ -46,6 +47,13 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	if err := c.checkSchema(ctx); err != nil {
 		return err
+	}
+	// On the Citus layout the claims, completions and maintenance statements cannot
+	// run yet (docs/citus.md): refuse here rather than fail at every poll.
+	if dist, err := migrate.Distributed(ctx, c.pool, c.cfg.Schema); err != nil {
+		return fmt.Errorf("skiplock: checking schema %q: %w", c.cfg.Schema, wrapPgError(err))
+	} else if dist {
+		return fmt.Errorf("%w: working jobs (schema %q is distributed by Citus; this release enqueues there, docs/citus.md)", ErrNotOnCitus, c.cfg.Schema)
 	}
 	// Declared schedules are written before Start returns, so a mistake surfaces here
 	// and ScheduleList shows them at once (the scheduler checks again on its first run).

@@ -27,6 +27,26 @@ if [ ${#need[@]} -gt 0 ]; then
     command -v rabbitmqctl >/dev/null 2>&1 && rabbitmqctl stop >/dev/null 2>&1 || true
   fi
 fi
+# Citus: scripts/citus.sh builds it from source when the citus extension is missing
+# (scripts/test.sh starts a cluster for the Citus tests), which needs the server headers
+# of the PostgreSQL major in use and these libraries. Installed here, before any cluster
+# starts: postgresql-server-dev-N may bring a newer PostgreSQL minor release, and a
+# server still running the old binaries then fails to load plpgsql.so.
+if [ "$deps" = all ]; then
+  pgmajor=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | cut -d/ -f5 | sort -n | tail -1 || true)
+  if [ -n "$pgmajor" ] && ! [ -f "/usr/share/postgresql/$pgmajor/extension/citus.control" ]; then
+    citus_need=()
+    for p in "postgresql-server-dev-$pgmajor" gcc make flex bison libcurl4-openssl-dev liblz4-dev libzstd-dev \
+      libkrb5-dev libssl-dev libxslt1-dev libreadline-dev; do
+      dpkg -s "$p" >/dev/null 2>&1 || citus_need+=("$p")
+    done
+    if [ ${#citus_need[@]} -gt 0 ]; then
+      echo "deps: installing what building Citus needs: ${citus_need[*]}" >&2
+      $SUDO apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${citus_need[@]}" >/dev/null
+    fi
+  fi
+fi
 # Headless Chromium drives the dashboard's browser tests (dashboard/browser_test.go).
 # It is installed on its own: should it be unavailable, the rest of the suite still
 # runs and those tests skip, loudly.

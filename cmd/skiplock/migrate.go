@@ -16,6 +16,8 @@ func newMigrateCmd(db *dbFlags) *cobra.Command {
 		Args:  noArgs,
 	}
 	upOut := newOutputFlag(up)
+	upCitus := up.Flags().Bool("citus", false, "then lay the schema out for a Citus cluster: jobs and the outbox distributed by\n"+
+		"concurrency_key, small tables as reference tables (run on the coordinator; docs/citus.md)")
 	up.RunE = func(cmd *cobra.Command, _ []string) error {
 		pool, err := db.pool(cmd, 2)
 		if err != nil {
@@ -23,7 +25,13 @@ func newMigrateCmd(db *dbFlags) *cobra.Command {
 		}
 		defer pool.Close()
 		schema := db.schemaName()
-		applied, err := skiplock.Migrate(cmd.Context(), pool, schema)
+		var wasDistributed bool
+		if *upCitus {
+			if wasDistributed, err = skiplock.Distributed(cmd.Context(), pool, schema); err != nil {
+				return err
+			}
+		}
+		applied, err := skiplock.MigrateWith(cmd.Context(), pool, schema, skiplock.MigrateOpts{Citus: *upCitus})
 		if err != nil {
 			return err
 		}
@@ -31,14 +39,21 @@ func newMigrateCmd(db *dbFlags) *cobra.Command {
 			if applied == nil {
 				applied = []int{}
 			}
-			return printJSON(cmd.OutOrStdout(), map[string]any{"schema": schema, "applied": applied})
+			out := map[string]any{"schema": schema, "applied": applied}
+			if *upCitus {
+				out["citus_layout"] = map[bool]string{false: "applied", true: "present"}[wasDistributed]
+			}
+			return printJSON(cmd.OutOrStdout(), out)
 		}
 		w := cmd.OutOrStdout()
-		if len(applied) == 0 {
+		if len(applied) == 0 && (!*upCitus || wasDistributed) {
 			fmt.Fprintf(w, "schema %s is up to date\n", schema)
 		}
 		for _, v := range applied {
 			fmt.Fprintf(w, "applied %04d to schema %s\n", v, schema)
+		}
+		if *upCitus && !wasDistributed {
+			fmt.Fprintf(w, "applied the Citus layout to schema %s (distributed by concurrency_key)\n", schema)
 		}
 		return nil
 	}
@@ -87,14 +102,22 @@ func newMigrateCmd(db *dbFlags) *cobra.Command {
 		Use:   "sql",
 		Short: "print the migrations' SQL for the schema (no database needed)",
 		Args:  noArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ddl, err := skiplock.MigrationSQL(db.schemaName())
+	}
+	sqlCitus := sql.Flags().Bool("citus", false, "append the Citus layout of `migrate up --citus`, in a transaction of its own")
+	sql.RunE = func(cmd *cobra.Command, _ []string) error {
+		ddl, err := skiplock.MigrationSQL(db.schemaName())
+		if err != nil {
+			return err
+		}
+		if *sqlCitus {
+			layout, err := skiplock.CitusLayoutSQL(db.schemaName())
 			if err != nil {
 				return err
 			}
-			_, err = io.WriteString(cmd.OutOrStdout(), ddl)
-			return err
-		},
+			ddl += "\n-- the Citus layout (skiplock migrate up --citus; docs/citus.md)\nBEGIN;\n" + layout + "COMMIT;\n"
+		}
+		_, err = io.WriteString(cmd.OutOrStdout(), ddl)
+		return err
 	}
 	return group("migrate", "apply (up), report (status) or print (sql) the schema migrations", up, status, sql)
 }

@@ -530,3 +530,38 @@ func TestQueuesDepth(t *testing.T) {
 		t.Errorf("queues depth bills -o json: %s", out)
 	}
 }
+
+// TestMigrateCitus: migrate up --citus on plain PostgreSQL exits 1 naming the missing
+// extension; migrate sql --citus appends the layout in a transaction of its own; on a
+// Citus cluster (SKIPLOCK_TEST_CITUS_URL) up --citus lays the schema out once.
+func TestMigrateCitus(t *testing.T) {
+	t.Parallel()
+	c := newCLI(t)
+	_, errOut, code := c.run(context.Background(), "migrate", "up", "--citus")
+	if code != 1 || !strings.Contains(errOut, "citus extension is not installed") {
+		t.Errorf("migrate up --citus on plain PostgreSQL: exit %d\n%s", code, errOut)
+	}
+	sql := c.must("migrate", "sql", "--citus")
+	if i, j := strings.Index(sql, "-- migration 0001_init"), strings.Index(sql, "create_distributed_table('\""+c.schema+"\".jobs', 'concurrency_key')"); i < 0 || j < i ||
+		!strings.HasSuffix(sql, "COMMIT;\n") {
+		t.Errorf("migrate sql --citus lacks the migrations or the layout after them:\n%s", sql[max(0, len(sql)-2000):])
+	}
+
+	url := pgtest.CitusURL(t)
+	schema := pgtest.SchemaName(t)
+	pool := pgtest.CitusPool(t)
+	t.Cleanup(func() { pool.Exec(context.Background(), `DROP SCHEMA IF EXISTS "`+schema+`" CASCADE`) })
+	run := func(args ...string) (string, string, int) {
+		var out, errb bytes.Buffer
+		code := execute(context.Background(), &out, &errb, append(args, "--database-url", url, "--schema", schema)...)
+		return out.String(), errb.String(), code
+	}
+	out, errOut, code := run("migrate", "up", "--citus")
+	if code != 0 || !strings.Contains(out, "applied the Citus layout to schema "+schema) {
+		t.Fatalf("migrate up --citus on Citus: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = run("migrate", "up", "--citus", "-o", "json")
+	if code != 0 || !strings.Contains(out, `"citus_layout": "present"`) || !strings.Contains(out, `"applied": []`) {
+		t.Errorf("migrate up --citus again: exit %d\n%s%s", code, out, errOut)
+	}
+}

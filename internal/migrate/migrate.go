@@ -10,6 +10,7 @@ package migrate
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
@@ -17,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/internal/ident"
 )
@@ -209,4 +211,148 @@ func List(ctx context.Context, pool *pgxpool.Pool, schema string) ([]Status, err
 		out = append(out, Status{Migration: m, Applied: applied[m.Version]})
 	}
 	return out, nil
+}
+
+//go:embed citus.sql
+var citusSQL string
+
+// CitusSQL returns the DDL of the Citus layout (citus.sql) for schema: run it in one
+// transaction on the coordinator, after every numbered migration.
+func CitusSQL(schema string) (string, error) {
+	if err := ident.Validate("schema", schema); err != nil {
+		return "", err
+	}
+	return strings.ReplaceAll(citusSQL, "{{schema}}", ident.Quote(schema)), nil
+}
+
+// citusRefusal begins the message of citus.sql's own refusals (SQLSTATE 0A000).
+const citusRefusal = "skiplock: the Citus layout: "
+
+// CitusError is returned by Citus when the database cannot take the Citus layout.
+type CitusError struct{ Reason string }
+
+func (e *CitusError) Error() string { return "migrate: the Citus layout: " + e.Reason }
+
+// Distributed reports whether schema's jobs table is distributed by Citus (false on
+// a database without the citus extension).
+func Distributed(ctx context.Context, db interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, schema string) (bool, error) {
+	if err := ident.Validate("schema", schema); err != nil {
+		return false, err
+	}
+	var citus bool
+	if err := db.QueryRow(ctx, `SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL`).Scan(&citus); err != nil {
+		return false, fmt.Errorf("migrate: looking for Citus: %w", err)
+	}
+	if !citus {
+		return false, nil // the catalog is named below only where it exists
+	}
+	var dist bool
+	err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = to_regclass($1))`,
+		ident.Quote(schema)+".jobs").Scan(&dist)
+	if err != nil {
+		return false, fmt.Errorf("migrate: checking whether %s is distributed: %w", ident.Quote(schema), err)
+	}
+	return dist, nil
+}
+
+// Citus lays schema out for a Citus cluster (citus.sql) and reports whether it did:
+// false when the schema already has the layout. It must run on the coordinator, after
+// Up: it refuses, with a *CitusError, a database without the citus extension, a
+// schema with migrations missing, and the partitioned jobs layout. It takes the
+// migrators' advisory lock, so it may race Up and other Citus calls.
+func Citus(ctx context.Context, pool *pgxpool.Pool, schema string) (bool, error) {
+	ddl, err := CitusSQL(schema)
+	if err != nil {
+		return false, err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return false, fmt.Errorf("migrate: acquiring connection: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, lockSQL, schema); err != nil {
+		return false, fmt.Errorf("migrate: taking advisory lock: %w", err)
+	}
+	defer func() {
+		if _, err := conn.Exec(context.Background(), unlockSQL, schema); err != nil {
+			conn.Conn().Close(context.Background())
+		}
+	}()
+	q := ident.Quote(schema)
+	var citus bool
+	var relkind string
+	err = conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus'),
+  coalesce((SELECT relkind::text FROM pg_class WHERE oid = to_regclass($1)), '')`, q+".jobs").Scan(&citus, &relkind)
+	if err != nil {
+		return false, fmt.Errorf("migrate: inspecting %s: %w", q, err)
+	}
+	if !citus {
+		return false, &CitusError{Reason: "the citus extension is not installed in this database (CREATE EXTENSION citus on the coordinator of a Citus cluster; docs/citus.md)"}
+	}
+	applied, err := appliedVersions(ctx, conn.Conn(), q)
+	if err != nil {
+		return false, err
+	}
+	if missing, _ := Drift(applied); len(missing) > 0 {
+		return false, &CitusError{Reason: fmt.Sprintf("schema %s lacks migrations %v: apply them first (Up)", q, missing)}
+	}
+	switch relkind {
+	case "p":
+		return false, &CitusError{Reason: "the partitioned jobs layout (skiplock partitions) cannot be distributed; distribute a plain schema"}
+	case "r":
+	default:
+		return false, &CitusError{Reason: fmt.Sprintf("%s.jobs is not a table (relkind %q)", q, relkind)}
+	}
+	if dist, err := Distributed(ctx, conn, schema); err != nil || dist {
+		return false, err
+	}
+	// One statement at a time: Citus propagates some DDL to the worker nodes by its
+	// text, and a multi-statement string then fails there ("cannot insert multiple
+	// commands into a prepared statement").
+	err = pgx.BeginFunc(ctx, conn.Conn(), func(tx pgx.Tx) error {
+		for _, st := range Statements(ddl) {
+			if _, err := tx.Exec(ctx, st, pgx.QueryExecModeSimpleProtocol); err != nil {
+				return fmt.Errorf("%w\n%s", err, st)
+			}
+		}
+		return nil
+	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "0A000" && strings.HasPrefix(pgErr.Message, citusRefusal) {
+		return false, &CitusError{Reason: strings.TrimPrefix(pgErr.Message, citusRefusal)}
+	}
+	if err != nil {
+		return false, fmt.Errorf("migrate: applying the Citus layout to %s: %w", q, err)
+	}
+	return true, nil
+}
+
+// Statements splits DDL into its statements: a statement ends with a line ending in
+// ";" outside a dollar-quoted body ($$ … $$). Lines of comments alone are dropped.
+// It is made for skiplock's own DDL files, which keep to that shape.
+func Statements(ddl string) []string {
+	var out []string
+	var cur strings.Builder
+	inBody := false
+	for _, line := range strings.Split(ddl, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if !inBody && cur.Len() == 0 && (trimmed == "" || strings.HasPrefix(trimmed, "--")) {
+			continue
+		}
+		cur.WriteString(line)
+		cur.WriteByte('\n')
+		if strings.Count(line, "$$")%2 == 1 {
+			inBody = !inBody
+		}
+		if !inBody && strings.HasSuffix(trimmed, ";") {
+			out = append(out, cur.String())
+			cur.Reset()
+		}
+	}
+	if strings.TrimSpace(cur.String()) != "" {
+		out = append(out, cur.String())
+	}
+	return out
 }

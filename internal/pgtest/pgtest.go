@@ -73,6 +73,9 @@ func run(m *testing.M) int {
 	if sharedPool != nil {
 		sharedPool.Close()
 	}
+	if citusPool != nil {
+		citusPool.Close()
+	}
 	return code
 }
 
@@ -95,19 +98,21 @@ func Cluster(t testing.TB) *pgcluster.Cluster {
 
 // Pool returns a pool shared by the package's tests.
 func Pool(t testing.TB) *pgxpool.Pool {
-	poolOnce.Do(func() {
-		cfg, err := pgxpool.ParseConfig(URL(t))
-		if err != nil {
-			poolErr = err
-			return
-		}
-		cfg.MaxConns = 40
-		sharedPool, poolErr = pgxpool.NewWithConfig(context.Background(), cfg)
-	})
+	poolOnce.Do(func() { sharedPool, poolErr = openPool(URL(t), 40) })
 	if poolErr != nil {
 		t.Fatalf("pgtest: pool: %v", poolErr)
 	}
 	return sharedPool
+}
+
+// openPool opens a pool of at most maxConns connections on url.
+func openPool(url string, maxConns int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = maxConns
+	return pgxpool.NewWithConfig(context.Background(), cfg)
 }
 
 // NewPool returns a pool of its own (closed at cleanup), for tests that count or

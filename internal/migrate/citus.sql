@@ -1,0 +1,171 @@
+-- skiplock's distributed layout for Citus (docs/citus.md). Not a numbered migration: an
+-- option (skiplock.MigrateOpts.Citus, `skiplock migrate up --citus`) applied after every
+-- numbered migration, in one transaction, on the coordinator of a Citus cluster. The
+-- single-node layout is untouched by it.
+--
+-- The distribution column is jobs.concurrency_key: the per-tenant key skiplock already
+-- has (limits partition by it, fairness spreads claims over it). A user's own tables
+-- distributed by the same key, as text and co-located with jobs, keep an EnqueueTx on
+-- the node that holds their business rows.
+--
+-- Citus requires every primary key and unique index of a distributed table to contain
+-- the distribution column, so the layout changes exactly those:
+--   jobs        PRIMARY KEY (id) → (id, concurrency_key); ids stay unique (uuid_v7),
+--               and a lookup by id still descends the index by its leading column.
+--   jobs_dedup_idx (kind, deduplication_key) → (concurrency_key, kind,
+--               deduplication_key): a deduplication key is scoped by the key.
+--   outbox      gains concurrency_key (text NOT NULL DEFAULT '', a catalog-only change);
+--               PRIMARY KEY (id) → (id, concurrency_key).
+--   tx_lineage  gains concurrency_key, filled from the inserted rows; no key of its own.
+--   job_unique  gains concurrency_key; PRIMARY KEY (kind, unique_key) →
+--               (concurrency_key, kind, unique_key).
+-- jobs, outbox, tx_lineage and job_unique are then distributed by concurrency_key,
+-- co-located (one shard of each per hash range, on one node).
+--
+-- Triggers on a distributed table run on the worker node that holds the shard, so the
+-- lineage trigger functions are redefined to write the co-located tx_lineage shard of
+-- the same key. Citus calls such triggers unsafe because a trigger can reach other
+-- nodes: these reach only rows of their own key, on their own node. The unique-key
+-- triggers are unreachable while unique keys are refused (below); job_unique is laid
+-- out for the step that scopes them by the key.
+--
+-- What cannot hold its guarantee here is refused when a job is inserted, with an error
+-- naming it (SQLSTATE 0A000, feature_not_supported), by jobs_citus_refuse:
+--   flows and batches: a parent, its children and a batch's members may have other
+--     keys, and the settlement locks and counts across them;
+--   deduplication and unique keys: the layout scopes them by concurrency_key, but the
+--     statements that name a key's holder do not take the key yet (docs/citus.md, the
+--     plan table), so a holder of another tenant could be reported.
+--
+-- The small tables (queues, limits, limit_windows) become reference tables: a copy on
+-- every node, so the claim's joins with them stay on one node. schedules, batches,
+-- inbox, partitioning, job_dedup and schema_migrations stay plain tables on the
+-- coordinator. The partitioned layout is refused (Go checks it before this runs).
+SET LOCAL citus.enable_unsafe_triggers = on;
+SET LOCAL citus.multi_shard_modify_mode = 'sequential';
+
+-- An existing schema: unfinished flows and batches would settle across keys.
+DO $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM {{schema}}.jobs
+             WHERE (parent_id IS NOT NULL OR batch_id IS NOT NULL OR flow_open IS NOT NULL)
+               AND status NOT IN ('succeeded', 'failed', 'cancelled')) THEN
+    RAISE EXCEPTION 'skiplock: the Citus layout: {{schema}}.jobs holds unfinished flows or batches, which the layout does not support; let them finish (or cancel them) first'
+      USING ERRCODE = 'feature_not_supported';
+  END IF;
+END
+$$;
+
+-- The triggers go while the rows are copied into the shards (a copy would fire them
+-- on the worker nodes, before their side tables are distributed) and come back below.
+DROP TRIGGER jobs_unique_claim ON {{schema}}.jobs;
+DROP TRIGGER jobs_unique_track ON {{schema}}.jobs;
+DROP TRIGGER jobs_unique_release ON {{schema}}.jobs;
+DROP TRIGGER jobs_lineage ON {{schema}}.jobs;
+DROP TRIGGER jobs_flow_note ON {{schema}}.jobs;
+DROP TRIGGER jobs_flow_note_delete ON {{schema}}.jobs;
+DROP TRIGGER jobs_flow_settle ON {{schema}}.jobs;
+DROP TRIGGER jobs_flow_settle_delete ON {{schema}}.jobs;
+DROP TRIGGER jobs_flow_cascade ON {{schema}}.jobs;
+DROP TRIGGER outbox_lineage ON {{schema}}.outbox;
+
+ALTER TABLE {{schema}}.jobs DROP CONSTRAINT jobs_pkey;
+ALTER TABLE {{schema}}.jobs ADD CONSTRAINT jobs_pkey PRIMARY KEY (id, concurrency_key);
+DROP INDEX {{schema}}.jobs_dedup_idx;
+CREATE UNIQUE INDEX jobs_dedup_idx ON {{schema}}.jobs (concurrency_key, kind, deduplication_key)
+  WHERE deduplication_key IS NOT NULL;
+
+ALTER TABLE {{schema}}.outbox ADD COLUMN concurrency_key text NOT NULL DEFAULT '';
+ALTER TABLE {{schema}}.outbox DROP CONSTRAINT outbox_pkey;
+ALTER TABLE {{schema}}.outbox ADD CONSTRAINT outbox_pkey PRIMARY KEY (id, concurrency_key);
+
+ALTER TABLE {{schema}}.tx_lineage ADD COLUMN concurrency_key text NOT NULL DEFAULT '';
+
+ALTER TABLE {{schema}}.job_unique ADD COLUMN concurrency_key text NOT NULL DEFAULT '';
+ALTER TABLE {{schema}}.job_unique DROP CONSTRAINT job_unique_pkey;
+ALTER TABLE {{schema}}.job_unique ADD CONSTRAINT job_unique_pkey PRIMARY KEY (concurrency_key, kind, unique_key);
+
+-- Existing side rows take the key of their job, so they land beside it.
+UPDATE {{schema}}.tx_lineage l SET concurrency_key = j.concurrency_key
+FROM {{schema}}.jobs j WHERE l.job_id = j.id AND j.concurrency_key <> '';
+UPDATE {{schema}}.job_unique u SET concurrency_key = j.concurrency_key
+FROM {{schema}}.jobs j WHERE u.job_id = j.id AND j.concurrency_key <> '';
+
+-- The lineage rows of a statement's inserts, on the node and shard of their key. The
+-- transaction id is the row's txid column (set where the insert was planned, the
+-- coordinator), not the worker's own. Row by row: the worker cannot plan an insert
+-- into a distributed table that reads the transition table (Citus reports "could not
+-- find named tuplestore"), while each one-row insert is a router insert into the
+-- co-located shard.
+CREATE OR REPLACE FUNCTION {{schema}}.jobs_lineage() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+DECLARE
+  r record;
+BEGIN
+  FOR r IN SELECT txid, id, created_at, concurrency_key FROM new_rows LOOP
+    INSERT INTO {{schema}}.tx_lineage (txid, job_id, created_at, concurrency_key)
+    VALUES (coalesce(r.txid, pg_current_xact_id()), r.id, r.created_at, r.concurrency_key);
+  END LOOP;
+  RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION {{schema}}.outbox_lineage() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+DECLARE
+  r record;
+BEGIN
+  FOR r IN SELECT txid, id, created_at, concurrency_key FROM new_rows LOOP
+    INSERT INTO {{schema}}.tx_lineage (txid, event_id, created_at, concurrency_key)
+    VALUES (coalesce(r.txid, pg_current_xact_id()), r.id, r.created_at, r.concurrency_key);
+  END LOOP;
+  RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION {{schema}}.jobs_citus_refuse() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog AS $$
+DECLARE
+  feature text;
+BEGIN
+  IF NEW.parent_id IS NOT NULL OR NEW.flow_open IS NOT NULL THEN
+    feature := 'flows (a parent job and its children)';
+  ELSIF NEW.batch_id IS NOT NULL THEN
+    feature := 'batches';
+  ELSIF NEW.deduplication_key IS NOT NULL THEN
+    feature := 'deduplication keys';
+  ELSIF NEW.unique_key IS NOT NULL THEN
+    feature := 'unique jobs';
+  END IF;
+  RAISE EXCEPTION 'skiplock: % are not supported on the Citus layout yet (job of kind %)', feature, to_json(NEW.kind)
+    USING ERRCODE = 'feature_not_supported', HINT = 'see docs/citus.md, "What works on Citus"';
+END
+$$;
+
+SELECT create_distributed_table('{{schema}}.jobs', 'concurrency_key');
+SELECT create_distributed_table('{{schema}}.outbox', 'concurrency_key', colocate_with => '{{schema}}.jobs');
+SELECT create_distributed_table('{{schema}}.tx_lineage', 'concurrency_key', colocate_with => '{{schema}}.jobs');
+SELECT create_distributed_table('{{schema}}.job_unique', 'concurrency_key', colocate_with => '{{schema}}.jobs');
+
+-- The triggers again, now on the distributed tables (Citus creates them on every
+-- shard), and the refusal.
+SELECT {{schema}}.install_unique_triggers();
+SELECT {{schema}}.install_lineage_trigger();
+SELECT {{schema}}.install_flow_triggers();
+CREATE TRIGGER outbox_lineage AFTER INSERT ON {{schema}}.outbox
+  REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION {{schema}}.outbox_lineage();
+CREATE TRIGGER jobs_citus_refuse BEFORE INSERT ON {{schema}}.jobs FOR EACH ROW
+  WHEN (NEW.parent_id IS NOT NULL OR NEW.flow_open IS NOT NULL OR NEW.batch_id IS NOT NULL
+        OR NEW.deduplication_key IS NOT NULL OR NEW.unique_key IS NOT NULL)
+  EXECUTE FUNCTION {{schema}}.jobs_citus_refuse();
+
+SELECT create_reference_table('{{schema}}.queues');
+SELECT create_reference_table('{{schema}}.limits');
+SELECT create_reference_table('{{schema}}.limit_windows');
+
+-- An existing schema's rows were copied into the shards; the coordinator's own copies
+-- are hidden behind the distributed tables from now on, and only take space.
+SELECT truncate_local_data_after_distributing_table('{{schema}}.jobs');
+SELECT truncate_local_data_after_distributing_table('{{schema}}.outbox');
+SELECT truncate_local_data_after_distributing_table('{{schema}}.tx_lineage');
+SELECT truncate_local_data_after_distributing_table('{{schema}}.job_unique');
