@@ -15,9 +15,9 @@ import (
 )
 
 type openapiDocument struct {
-	OpenAPI    string                                `json:"openapi"`
-	Paths      map[string]map[string]openapiOp       `json:"paths"`
-	Webhooks   map[string]map[string]openapiOp       `json:"webhooks"`
+	OpenAPI    string                               `json:"openapi"`
+	Paths      map[string]map[string]openapiOp      `json:"paths"`
+	Webhooks   map[string]map[string]openapiOp      `json:"webhooks"`
 	Components struct{ Schemas map[string]*schema } `json:"components"`
 }
 

@@ -19,10 +19,10 @@ import (
 func newServeCmd(db *dbFlags) *cobra.Command {
 	var (
 		listen, tokensFile, pushSecret, publicURL string
-		tokens, pushes                             []string
-		maxBody, maxClaim, pushConcurrency, conns  int
-		maxWait, poll, lease, pushTimeout, pushCB  time.Duration
-		pollOnly                                   bool
+		tokens, pushes                            []string
+		maxBody, maxClaim, pushConcurrency, conns int
+		maxWait, poll, lease, pushTimeout, pushCB time.Duration
+		pollOnly                                  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve [--listen 127.0.0.1:8090] [--token worker:token[:queue,…]]… [--push queue=url --push-secret s]",
