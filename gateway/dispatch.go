@@ -149,6 +149,8 @@ func (g *Gateway) dispatch(r *run, q *queue) {
 		g.mu.Unlock()
 
 		jobs, err := g.m.Claim(r.ctx, q.name, want)
+		g.stats.claims.Add(1)
+		g.stats.claimed.Add(int64(len(jobs)))
 		if err != nil && r.ctx.Err() != nil {
 			err = errStopped
 		}

@@ -105,6 +105,7 @@ func (g *Gateway) write(ctx context.Context, batch []*finishReq) {
 		fs[i] = req.f
 	}
 	states, err := g.m.FinishMany(ctx, fs)
+	g.stats.finishes.Add(1)
 	if err != nil && len(batch) > 1 && !transient(err) && ctx.Err() == nil {
 		for _, req := range batch {
 			g.write(ctx, []*finishReq{req})
@@ -119,8 +120,10 @@ func (g *Gateway) write(ctx context.Context, batch []*finishReq) {
 			}
 			req.done <- finishRes{err: err}
 		case states[i] == "":
+			g.stats.lost.Add(1)
 			req.done <- finishRes{err: skiplock.ErrLeaseLost}
 		default:
+			g.stats.finished.Add(1)
 			req.done <- finishRes{state: states[i]}
 		}
 	}

@@ -69,6 +69,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/skiplock/skiplock"
@@ -187,6 +188,10 @@ type Gateway struct {
 	tokens map[[32]byte]*Token
 	mux    *http.ServeMux
 	lease  time.Duration
+
+	stats struct {
+		claims, claimed, finishes, finished, lost atomic.Int64
+	}
 
 	mu      sync.Mutex
 	running *run
@@ -374,3 +379,27 @@ func (g *Gateway) current() *run {
 
 // ServeHTTP serves the routes of the package doc.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.ServeHTTP(w, r) }
+
+// Stats are a gateway's counters since New.
+type Stats struct {
+	// ClaimStatements counts the claim statements run for the waiting requests (and
+	// push targets); Claimed the jobs they claimed.
+	ClaimStatements, Claimed int64
+	// FinishStatements counts the statements that wrote finishing calls; Finished the
+	// calls written, LeaseLost those refused as stale.
+	FinishStatements, Finished, LeaseLost int64
+	// Waiting is the number of claim requests waiting now.
+	Waiting int
+}
+
+// Stats returns the gateway's counters.
+func (g *Gateway) Stats() Stats {
+	s := Stats{ClaimStatements: g.stats.claims.Load(), Claimed: g.stats.claimed.Load(),
+		FinishStatements: g.stats.finishes.Load(), Finished: g.stats.finished.Load(), LeaseLost: g.stats.lost.Load()}
+	g.mu.Lock()
+	for _, q := range g.queues {
+		s.Waiting += len(q.waiters)
+	}
+	g.mu.Unlock()
+	return s
+}

@@ -229,6 +229,8 @@ func writeError(w http.ResponseWriter, status int, code, msg, field string) {
 func (g *Gateway) writeFailure(w http.ResponseWriter, r *http.Request, err error) {
 	var ve *skiplock.ValidationError
 	switch {
+	case r.Context().Err() != nil && errors.Is(err, r.Context().Err()):
+		return // the client left: nobody reads an answer
 	case errors.As(err, &ve):
 		writeError(w, http.StatusBadRequest, CodeInvalidRequest, ve.Reason, ve.Field)
 	case errors.Is(err, skiplock.ErrLeaseLost):
