@@ -117,7 +117,9 @@ func (g *Gateway) dispatch(r *run, q *queue) {
 				w.got <- claimResult{err: errStopped}
 			}
 			q.waiters = nil
-			delete(g.queues, q.name)
+			if g.queues[q.name] == q {
+				delete(g.queues, q.name)
+			}
 			g.mu.Unlock()
 			return
 		}

@@ -344,17 +344,24 @@ func (g *Gateway) Start(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops the gateway: waiting claims answer with what they have (nothing), the
-// push deliveries in flight are abandoned (their jobs' leases expire and the
+// Stop stops the gateway: waiting claims answer 503 unavailable (retry), the push
+// deliveries in flight are abandoned (their jobs' leases expire and the
 // reclaimer retries them) and the LISTEN connection closes. It waits for all of it
 // until ctx ends. Stop on a gateway that is not started returns nil.
 func (g *Gateway) Stop(ctx context.Context) error {
 	g.mu.Lock()
 	r := g.running
 	g.running = nil
+	// The waiting claims answer now (503: retry); the queues' dispatchers see the run
+	// is over and return, and a later Start begins with no queue of this run.
 	for _, q := range g.queues {
+		for _, w := range q.waiters {
+			w.got <- claimResult{err: errStopped}
+		}
+		q.waiters = nil
 		q.wake()
 	}
+	g.queues = map[string]*queue{}
 	g.mu.Unlock()
 	if r == nil {
 		return nil

@@ -422,6 +422,17 @@ func TestLongPollWakesOnNotifyAndCostsNoQueries(t *testing.T) {
 			t.Fatalf("a waiting claim at Stop: %d %s", a.status, a.body)
 		}
 	}
+	// Started again, it serves again.
+	if err := e.gw.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	id2, err := app.EnqueueRaw(context.Background(), "k", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "mail"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, body := e.call("POST", "/v1/claim", "", gateway.ClaimRequest{Queue: "mail", WaitMS: 5000}); status != 200 || !strings.Contains(string(body), id2.ID) {
+		t.Fatalf("claim after a restart: %d %s", status, body)
+	}
 }
 
 func TestAuth(t *testing.T) {
