@@ -2,8 +2,10 @@ package gateway
 
 // The long poll. The claim requests of a queue wait together in the queue's list;
 // while the list is not empty, one goroutine per queue (dispatch) holds at most one
-// claim statement in flight, for what the waiting requests ask together, and hands
-// the jobs out in arrival order. It claims when something may have arrived — a
+// claim statement in flight, for what the waiting requests ask together plus what
+// the previous round's asked (claimed ahead, for the requests that arrive while the
+// claim runs), and hands the jobs out in arrival order. Jobs claimed ahead that no
+// request takes within hold() go back to the queue, their attempt given back. It claims when something may have arrived — a
 // request joined, the queue's NOTIFY was heard, the listener reconnected, the last
 // claim came back full — and otherwise only at the safety-net poll: a waiting
 // request costs no query.
@@ -24,7 +26,12 @@ type queue struct {
 	dirty   bool          // something may have arrived since the last claim
 	signal  chan struct{} // wakes dispatch (capacity 1)
 	claims  int64         // claim statements run, for tests
-	idle    bool          // dispatch waits for a signal or the poll, with no claim in flight
+	idle    bool          // dispatch waits for a signal, the poll or the hold, with no claim in flight
+	// ready holds jobs claimed ahead of the requests (leased to the gateway), since
+	// readySince; ahead is how many the next claim takes beyond what waits.
+	ready      []*skiplock.Job
+	readySince time.Time
+	ahead      int
 }
 
 // waiter is one claim request waiting for jobs.
@@ -62,6 +69,14 @@ func (g *Gateway) claimJobs(ctx context.Context, name string, want int, wait tim
 		q = &queue{name: name, signal: make(chan struct{}, 1)}
 		g.queues[name] = q
 		r.wg.Go(func() { g.dispatch(r, q) })
+	}
+	if len(q.ready) > 0 && len(q.waiters) == 0 {
+		// Claimed ahead: answered at once, without a query.
+		n := min(want, len(q.ready))
+		jobs := q.ready[:n:n]
+		q.ready = q.ready[n:]
+		g.mu.Unlock()
+		return jobs, nil
 	}
 	q.waiters = append(q.waiters, w)
 	q.wake()
@@ -105,23 +120,48 @@ func indexOf(ws []*waiter, w *waiter) int {
 	return -1
 }
 
-// dispatch runs the claims of q until no request waits on it (or the gateway stops).
+// dispatch runs the claims of q until no request waits on it and no claimed job
+// waits for a request (or the gateway stops).
 func (g *Gateway) dispatch(r *run, q *queue) {
 	poll := time.NewTimer(hostclock.Jitter(g.opts.PollInterval))
 	defer poll.Stop()
 	for {
 		g.mu.Lock()
-		if g.running != r || len(q.waiters) == 0 {
-			// Stopped, or nobody waits: answer the rest (nothing) and leave.
-			for _, w := range q.waiters {
-				w.got <- claimResult{err: errStopped}
+		if g.running != r {
+			back := g.close(q, errStopped)
+			g.mu.Unlock()
+			g.giveBack(r.ctx, back)
+			return
+		}
+		q.serveReady()
+		if len(q.waiters) == 0 {
+			if len(q.ready) == 0 {
+				g.close(q, nil)
+				g.mu.Unlock()
+				return
 			}
-			q.waiters = nil
-			if g.queues[q.name] == q {
-				delete(g.queues, q.name)
+			// Jobs claimed ahead wait a while for the next requests, then go back.
+			hold := g.hold() - hostclock.Since(q.readySince)
+			q.idle = true
+			g.mu.Unlock()
+			if hold > 0 {
+				t := time.NewTimer(hold)
+				select {
+				case <-q.signal:
+				case <-t.C:
+				case <-r.ctx.Done():
+				}
+				t.Stop()
+			}
+			g.mu.Lock()
+			q.idle = false
+			var back []*skiplock.Job
+			if len(q.waiters) == 0 && hostclock.Since(q.readySince) >= g.hold() {
+				back, q.ready = q.ready, nil
 			}
 			g.mu.Unlock()
-			return
+			g.giveBack(r.ctx, back)
+			continue
 		}
 		if !q.dirty {
 			q.idle = true
@@ -141,12 +181,15 @@ func (g *Gateway) dispatch(r *run, q *queue) {
 			continue
 		}
 		q.dirty = false
-		want := 0
+		demand := 0
 		for _, w := range q.waiters {
 			w.seen = true
-			want += w.want
+			demand += w.want
 		}
-		want = min(want, g.opts.MaxClaimBatch)
+		// Claim ahead by the last round's demand: the requests that arrive while this
+		// claim runs find their jobs waiting (q.ready) instead of waiting a round.
+		want := min(demand+q.ahead, g.opts.MaxClaimBatch)
+		q.ahead = demand
 		q.claims++
 		g.mu.Unlock()
 
@@ -157,15 +200,17 @@ func (g *Gateway) dispatch(r *run, q *queue) {
 			err = errStopped
 		}
 
-		got := len(jobs)
 		g.mu.Lock()
+		if len(jobs) > 0 {
+			if len(q.ready) == 0 {
+				q.readySince = hostclock.Now()
+			}
+			q.ready = append(q.ready, jobs...)
+		}
+		q.serveReady()
 		var left []*waiter
 		for _, w := range q.waiters {
 			switch {
-			case len(jobs) > 0:
-				n := min(w.want, len(jobs))
-				w.got <- claimResult{jobs: jobs[:n:n]}
-				jobs = jobs[n:]
 			case err != nil && w.seen:
 				w.got <- claimResult{err: err}
 			case !w.wait && w.seen:
@@ -175,14 +220,10 @@ func (g *Gateway) dispatch(r *run, q *queue) {
 			}
 		}
 		q.waiters = left
-		if err == nil && got == want {
+		if err == nil && len(jobs) == want {
 			q.dirty = true // a full claim: more may be due
 		}
 		g.mu.Unlock()
-		if len(jobs) > 0 {
-			// The requests that asked for them left while the claim ran.
-			g.giveBack(r.ctx, jobs)
-		}
 		if err != nil && !errors.Is(err, errStopped) {
 			g.log.Warn("gateway: claim failed", "queue", q.name, "error", err)
 			hostclock.Sleep(r.ctx, 100*time.Millisecond) // a failing database is not hammered
@@ -190,9 +231,47 @@ func (g *Gateway) dispatch(r *run, q *queue) {
 	}
 }
 
+// serveReady hands the jobs claimed ahead to the waiting requests, in arrival
+// order. g.mu is held.
+func (q *queue) serveReady() {
+	for len(q.ready) > 0 && len(q.waiters) > 0 {
+		w := q.waiters[0]
+		n := min(w.want, len(q.ready))
+		w.got <- claimResult{jobs: q.ready[:n:n]}
+		q.ready = q.ready[n:]
+		q.waiters = q.waiters[1:]
+	}
+	if len(q.ready) == 0 {
+		q.ready = nil
+	}
+}
+
+// close ends q: its waiting requests answer err (nothing, when nil), it leaves the
+// gateway's queues, and the jobs it claimed ahead are returned for giving back.
+// g.mu is held.
+func (g *Gateway) close(q *queue, err error) (back []*skiplock.Job) {
+	for _, w := range q.waiters {
+		w.got <- claimResult{err: err}
+	}
+	q.waiters = nil
+	back, q.ready = q.ready, nil
+	if g.queues[q.name] == q {
+		delete(g.queues, q.name)
+	}
+	return back
+}
+
+// hold is how long jobs claimed ahead wait for a request before they go back: the
+// poll interval, at most a tenth of the lease.
+func (g *Gateway) hold() time.Duration { return min(g.opts.PollInterval, g.lease/10) }
+
 // giveBack returns claimed jobs nobody will work to the queue at once, their
 // attempt given back (a snooze of 0).
 func (g *Gateway) giveBack(ctx context.Context, jobs []*skiplock.Job) {
+	if len(jobs) == 0 {
+		return
+	}
+	g.stats.givenBack.Add(int64(len(jobs)))
 	fs := make([]skiplock.Finish, len(jobs))
 	for i, j := range jobs {
 		fs[i] = skiplock.Finish{Job: j, Action: skiplock.FinishSnooze}

@@ -190,7 +190,7 @@ type Gateway struct {
 	lease  time.Duration
 
 	stats struct {
-		claims, claimed, finishes, finished, lost atomic.Int64
+		claims, claimed, givenBack, finishes, finished, lost atomic.Int64
 	}
 
 	mu      sync.Mutex
@@ -352,20 +352,19 @@ func (g *Gateway) Stop(ctx context.Context) error {
 	g.mu.Lock()
 	r := g.running
 	g.running = nil
-	// The waiting claims answer now (503: retry); the queues' dispatchers see the run
-	// is over and return, and a later Start begins with no queue of this run.
+	// The waiting claims answer now (503: retry), the jobs claimed ahead go back; the
+	// queues' dispatchers see the run is over and return, and a later Start begins
+	// with no queue of this run.
+	var back []*skiplock.Job
 	for _, q := range g.queues {
-		for _, w := range q.waiters {
-			w.got <- claimResult{err: errStopped}
-		}
-		q.waiters = nil
+		back = append(back, g.close(q, errStopped)...)
 		q.wake()
 	}
-	g.queues = map[string]*queue{}
 	g.mu.Unlock()
 	if r == nil {
 		return nil
 	}
+	g.giveBack(ctx, back)
 	r.cancel()
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
@@ -390,8 +389,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.Serv
 // Stats are a gateway's counters since New.
 type Stats struct {
 	// ClaimStatements counts the claim statements run for the waiting requests (and
-	// push targets); Claimed the jobs they claimed.
-	ClaimStatements, Claimed int64
+	// push targets); Claimed the jobs they claimed; GivenBack those returned to the
+	// queue unworked (claimed ahead and not asked for in time, or for a request that
+	// left), their attempt given back.
+	ClaimStatements, Claimed, GivenBack int64
 	// FinishStatements counts the statements that wrote finishing calls; Finished the
 	// calls written, LeaseLost those refused as stale.
 	FinishStatements, Finished, LeaseLost int64
@@ -401,7 +402,7 @@ type Stats struct {
 
 // Stats returns the gateway's counters.
 func (g *Gateway) Stats() Stats {
-	s := Stats{ClaimStatements: g.stats.claims.Load(), Claimed: g.stats.claimed.Load(),
+	s := Stats{ClaimStatements: g.stats.claims.Load(), Claimed: g.stats.claimed.Load(), GivenBack: g.stats.givenBack.Load(),
 		FinishStatements: g.stats.finishes.Load(), Finished: g.stats.finished.Load(), LeaseLost: g.stats.lost.Load()}
 	g.mu.Lock()
 	for _, q := range g.queues {

@@ -651,3 +651,49 @@ func TestConcurrentWorkers(t *testing.T) {
 type fixedRetry time.Duration
 
 func (f fixedRetry) Delay(int) time.Duration { return time.Duration(f) }
+
+// A claim takes ahead what the previous round asked, for the requests that arrive
+// while it runs; jobs claimed ahead that nobody asks for within the hold (a tenth
+// of the lease here) go back to the queue with their attempt given back.
+func TestClaimedAheadGoBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{LeaseDuration: time.Second}, gateway.Options{PollInterval: time.Hour})
+	got := make(chan gateway.ClaimResponse, 1)
+	go func() {
+		var cr gateway.ClaimResponse
+		status, raw := e.call("POST", "/v1/claim", workerToken, gateway.ClaimRequest{Queue: "default", Limit: 2, WaitMS: 10000})
+		if status == 200 {
+			_ = json.Unmarshal(raw, &cr)
+		}
+		got <- cr
+	}()
+	waitFor(t, "the claim to wait", func() bool { n, idle, _ := e.gw.QueueState("default"); return n == 1 && idle })
+	ids := map[string]bool{}
+	for range 5 {
+		ids[e.enqueue("default", "k", `{}`, nil)] = true
+	}
+	if cr := <-got; len(cr.Jobs) != 2 {
+		t.Fatalf("the waiting claim got %d jobs, want 2", len(cr.Jobs))
+	}
+	st := e.gw.Stats()
+	if st.Claimed != 4 {
+		t.Fatalf("stats %+v: want 4 jobs claimed (2 asked, 2 ahead)", st)
+	}
+	e.claimOne("default") // one claimed ahead: no query
+	if after := e.gw.Stats(); after.ClaimStatements != st.ClaimStatements {
+		t.Fatalf("a job claimed ahead cost %d claim statements", after.ClaimStatements-st.ClaimStatements)
+	}
+	waitFor(t, "the other job claimed ahead to go back", func() bool { return e.gw.Stats().GivenBack == 1 })
+	running, pending := 0, 0
+	for id := range ids {
+		switch j := e.job(id); {
+		case j.State == skiplock.StateRunning:
+			running++
+		case j.State == skiplock.StatePending && j.Attempt == 0:
+			pending++
+		}
+	}
+	if running != 3 || pending != 2 {
+		t.Fatalf("%d running, %d pending with no attempt spent; want 3 and 2", running, pending)
+	}
+}

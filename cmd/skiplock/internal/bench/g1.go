@@ -116,9 +116,12 @@ const (
 // httpWorkers runs g1Procs HTTP workers on s until ctx ends, each the way a worker
 // library in another language runs: it claims as many jobs as it has free slots
 // (waiting up to a second for one), runs each in a slot of its own (work), and
-// completes it with a request of its own while the others run and the next claim
-// waits.
-func httpWorkers(ctx context.Context, s *gatewayServer, work func(gateway.ClaimedJob)) (wait func() error) {
+// completes it with a request of its own (done is called once it is written). As in
+// the Go worker, whose executor hands a finished job's outcome to the completer and
+// takes the next job, a slot is free once its work returns: the completion's answer
+// (which only a lost lease would make a failure, with nothing left to undo) is not
+// waited for before the next claim.
+func httpWorkers(ctx context.Context, s *gatewayServer, work func(gateway.ClaimedJob), done func()) (wait func() error) {
 	var wg sync.WaitGroup
 	errs := make(chan error, G1Workers+g1Procs)
 	for range g1Procs {
@@ -150,11 +153,15 @@ func httpWorkers(ctx context.Context, s *gatewayServer, work func(gateway.Claime
 				}
 				for _, j := range cr.Jobs {
 					jobs.Go(func() {
-						defer func() { <-slots }()
 						work(j)
+						<-slots // the slot is free once the work is done, as a Go worker's
 						var fr gateway.FinishResponse
 						if err := s.post(context.WithoutCancel(ctx), "/v1/jobs/"+j.ID+"/complete", gateway.CompleteRequest{LeaseToken: j.LeaseToken}, &fr); err != nil {
 							errs <- err
+							return
+						}
+						if done != nil {
+							done()
 						}
 					})
 				}
@@ -202,12 +209,11 @@ func runG1(ctx context.Context, e *Env) (*Result, error) {
 			return
 		}
 		tr.seen[i].Add(1)
-		completed.Add(1) // counted before its completion: the finish line waits for the rows below
-	})
+	}, func() { completed.Add(1) })
 	for completed.Load() < int64(n) && ctx.Err() == nil {
 		<-time.After(time.Millisecond)
 	}
-	// The last completions are in flight: the run ends when every job is written.
+	// Every completion is written: the waiting claims can go.
 	cancel()
 	if err := wait(); err != nil {
 		stopProgress()
@@ -221,11 +227,11 @@ func runG1(ctx context.Context, e *Env) (*Result, error) {
 	}
 	r := &Result{Workload: "G1", N: n, Seconds: elapsed.Seconds(), JobsPerSec: float64(n) / elapsed.Seconds(),
 		Settings: e.Settings, Verified: verified, Extra: map[string]any{
-			"concurrency": fmt.Sprintf("%d HTTP workers of %d slots each (%d jobs at once), claims of the free slots, one request per completion (W5: %d Go workers)", g1Procs, g1Slots, G1Workers, W5Workers),
+			"concurrency": fmt.Sprintf("%d HTTP workers of %d slots each (%d jobs running at once), claims of the free slots, one request per completion, sent as the job's work returns (W5: %d Go workers)", g1Procs, g1Slots, G1Workers, W5Workers),
 		}}
 	st := s.gw.Stats()
-	r.Extra["batches"] = fmt.Sprintf("%d claim statements (avg %.1f jobs), %d finishing statements (avg %.1f)",
-		st.ClaimStatements, float64(st.Claimed)/float64(max(st.ClaimStatements, 1)), st.FinishStatements, float64(st.Finished)/float64(max(st.FinishStatements, 1)))
+	r.Extra["batches"] = fmt.Sprintf("%d claim statements (avg %.1f jobs; %d given back unasked), %d finishing statements (avg %.1f)",
+		st.ClaimStatements, float64(st.Claimed)/float64(max(st.ClaimStatements, 1)), st.GivenBack, st.FinishStatements, float64(st.Finished)/float64(max(st.FinishStatements, 1)))
 	if e.w5 > 0 {
 		r.Limit, r.Ratio = "W5", r.JobsPerSec/e.w5
 		r.Extra["overhead_per_job_us"] = fmt.Sprintf("%.1f (1/G1 − 1/W5, per job at this concurrency)", 1e6*(1/r.JobsPerSec-1/e.w5))
@@ -282,7 +288,7 @@ func g1Pickup(ctx context.Context, e *Env, name string, total int, viaGateway bo
 			return nil, err
 		}
 		defer s.stop()
-		wait = httpWorkers(wctx, s, func(j gateway.ClaimedJob) { hold(j.Args) })
+		wait = httpWorkers(wctx, s, func(j gateway.ClaimedJob) { hold(j.Args) }, nil)
 	} else {
 		pool, err := e.pool(ctx, 8)
 		if err != nil {
