@@ -188,8 +188,9 @@ type Finish struct {
 // or Cancel would write it alone (and fenced the same way), for a caller that
 // finishes many jobs at once. It returns, in the order given, the state each job is
 // now in, or "" for a job whose lease was lost: nothing was written for it, and
-// that is not an error. An invalid finish — a nil job, an unknown action, a job
-// given twice — fails the call with ErrInvalid before anything is written.
+// that is not an error. An invalid finish — a nil job, an unknown action, the same
+// claim (id and token) given twice — fails the call with ErrInvalid before anything
+// is written.
 func (m *Manual) FinishMany(ctx context.Context, finishes []Finish) ([]JobState, error) {
 	c := m.c
 	if ctx == nil {

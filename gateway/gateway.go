@@ -31,9 +31,11 @@
 // # Long poll
 //
 // Claim requests of a queue wait together: while any waits, the gateway holds one
-// claim statement in flight for the sum of what they ask (at most
-// Options.MaxClaimBatch) and hands the jobs out in arrival order. A waiting request
-// costs no query: the gateway's LISTEN connection (the client's NOTIFY, sent by
+// claim statement in flight for the sum of what they ask, plus what the previous
+// round asked (at most Options.MaxClaimBatch), and hands the jobs out in arrival
+// order; the jobs claimed ahead answer the requests that arrive meanwhile at once,
+// and go back to the queue (attempt given back) if none asks within the poll
+// interval (at most a tenth of the lease). A waiting request costs no query: the gateway's LISTEN connection (the client's NOTIFY, sent by
 // every enqueue) wakes the queue's claim, and Options.PollInterval is only the
 // safety net, one claim per queue with waiters per interval however many wait.
 //

@@ -369,18 +369,23 @@ func (t *tracker) slot(i int) (int, bool) {
 
 func (t *tracker) handler() skiplock.HandlerFunc {
 	return func(ctx context.Context, job *skiplock.Job) error {
-		t.runs.Add(1)
-		i, ok := noopIndex(job.Payload)
-		if ok {
-			i, ok = t.slot(i)
-		}
-		if !ok {
-			t.bad.Add(1)
-			return nil
-		}
-		t.seen[i].Add(1)
+		t.count(job.Payload)
 		return nil
 	}
+}
+
+// count records one run of the job whose payload is given.
+func (t *tracker) count(payload []byte) {
+	t.runs.Add(1)
+	i, ok := noopIndex(payload)
+	if ok {
+		i, ok = t.slot(i)
+	}
+	if !ok {
+		t.bad.Add(1)
+		return
+	}
+	t.seen[i].Add(1)
 }
 
 // verify checks every job of schema succeeded exactly once (or was deleted on

@@ -198,18 +198,7 @@ func runG1(ctx context.Context, e *Env) (*Result, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	stopProgress := e.progress("G1", n, completed.Load)
 	start := time.Now()
-	wait := httpWorkers(wctx, s, func(j gateway.ClaimedJob) {
-		tr.runs.Add(1)
-		i, ok := noopIndex(j.Args)
-		if ok {
-			i, ok = tr.slot(i)
-		}
-		if !ok {
-			tr.bad.Add(1)
-			return
-		}
-		tr.seen[i].Add(1)
-	}, func() { completed.Add(1) })
+	wait := httpWorkers(wctx, s, func(j gateway.ClaimedJob) { tr.count(j.Args) }, func() { completed.Add(1) })
 	for completed.Load() < int64(n) && ctx.Err() == nil {
 		<-time.After(time.Millisecond)
 	}
