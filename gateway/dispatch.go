@@ -271,15 +271,21 @@ func (g *Gateway) giveBack(ctx context.Context, jobs []*skiplock.Job) {
 	if len(jobs) == 0 {
 		return
 	}
-	g.stats.givenBack.Add(int64(len(jobs)))
 	fs := make([]skiplock.Finish, len(jobs))
 	for i, j := range jobs {
 		fs[i] = skiplock.Finish{Job: j, Action: skiplock.FinishSnooze}
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if _, err := g.m.FinishMany(ctx, fs); err != nil {
-		g.log.Warn("gateway: giving back claimed jobs whose requests left; they return once their lease expires", "jobs", len(jobs), "error", err)
+	states, err := g.m.FinishMany(ctx, fs)
+	if err != nil {
+		g.log.Warn("gateway: giving back claimed jobs nobody took failed; they return once their lease expires", "jobs", len(jobs), "error", err)
+		return
+	}
+	for _, st := range states {
+		if st != "" {
+			g.stats.givenBack.Add(1)
+		}
 	}
 }
 

@@ -12,3 +12,9 @@ func (g *Gateway) QueueState(queue string) (waiters int, idle bool, claims int64
 	}
 	return len(q.waiters), q.idle, q.claims
 }
+
+// Listening reports whether the gateway's LISTEN connection is up.
+func (g *Gateway) Listening() bool {
+	r := g.current()
+	return r != nil && r.listener != nil && r.listener.Connected()
+}

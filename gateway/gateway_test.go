@@ -364,6 +364,9 @@ func TestLongPollWakesOnNotifyAndCostsNoQueries(t *testing.T) {
 		status int
 		body   []byte
 	}
+	// The listener's connect wakes every queue (a NOTIFY may have been missed): let
+	// it happen before the waiting starts.
+	waitFor(t, "the gateway's LISTEN connection", e.gw.Listening)
 	got := make(chan answer, 3)
 	for range 3 { // three idle workers wait on the queue together
 		go func() {
@@ -669,8 +672,17 @@ func TestClaimedAheadGoBack(t *testing.T) {
 	}()
 	waitFor(t, "the claim to wait", func() bool { n, idle, _ := e.gw.QueueState("default"); return n == 1 && idle })
 	ids := map[string]bool{}
-	for range 5 {
-		ids[e.enqueue("default", "k", `{}`, nil)] = true
+	params := make([]skiplock.EnqueueParams, 5)
+	for i := range params {
+		params[i] = skiplock.EnqueueParams{Kind: "k", Payload: []byte(`{}`)}
+	}
+	// One transaction: the waiting claim sees all five at once.
+	enq, err := e.client.EnqueueMany(context.Background(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range enq {
+		ids[r.ID] = true
 	}
 	if cr := <-got; len(cr.Jobs) != 2 {
 		t.Fatalf("the waiting claim got %d jobs, want 2", len(cr.Jobs))
@@ -685,8 +697,11 @@ func TestClaimedAheadGoBack(t *testing.T) {
 	}
 	waitFor(t, "the other job claimed ahead to go back", func() bool { return e.gw.Stats().GivenBack == 1 })
 	running, pending := 0, 0
+	var states []string
 	for id := range ids {
-		switch j := e.job(id); {
+		j := e.job(id)
+		states = append(states, fmt.Sprintf("%s/%d/%s", j.State, j.Attempt, j.UpdatedAt.Format("05.000")))
+		switch {
 		case j.State == skiplock.StateRunning:
 			running++
 		case j.State == skiplock.StatePending && j.Attempt == 0:
@@ -694,6 +709,6 @@ func TestClaimedAheadGoBack(t *testing.T) {
 		}
 	}
 	if running != 3 || pending != 2 {
-		t.Fatalf("%d running, %d pending with no attempt spent; want 3 and 2", running, pending)
+		t.Fatalf("%d running, %d pending with no attempt spent; want 3 and 2 (%v; %+v)", running, pending, states, e.gw.Stats())
 	}
 }
