@@ -49,7 +49,8 @@ of the routes (--public-url tells receivers where the gateway is).
 Run it as the worker role of docs/roles.md.`,
 		Args: noArgs,
 		Example: `  skiplock serve --token mailer-py:$(openssl rand -hex 16)
-  curl -s localhost:8090/v1/claim -H "Authorization: Bearer $TOKEN" -d '{"queue":"default","limit":10,"wait_ms":30000}'`,
+  curl -s localhost:8090/v1/claim -H "Authorization: Bearer $TOKEN" -H "Content-Type: application/json" \
+    -d '{"queue":"default","limit":10,"wait_ms":30000}'`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&listen, "listen", "127.0.0.1:8090", "listen address; beyond loopback only with tokens")
