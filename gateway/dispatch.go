@@ -28,10 +28,12 @@ type queue struct {
 	claims  int64         // claim statements run, for tests
 	idle    bool          // dispatch waits for a signal, the poll or the hold, with no claim in flight
 	// ready holds jobs claimed ahead of the requests (leased to the gateway), since
-	// readySince; ahead is how many the next claim takes beyond what waits.
+	// readySince; ahead is how many the next claim takes beyond what waits: what the
+	// requests asked for during the previous round.
 	ready      []*skiplock.Job
 	readySince time.Time
 	ahead      int
+	asked      int // jobs the requests asked for since the last claim
 }
 
 // waiter is one claim request waiting for jobs.
@@ -70,6 +72,7 @@ func (g *Gateway) claimJobs(ctx context.Context, name string, want int, wait tim
 		g.queues[name] = q
 		r.wg.Go(func() { g.dispatch(r, q) })
 	}
+	q.asked += want
 	if len(q.ready) > 0 && len(q.waiters) == 0 {
 		// Claimed ahead: answered at once, without a query.
 		n := min(want, len(q.ready))
@@ -186,10 +189,11 @@ func (g *Gateway) dispatch(r *run, q *queue) {
 			w.seen = true
 			demand += w.want
 		}
-		// Claim ahead by the last round's demand: the requests that arrive while this
-		// claim runs find their jobs waiting (q.ready) instead of waiting a round.
+		// Claim ahead by what the requests asked since the last claim (at least what
+		// waits now): the requests that arrive while this claim runs find their jobs
+		// waiting (q.ready) instead of waiting a round.
 		want := min(demand+q.ahead, g.opts.MaxClaimBatch)
-		q.ahead = demand
+		q.ahead, q.asked = max(demand, q.asked), 0
 		q.claims++
 		g.mu.Unlock()
 
