@@ -84,18 +84,7 @@ func TestServeServes(t *testing.T) {
 		}
 	}
 	post := func(path, auth, body string) (int, string) {
-		req, _ := http.NewRequest(http.MethodPost, "http://"+addr+path, strings.NewReader(body))
-		if auth != "" {
-			req.Header.Set("Authorization", "Bearer "+auth)
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		var b bytes.Buffer
-		_, _ = b.ReadFrom(res.Body)
-		return res.StatusCode, b.String()
+		return request(t, http.MethodPost, addr, path, auth, body)
 	}
 	if code, body := post("/v1/claim", "", `{"queue":"mail"}`); code != http.StatusUnauthorized {
 		t.Errorf("claim without the token: %d %s", code, body)
