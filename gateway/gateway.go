@@ -302,6 +302,9 @@ func New(client *skiplock.Client, opts Options) (*Gateway, error) {
 // the push targets' deliveries. Requests served before Start, or after Stop, answer
 // 503 unavailable. Ending ctx stops the gateway as Stop does.
 func (g *Gateway) Start(ctx context.Context) error {
+	if g == nil || g.mux == nil {
+		return errNotMade
+	}
 	if ctx == nil {
 		return &skiplock.ValidationError{Field: "ctx", Reason: "must not be nil"}
 	}
@@ -351,6 +354,12 @@ func (g *Gateway) Start(ctx context.Context) error {
 // reclaimer retries them) and the LISTEN connection closes. It waits for all of it
 // until ctx ends. Stop on a gateway that is not started returns nil.
 func (g *Gateway) Stop(ctx context.Context) error {
+	if g == nil || g.mux == nil {
+		return nil
+	}
+	if ctx == nil {
+		return &skiplock.ValidationError{Field: "ctx", Reason: "must not be nil"}
+	}
 	g.mu.Lock()
 	r := g.running
 	g.running = nil
@@ -386,7 +395,16 @@ func (g *Gateway) current() *run {
 }
 
 // ServeHTTP serves the routes of the package doc.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.mux.ServeHTTP(w, r) }
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if g == nil || g.mux == nil {
+		writeError(w, http.StatusServiceUnavailable, CodeUnavailable, "the gateway was not made with gateway.New", "")
+		return
+	}
+	g.mux.ServeHTTP(w, r)
+}
+
+// errNotMade is the error of a method called on a Gateway not made by New.
+var errNotMade = &skiplock.ValidationError{Field: "gateway", Reason: "not made with gateway.New"}
 
 // Stats are a gateway's counters since New.
 type Stats struct {
@@ -404,6 +422,9 @@ type Stats struct {
 
 // Stats returns the gateway's counters.
 func (g *Gateway) Stats() Stats {
+	if g == nil {
+		return Stats{}
+	}
 	s := Stats{ClaimStatements: g.stats.claims.Load(), Claimed: g.stats.claimed.Load(), GivenBack: g.stats.givenBack.Load(),
 		FinishStatements: g.stats.finishes.Load(), Finished: g.stats.finished.Load(), LeaseLost: g.stats.lost.Load()}
 	g.mu.Lock()

@@ -583,6 +583,20 @@ func TestNewRefusesBadOptions(t *testing.T) {
 	if _, err := gateway.New(nil, gateway.Options{Unauthenticated: true}); !errors.Is(err, skiplock.ErrInvalid) {
 		t.Errorf("nil client: %v", err)
 	}
+	// A nil or zero Gateway refuses, never panics.
+	for _, z := range []*gateway.Gateway{nil, {}} {
+		rec := httptest.NewRecorder()
+		z.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/claim", strings.NewReader(`{"queue":"a"}`)))
+		if rec.Code != 503 {
+			t.Errorf("zero gateway: %d", rec.Code)
+		}
+		if err := z.Start(context.Background()); !errors.Is(err, skiplock.ErrInvalid) {
+			t.Errorf("zero gateway's Start: %v", err)
+		}
+		if err := z.Stop(context.Background()); err != nil || z.Stats() != (gateway.Stats{}) {
+			t.Errorf("zero gateway's Stop and Stats: %v %+v", err, z.Stats())
+		}
+	}
 	// Not started: 503, not a hang or a panic.
 	g, err := gateway.New(c, gateway.Options{Unauthenticated: true})
 	if err != nil {
