@@ -114,7 +114,21 @@ func TestDashboardServes(t *testing.T) {
 // getPath GETs path from addr, with a bearer token unless auth is "".
 func getPath(t *testing.T, addr, path, auth string) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
+	return request(t, http.MethodGet, addr, path, auth, "")
+}
+
+// request sends body (none when "") to path on addr, with a bearer token unless auth
+// is "", and returns the status and the answer.
+func request(t *testing.T, method, addr, path, auth, body string) (int, string) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, _ := http.NewRequest(method, "http://"+addr+path, rd)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if auth != "" {
 		req.Header.Set("Authorization", "Bearer "+auth)
 	}
@@ -123,6 +137,6 @@ func getPath(t *testing.T, addr, path, auth string) (int, string) {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
-	body, _ := io.ReadAll(res.Body)
-	return res.StatusCode, string(body)
+	answer, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(answer)
 }

@@ -1,0 +1,347 @@
+package bench
+
+// G1: the HTTP worker gateway (package gateway) against the Go worker, at the same
+// concurrency and in the same run. Throughput: W5's pre-inserted jobs worked by
+// G1Workers in-process HTTP workers, each claiming one job at a time (a long poll)
+// and completing it with its own request, over real loopback TCP; judged against
+// W5 (the Go worker, W5Workers = G1Workers) of the same run. Pickup: jobs enqueued
+// at a steady rate, timed from the enqueue call to the moment the worker holds the
+// job — the decoded claim answer for an HTTP worker, the handler's start for a Go
+// worker — both measured here, one after the other, at the same rate.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/gateway"
+)
+
+// G1Workers is G1's concurrency, W5's.
+const G1Workers = W5Workers
+
+// g1Rate and g1Seconds shape G1's pickup measurement (scaled by Env.Scale).
+const (
+	g1Rate    = 200
+	g1Seconds = 5
+)
+
+// gatewayServer is a started gateway for schema, served on a loopback port.
+type gatewayServer struct {
+	gw     *gateway.Gateway
+	url    string
+	client *http.Client
+	stop   func()
+}
+
+func startGateway(ctx context.Context, e *Env, schema string) (*gatewayServer, error) {
+	pool, err := e.pool(ctx, 8)
+	if err != nil {
+		return nil, err
+	}
+	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	g, err := gateway.New(c, gateway.Options{Unauthenticated: true})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	if err := g.Start(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		_ = g.Stop(ctx)
+		pool.Close()
+		return nil, err
+	}
+	srv := &http.Server{Handler: g, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	tr := &http.Transport{MaxIdleConns: 4 * G1Workers, MaxIdleConnsPerHost: 4 * G1Workers, DisableCompression: true}
+	return &gatewayServer{gw: g, url: "http://" + ln.Addr().String(), client: &http.Client{Transport: tr}, stop: func() {
+		tr.CloseIdleConnections()
+		_ = srv.Close()
+		_ = g.Stop(context.WithoutCancel(ctx))
+		c.Close()
+		pool.Close()
+	}}, nil
+}
+
+// post sends one JSON request and decodes a 200 answer into out.
+func (s *gatewayServer) post(ctx context.Context, path string, in, out any) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.url+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("POST %s: %s: %s", path, resp.Status, raw)
+	}
+	return json.Unmarshal(raw, out)
+}
+
+// g1Procs and g1Slots shape G1's HTTP workers: g1Procs workers (processes, as
+// they would be deployed), each running up to g1Slots jobs at once, G1Workers in all.
+const (
+	g1Procs = 10
+	g1Slots = G1Workers / g1Procs
+)
+
+// httpWorkers runs g1Procs HTTP workers on s until ctx ends, each the way a worker
+// library in another language runs: it claims as many jobs as it has free slots
+// (waiting up to a second for one), runs each in a slot of its own (work), and
+// completes it with a request of its own (done is called once it is written). As in
+// the Go worker, whose executor hands a finished job's outcome to the completer and
+// takes the next job, a slot is free once its work returns: the completion's answer
+// (which only a lost lease would make a failure, with nothing left to undo) is not
+// waited for before the next claim.
+func httpWorkers(ctx context.Context, s *gatewayServer, work func(gateway.ClaimedJob), done func()) (wait func() error) {
+	var wg sync.WaitGroup
+	errs := make(chan error, G1Workers+g1Procs)
+	for range g1Procs {
+		wg.Go(func() {
+			slots := make(chan struct{}, g1Slots)
+			var jobs sync.WaitGroup
+			defer jobs.Wait()
+			for ctx.Err() == nil {
+				slots <- struct{}{} // one free slot, then every other free one
+				n := 1
+			fill:
+				for n < g1Slots {
+					select {
+					case slots <- struct{}{}:
+						n++
+					default:
+						break fill
+					}
+				}
+				var cr gateway.ClaimResponse
+				if err := s.post(ctx, "/v1/claim", gateway.ClaimRequest{Queue: skiplock.DefaultQueue, Limit: n, WaitMS: 1000}, &cr); err != nil {
+					if ctx.Err() == nil {
+						errs <- err
+					}
+					return
+				}
+				for range n - len(cr.Jobs) {
+					<-slots
+				}
+				for _, j := range cr.Jobs {
+					jobs.Go(func() {
+						work(j)
+						<-slots // the slot is free once the work is done, as a Go worker's
+						var fr gateway.FinishResponse
+						if err := s.post(context.WithoutCancel(ctx), "/v1/jobs/"+j.ID+"/complete", gateway.CompleteRequest{LeaseToken: j.LeaseToken}, &fr); err != nil {
+							errs <- err
+							return
+						}
+						if done != nil {
+							done()
+						}
+					})
+				}
+			}
+		})
+	}
+	return func() error {
+		wg.Wait()
+		close(errs)
+		var err error
+		for e := range errs {
+			err = errors.Join(err, e)
+		}
+		return err
+	}
+}
+
+func runG1(ctx context.Context, e *Env) (*Result, error) {
+	n := e.n(50000)
+	schema, err := e.schema(ctx, "bench_g1")
+	if err != nil {
+		return nil, err
+	}
+	if err := preinsert(ctx, e, schema, n); err != nil {
+		return nil, err
+	}
+	s, err := startGateway(ctx, e, schema)
+	if err != nil {
+		return nil, err
+	}
+	defer s.stop()
+	tr := newTracker(n)
+	var completed atomic.Int64
+	wctx, cancel := context.WithCancel(ctx)
+	stopProgress := e.progress("G1", n, completed.Load)
+	start := time.Now()
+	wait := httpWorkers(wctx, s, func(j gateway.ClaimedJob) { tr.count(j.Args) }, func() { completed.Add(1) })
+	for completed.Load() < int64(n) && ctx.Err() == nil {
+		<-time.After(time.Millisecond)
+	}
+	// Every completion is written: the waiting claims can go.
+	cancel()
+	if err := wait(); err != nil {
+		stopProgress()
+		return nil, fmt.Errorf("G1: %w", err)
+	}
+	elapsed := time.Since(start)
+	stopProgress()
+	verified, err := tr.verify(ctx, e.Pool, schema, n, false)
+	if err != nil {
+		return nil, fmt.Errorf("G1: %w", err)
+	}
+	r := &Result{Workload: "G1", N: n, Seconds: elapsed.Seconds(), JobsPerSec: float64(n) / elapsed.Seconds(),
+		Settings: e.Settings, Verified: verified, Extra: map[string]any{
+			"concurrency": fmt.Sprintf("%d HTTP workers of %d slots each (%d jobs running at once), claims of the free slots, one request per completion, sent as the job's work returns (W5: %d Go workers)", g1Procs, g1Slots, G1Workers, W5Workers),
+		}}
+	st := s.gw.Stats()
+	r.Extra["batches"] = fmt.Sprintf("%d claim statements (avg %.1f jobs; %d given back unasked), %d finishing statements (avg %.1f)",
+		st.ClaimStatements, float64(st.Claimed)/float64(max(st.ClaimStatements, 1)), st.GivenBack, st.FinishStatements, float64(st.Finished)/float64(max(st.FinishStatements, 1)))
+	if e.w5 > 0 {
+		r.Limit, r.Ratio = "W5", r.JobsPerSec/e.w5
+		r.Extra["overhead_per_job_us"] = fmt.Sprintf("%.1f (1/G1 − 1/W5, per job at this concurrency)", 1e6*(1/r.JobsPerSec-1/e.w5))
+	}
+	r.judgeBy("≥ 0.3 × W5 (same run)", func(x *Result) bool { return x.Limit == "W5" && x.Ratio >= 0.3 })
+
+	// Pickup: the gateway's, then the Go worker's, at the same rate.
+	total := max(int(g1Rate*g1Seconds*min(max(e.Scale, 0.1), 1)), 50)
+	gw, err := g1Pickup(ctx, e, "G1p", total, true)
+	if err != nil {
+		return nil, err
+	}
+	gw.fill(r)
+	goLat, err := g1Pickup(ctx, e, "G1g", total, false)
+	if err != nil {
+		return nil, err
+	}
+	var goRes Result
+	goLat.fill(&goRes)
+	r.Extra["pickup"] = fmt.Sprintf("%d jobs at %d/s, enqueue call → worker holds the job; gateway p50/p95/p99 %.2f/%.2f/%.2f ms, Go worker %.2f/%.2f/%.2f ms",
+		total, g1Rate, r.P50ms, r.P95ms, r.P99ms, goRes.P50ms, goRes.P95ms, goRes.P99ms)
+	return r, nil
+}
+
+// g1Pickup enqueues total jobs at g1Rate to workers waiting on a fresh schema —
+// G1Workers HTTP workers through a gateway (viaGateway), else a Go client with
+// G1Workers workers — and returns each job's time from the enqueue call to its
+// worker holding it.
+func g1Pickup(ctx context.Context, e *Env, name string, total int, viaGateway bool) (*latencies, error) {
+	schema, err := e.schema(ctx, "bench_"+name)
+	if err != nil {
+		return nil, err
+	}
+	begun := make([]atomic.Int64, total) // unix nanoseconds of each enqueue call, stored before the call
+	lat := &latencies{}
+	var held atomic.Int64
+	allHeld := make(chan struct{})
+	hold := func(payload []byte) {
+		i, ok := noopIndex(payload)
+		if !ok || i < 0 || i >= total {
+			return
+		}
+		lat.add(time.Duration(time.Now().UnixNano() - begun[i].Load()))
+		if held.Add(1) == int64(total) {
+			close(allHeld)
+		}
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wait func() error
+	if viaGateway {
+		s, err := startGateway(ctx, e, schema)
+		if err != nil {
+			return nil, err
+		}
+		defer s.stop()
+		wait = httpWorkers(wctx, s, func(j gateway.ClaimedJob) { hold(j.Args) }, nil)
+	} else {
+		pool, err := e.pool(ctx, 8)
+		if err != nil {
+			return nil, err
+		}
+		defer pool.Close()
+		ws := skiplock.NewWorkers()
+		if err := ws.AddHandler("noop", func(_ context.Context, j *skiplock.Job) error { hold(j.Payload); return nil }, nil); err != nil {
+			return nil, err
+		}
+		c, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema, Workers: ws,
+			Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: G1Workers}}})
+		if err != nil {
+			return nil, err
+		}
+		if err := c.Start(ctx); err != nil {
+			return nil, err
+		}
+		defer c.Stop(context.WithoutCancel(ctx))
+		if err := waitWarmed(ctx, name, c, 8); err != nil {
+			return nil, err
+		}
+	}
+	appPool, err := e.pool(ctx, 16)
+	if err != nil {
+		return nil, err
+	}
+	defer appPool.Close()
+	app, err := skiplock.NewClient(appPool, skiplock.Config{Schema: schema})
+	if err != nil {
+		return nil, err
+	}
+	defer app.Close()
+	// Every worker waits before the first job: the HTTP workers' first claims have
+	// run, the Go worker's warmer has prepared its statements.
+	<-time.After(500 * time.Millisecond)
+
+	tick := time.NewTicker(time.Second / g1Rate)
+	var wg sync.WaitGroup
+	var enqueueErr atomic.Pointer[error]
+	for i := range total {
+		<-tick.C
+		wg.Go(func() {
+			begun[i].Store(time.Now().UnixNano())
+			if _, err := app.Enqueue(ctx, noop{I: i}, nil); err != nil {
+				enqueueErr.CompareAndSwap(nil, &err)
+			}
+		})
+	}
+	tick.Stop()
+	wg.Wait()
+	if p := enqueueErr.Load(); p != nil {
+		return nil, fmt.Errorf("%s: enqueueing: %w", name, *p)
+	}
+	select {
+	case <-allHeld:
+	case <-time.After(30 * time.Second):
+		return nil, fmt.Errorf("%s: %d of %d jobs picked up", name, held.Load(), total)
+	}
+	cancel()
+	if wait != nil {
+		if err := wait(); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return lat, nil
+}
