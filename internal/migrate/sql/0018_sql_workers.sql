@@ -1,0 +1,381 @@
+-- skiplock schema, version 18: the SQL worker protocol, so that a worker in any language
+-- (or psql) can claim and finish jobs with the guarantees a Go worker has
+-- (docs/sql_workers.md):
+--
+--   SELECT * FROM {{schema}}.claim_jobs('mail', 'py-worker-1', n => 10, lease => '30 seconds');
+--   SELECT {{schema}}.heartbeat_job(id, lease_token, lease => '30 seconds');   -- renewed | busy | lost
+--   SELECT {{schema}}.complete_job(id, lease_token, output => '{"sent": true}');   -- succeeded | lost
+--   SELECT {{schema}}.fail_job(id, lease_token, 'smtp: 451');   -- pending (retry) | failed | lost
+--   SELECT {{schema}}.snooze_job(id, lease_token, interval '5 minutes');   -- pending | lost
+--   SELECT {{schema}}.cancel_job(id, lease_token, 'order withdrawn');   -- cancelled | lost
+--
+-- The statements are the Go runtime's, one job at a time: the claim is store.Claim
+-- (internal/store/lease.go) started at the index head — due pending jobs in
+-- priority, run_at, id order, FOR UPDATE SKIP LOCKED, one fresh token per claim, the
+-- pause and sequence checks, slot_of/slot_token cleared — and the outcomes are
+-- store.Finish's fenced UPDATE (internal/store/finish.go, finishUpdate), column for
+-- column: status, run_at, attempts, last_error, output, attempt_history (the same
+-- entry, kept to the newest 20), lease and worker cleared, updated_at. The triggers of
+-- flows, batches, unique keys and sequences fire on the same status changes. Go's
+-- TestSQLWorkerAgreesWithGo drives one job through each path and compares the rows.
+--
+-- Fencing: every outcome and heartbeat matches (id, lease_token), as Go's do. A call
+-- whose lease is gone changes nothing and returns 'lost' — a result, not an error —
+-- unless abort_if_lost is true, when it raises SK409 (lease_lost, migration 0004) and
+-- aborts the caller's transaction, exactly like Client.CompleteTx.
+--
+-- Text: an error text goes through Go's text policy (internal/safetext): PostgreSQL
+-- text is already valid UTF-8 without NUL, so what remains is the 16 KiB bound, cut
+-- at a character boundary with the same "… [truncated: N of M bytes shown]" marker.
+-- Refusals (a NULL id, an out-of-range delay, an output over 64 KiB, a bad queue name)
+-- are SQLSTATE 22023 with "skiplock: invalid <argument>: <reason>" and the argument in
+-- the error's column field, as enqueue (0005) reports them; nothing is written.
+--
+-- Limits (0012) are evaluated by the Go limited claim only. claim_jobs refuses, with
+-- SQLSTATE 0A000 (feature_not_supported) naming the limit, a queue a limit may govern:
+-- one with a queue limit, or — unless the claim names its kinds and none of them has a
+-- limit — any queue while some kind has one. This is the Go plain claim's own guard
+-- (store.unlimited), so no limit is ever exceeded by a SQL worker.
+--
+-- now: every function takes the statement's time from its last argument, NULL meaning
+-- the database's now(), as queue_depth (0015) does; it is there for clients and tests
+-- with an injected clock (the Go client passes its Config.Clock the same way). It grants
+-- nothing: the worker role may write these columns directly.
+--
+-- SECURITY INVOKER, search_path pinned, EXECUTE revoked from PUBLIC: the caller needs the
+-- worker role's grants (docs/roles.md), to which `skiplock roles sql` adds EXECUTE on
+-- these functions. The planner settings are the store's plan guard (planguard.go):
+-- index plans only, no JIT, whatever the statistics when PL/pgSQL cached the plan.
+
+CREATE FUNCTION {{schema}}.claim_jobs(
+  queue  text,
+  worker text,
+  n      integer   DEFAULT 1,
+  lease  interval  DEFAULT '30 seconds',
+  kinds  text[]    DEFAULT NULL,
+  now    timestamptz DEFAULT NULL)
+RETURNS TABLE (id uuid, kind text, args jsonb, attempt integer, max_attempts integer,
+               priority integer, run_at timestamptz, metadata jsonb, tags text[],
+               created_at timestamptz, lease_token uuid, lease_until timestamptz)
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER
+SET search_path = pg_catalog SET enable_seqscan = off SET enable_hashjoin = off
+SET enable_mergejoin = off SET jit = off AS $$
+DECLARE
+  q      CONSTANT text := claim_jobs.queue;
+  t      CONSTANT timestamptz := coalesce(claim_jobs.now, pg_catalog.now());
+  reason text;
+  lim    record;
+  us     numeric;
+BEGIN
+  -- queue: ident.ValidateQueue, as enqueue checks it.
+  IF q IS NULL OR q = '' THEN
+    reason := 'must not be empty';
+  ELSIF octet_length(q) > 63 THEN
+    reason := 'longer than 63 bytes';
+  ELSIF q ~ '^[0-9.-]' THEN
+    reason := 'must start with a letter or underscore';
+  ELSIF q ~ '[^A-Za-z0-9_.-]' THEN
+    reason := format('character %s not allowed (use letters, digits, _, - and .)',
+                     to_json(substring(q FROM '[^A-Za-z0-9_.-]')));
+  END IF;
+  IF reason IS NOT NULL THEN
+    RAISE EXCEPTION 'skiplock: invalid queue: name %: %', to_json(left(coalesce(q, ''), 100)), reason
+      USING ERRCODE = 'invalid_parameter_value', COLUMN = 'queue';
+  END IF;
+
+  -- worker: the name written to worker_id and the attempt history, like Config.ID.
+  IF worker IS NULL OR worker = '' THEN
+    reason := 'must not be empty';
+  ELSIF octet_length(worker) > 255 THEN
+    reason := 'longer than 255 bytes';
+  ELSIF worker ~ E'[\\x01-\\x1f\\x7f]' THEN
+    reason := 'contains a control character';
+  END IF;
+  IF reason IS NOT NULL THEN
+    RAISE EXCEPTION 'skiplock: invalid worker: %', reason
+      USING ERRCODE = 'invalid_parameter_value', COLUMN = 'worker';
+  END IF;
+
+  IF n IS NULL OR n NOT BETWEEN 1 AND 1000 THEN
+    RAISE EXCEPTION 'skiplock: invalid n: % is outside 1..1000', coalesce(n::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value', COLUMN = 'n';
+  END IF;
+
+  -- lease: Config.LeaseDuration's floor of 1s; at most MaxSchedule.
+  us := trunc(extract(epoch FROM lease) * 1000000);
+  IF us IS NULL OR us < 1000000 OR us > 315360000000000 THEN
+    RAISE EXCEPTION 'skiplock: invalid lease: % is outside 1 second..87600 hours', coalesce(lease::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value', COLUMN = 'lease';
+  END IF;
+
+  IF kinds IS NOT NULL AND (cardinality(kinds) = 0 OR array_position(kinds, NULL) IS NOT NULL) THEN
+    RAISE EXCEPTION 'skiplock: invalid kinds: must be NULL (every kind) or a non-empty array without NULLs'
+      USING ERRCODE = 'invalid_parameter_value', COLUMN = 'kinds';
+  END IF;
+
+  -- A limit this claim might have to honour: refuse, naming it.
+  SELECT l.scope, l.target, l.key INTO lim FROM {{schema}}.limits AS l
+  WHERE (l.scope = 'queue' AND l.target = q)
+     OR (l.scope = 'kind' AND (kinds IS NULL OR l.target = ANY(kinds)))
+  ORDER BY l.scope DESC, l.target, l.key LIMIT 1;
+  IF FOUND THEN
+    RAISE EXCEPTION 'skiplock: queue % cannot be claimed by a SQL worker: the % limit on % (key %) is evaluated by Go workers only',
+      to_json(q), lim.scope, to_json(lim.target), to_json(lim.key)
+      USING ERRCODE = 'feature_not_supported',
+            HINT = CASE WHEN lim.scope = 'kind' AND kinds IS NULL
+                        THEN 'pass kinds => ARRAY[...] without the limited kinds, or run a Go worker for this queue'
+                        ELSE 'run a Go worker for this queue, or remove the limit' END;
+  END IF;
+
+  -- A paused queue claims nothing.
+  IF EXISTS (SELECT 1 FROM {{schema}}.queues AS p WHERE p.name = q AND p.paused_at IS NOT NULL) THEN
+    RETURN;
+  END IF;
+
+  RETURN QUERY
+  WITH tok AS (SELECT gen_random_uuid() AS token),
+  claimed AS (
+    SELECT c.id FROM {{schema}}.jobs AS c
+    WHERE c.status = 'pending' AND c.queue = q AND c.run_at <= t
+      AND (kinds IS NULL OR c.kind = ANY(kinds))
+      AND (c.sequence_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM {{schema}}.jobs e
+        WHERE e.sequence_key = c.sequence_key AND e.id < c.id
+          AND e.status IN ('pending', 'running', 'failed')
+          AND (e.status <> 'failed' OR NOT e.sequence_skip_failed)))
+    ORDER BY c.priority DESC, c.run_at, c.id
+    LIMIT n
+    FOR UPDATE SKIP LOCKED
+  ),
+  u AS (
+    UPDATE {{schema}}.jobs AS j
+    SET status = 'running',
+        attempts = j.attempts + 1,
+        lease_until = t + us * interval '1 microsecond',
+        lease_token = tok.token,
+        worker_id = worker,
+        attempted_at = t,
+        updated_at = t,
+        slot_of = NULL, slot_token = NULL
+    FROM tok
+    WHERE j.id = ANY(ARRAY(SELECT c.id FROM claimed c))
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.priority, j.run_at,
+              j.metadata, j.tags, j.created_at, j.lease_token, j.lease_until
+  )
+  SELECT * FROM u ORDER BY u.priority DESC, u.run_at, u.id;
+END
+$$;
+
+COMMENT ON FUNCTION {{schema}}.claim_jobs(text, text, integer, interval, text[], timestamptz) IS
+  'skiplock: lease up to n due jobs of a queue (optionally of the given kinds) to a named worker under one fresh lease token, as the Go claim does. See docs/sql_workers.md.';
+
+CREATE FUNCTION {{schema}}.heartbeat_job(
+  job_id      uuid,
+  lease_token uuid,
+  lease       interval DEFAULT '30 seconds',
+  now         timestamptz DEFAULT NULL)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER
+SET search_path = pg_catalog SET enable_seqscan = off SET enable_hashjoin = off
+SET enable_mergejoin = off SET jit = off AS $$
+DECLARE
+  tok    CONSTANT uuid := heartbeat_job.lease_token;
+  t      CONSTANT timestamptz := coalesce(heartbeat_job.now, pg_catalog.now());
+  us     numeric;
+  margin interval;
+BEGIN
+  IF job_id IS NULL OR tok IS NULL THEN
+    RAISE EXCEPTION 'skiplock: invalid %: must not be NULL', CASE WHEN job_id IS NULL THEN 'job_id' ELSE 'lease_token' END
+      USING ERRCODE = 'invalid_parameter_value', COLUMN = CASE WHEN job_id IS NULL THEN 'job_id' ELSE 'lease_token' END;
+  END IF;
+  us := trunc(extract(epoch FROM lease) * 1000000);
+  IF us IS NULL OR us < 1000000 OR us > 315360000000000 THEN
+    RAISE EXCEPTION 'skiplock: invalid lease: % is outside 1 second..87600 hours', coalesce(lease::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value', COLUMN = 'lease';
+  END IF;
+  -- store.HeartbeatMargin: a lease with less than a tenth (at most a second) left is not
+  -- revived, so a limited claim that saw it expire cannot be contradicted.
+  margin := least(us / 10, 1000000) * interval '1 microsecond';
+
+  -- Never wait for the row: a job locked elsewhere (its outcome being written, a
+  -- transaction completing it still open) is reported busy, as Go's heartbeat skips it.
+  PERFORM 1 FROM {{schema}}.jobs AS j
+  WHERE j.id = job_id AND j.lease_token = tok AND j.lease_until > t + margin
+  FOR UPDATE OF j SKIP LOCKED;
+  IF NOT FOUND THEN
+    PERFORM 1 FROM {{schema}}.jobs AS j
+    WHERE j.id = job_id AND j.lease_token = tok AND j.lease_until > t + margin;
+    RETURN CASE WHEN FOUND THEN 'busy' ELSE 'lost' END;
+  END IF;
+  UPDATE {{schema}}.jobs AS j
+  SET lease_until = t + us * interval '1 microsecond', updated_at = t
+  WHERE j.id = job_id AND j.lease_token = tok;
+  RETURN 'renewed';
+END
+$$;
+
+COMMENT ON FUNCTION {{schema}}.heartbeat_job(uuid, uuid, interval, timestamptz) IS
+  'skiplock: extend a running job''s lease (the token never changes): renewed, busy (locked elsewhere: try again) or lost. See docs/sql_workers.md.';
+
+-- finish_job records one outcome under the job's lease: store.Finish for one job. The
+-- four functions below are its public forms; action is 'complete', 'retry', 'fail',
+-- 'snooze' or 'cancel' (store.Action). delay NULL on a retry means the default retry
+-- policy (ExponentialBackoff{}: 1s·2^(attempt−1) capped at 1h, plus up to 10% jitter).
+CREATE FUNCTION {{schema}}.finish_job(
+  job_id        uuid,
+  lease_token   uuid,
+  action        text,
+  delay         interval,
+  error         text,
+  output        jsonb,
+  abort_if_lost boolean,
+  now           timestamptz)
+RETURNS text
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER
+SET search_path = pg_catalog SET enable_seqscan = off SET enable_hashjoin = off
+SET enable_mergejoin = off SET jit = off AS $$
+DECLARE
+  tok      CONSTANT uuid := finish_job.lease_token;
+  act      CONSTANT text := finish_job.action;
+  t        CONSTANT timestamptz := coalesce(finish_job.now, pg_catalog.now());
+  delay_us bigint;
+  err      text := finish_job.error;
+  outp     CONSTANT jsonb := finish_job.output;
+  size     bigint;
+  total    bigint;
+  cut      integer;
+  b        bytea;
+  st       text;
+BEGIN
+  IF job_id IS NULL OR tok IS NULL THEN
+    RAISE EXCEPTION 'skiplock: invalid %: must not be NULL', CASE WHEN job_id IS NULL THEN 'job_id' ELSE 'lease_token' END
+      USING ERRCODE = 'invalid_parameter_value', COLUMN = CASE WHEN job_id IS NULL THEN 'job_id' ELSE 'lease_token' END;
+  END IF;
+  IF act IS NULL OR act NOT IN ('complete', 'retry', 'fail', 'snooze', 'cancel') THEN
+    RAISE EXCEPTION 'skiplock: invalid action: % is not complete, retry, fail, snooze or cancel', to_json(act)
+      USING ERRCODE = 'invalid_parameter_value', COLUMN = 'action';
+  END IF;
+
+  -- delay: 0..MaxSchedule (87600 hours). Go clamps a handler's delay; a SQL caller's is
+  -- an argument, refused rather than changed.
+  IF delay IS NOT NULL THEN
+    IF trunc(extract(epoch FROM delay) * 1000000) NOT BETWEEN 0 AND 315360000000000 THEN
+      RAISE EXCEPTION 'skiplock: invalid delay: % is outside 0..87600 hours', delay
+        USING ERRCODE = 'invalid_parameter_value', COLUMN = 'delay';
+    END IF;
+    delay_us := trunc(extract(epoch FROM delay) * 1000000);
+  ELSIF act = 'snooze' THEN
+    RAISE EXCEPTION 'skiplock: invalid delay: must not be NULL (use interval ''0'' to run again at once)'
+      USING ERRCODE = 'invalid_parameter_value', COLUMN = 'delay';
+  END IF;
+
+  -- output: SetOutput's limit, MaxOutputBytes, on the jsonb's text form.
+  IF outp IS NOT NULL THEN
+    size := octet_length(outp::text);
+    IF size > 65536 THEN
+      RAISE EXCEPTION 'skiplock: invalid output: % bytes exceeds the limit of 65536', size
+        USING ERRCODE = 'invalid_parameter_value', COLUMN = 'output';
+    END IF;
+  END IF;
+
+  -- error: safetext.Clean. Over 16 KiB it is cut at a character boundary and marked;
+  -- the marker's length is measured with the limit, as Go measures it.
+  err := nullif(err, '');
+  total := octet_length(err);
+  IF total > 16384 THEN
+    b := convert_to(err, 'UTF8');
+    cut := 16384 - octet_length(format('… [truncated: %s of %s bytes shown]', 16384, total));
+    WHILE cut > 0 AND (get_byte(b, cut) & 192) = 128 LOOP
+      cut := cut - 1;
+    END LOOP;
+    err := convert_from(substring(b FROM 1 FOR cut), 'UTF8') || format('… [truncated: %s of %s bytes shown]', cut, total);
+  END IF;
+
+  -- store.finishUpdate, for one outcome.
+  UPDATE {{schema}}.jobs AS j
+  SET status = (CASE act
+                  WHEN 'complete' THEN 'succeeded'
+                  WHEN 'fail' THEN 'failed'
+                  WHEN 'cancel' THEN 'cancelled'
+                  WHEN 'snooze' THEN 'pending'
+                  ELSE CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END
+                END)::{{schema}}.job_status,
+      run_at = CASE
+                 WHEN act = 'snooze' OR (act = 'retry' AND j.attempts < j.max_attempts)
+                 THEN t + coalesce(delay_us, (SELECT (d + floor(random() * 0.1 * d))::bigint
+                                              FROM (SELECT least(power(2, least(greatest(j.attempts, 1) - 1, 32)) * 1000000,
+                                                                 3600000000) AS d) x))
+                          * interval '1 microsecond'
+                 ELSE j.run_at
+               END,
+      attempts = CASE WHEN act = 'snooze' THEN j.attempts - 1 ELSE j.attempts END,
+      last_error = CASE WHEN act IN ('retry', 'fail', 'cancel') THEN err ELSE j.last_error END,
+      output = CASE WHEN act = 'complete' THEN outp ELSE j.output END,
+      attempt_history = CASE WHEN act = 'complete' THEN j.attempt_history
+                        ELSE jsonb_path_query_array(coalesce(j.attempt_history, '[]'::jsonb) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+                               'attempt', j.attempts, 'started_at', j.attempted_at, 'finished_at', t,
+                               'worker_id', j.worker_id, 'outcome', CASE act
+                                  WHEN 'fail' THEN 'failed' WHEN 'cancel' THEN 'cancelled' WHEN 'snooze' THEN 'snoozed'
+                                  ELSE CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'retried' END END,
+                               'error', err))),
+                             '$[last - 19 to last]') END,
+      lease_until = NULL,
+      lease_token = NULL,
+      worker_id = CASE WHEN act = 'complete' THEN j.worker_id END,
+      updated_at = t
+  WHERE j.id = job_id AND j.lease_token = tok
+  RETURNING j.status::text INTO st;
+  IF FOUND THEN
+    RETURN st;
+  END IF;
+  IF abort_if_lost THEN
+    PERFORM {{schema}}.lease_lost(job_id);
+  END IF;
+  RETURN 'lost';
+END
+$$;
+
+COMMENT ON FUNCTION {{schema}}.finish_job(uuid, uuid, text, interval, text, jsonb, boolean, timestamptz) IS
+  'skiplock: record one outcome of a running job under its lease (what complete_job, fail_job, snooze_job and cancel_job call). See docs/sql_workers.md.';
+
+-- The public forms. LANGUAGE sql without settings, so each call is inlined into a call
+-- of finish_job.
+CREATE FUNCTION {{schema}}.complete_job(job_id uuid, lease_token uuid, output jsonb DEFAULT NULL,
+                                        abort_if_lost boolean DEFAULT false, now timestamptz DEFAULT NULL)
+RETURNS text LANGUAGE sql VOLATILE SECURITY INVOKER AS $$
+  SELECT {{schema}}.finish_job($1, $2, 'complete', NULL, NULL, $3, $4, $5)
+$$;
+
+CREATE FUNCTION {{schema}}.fail_job(job_id uuid, lease_token uuid, error text, permanent boolean DEFAULT false,
+                                    delay interval DEFAULT NULL, now timestamptz DEFAULT NULL)
+RETURNS text LANGUAGE sql VOLATILE SECURITY INVOKER AS $$
+  SELECT {{schema}}.finish_job($1, $2, CASE WHEN $4 THEN 'fail' ELSE 'retry' END, $5, $3, NULL, false, $6)
+$$;
+
+CREATE FUNCTION {{schema}}.snooze_job(job_id uuid, lease_token uuid, delay interval, now timestamptz DEFAULT NULL)
+RETURNS text LANGUAGE sql VOLATILE SECURITY INVOKER AS $$
+  SELECT {{schema}}.finish_job($1, $2, 'snooze', $3, NULL, NULL, false, $4)
+$$;
+
+CREATE FUNCTION {{schema}}.cancel_job(job_id uuid, lease_token uuid, error text DEFAULT NULL, now timestamptz DEFAULT NULL)
+RETURNS text LANGUAGE sql VOLATILE SECURITY INVOKER AS $$
+  SELECT {{schema}}.finish_job($1, $2, 'cancel', NULL, $3, NULL, false, $4)
+$$;
+
+COMMENT ON FUNCTION {{schema}}.complete_job(uuid, uuid, jsonb, boolean, timestamptz) IS
+  'skiplock: mark a running job succeeded under its lease, in the caller''s transaction: succeeded, or lost (nothing written; abort_if_lost raises SK409 instead). See docs/sql_workers.md.';
+COMMENT ON FUNCTION {{schema}}.fail_job(uuid, uuid, text, boolean, interval, timestamptz) IS
+  'skiplock: record a failed attempt under the lease: pending (retried after delay, default the exponential backoff), failed (permanent, or attempts exhausted) or lost. See docs/sql_workers.md.';
+COMMENT ON FUNCTION {{schema}}.snooze_job(uuid, uuid, interval, timestamptz) IS
+  'skiplock: make a running job pending again after delay, giving back its attempt: pending or lost. See docs/sql_workers.md.';
+COMMENT ON FUNCTION {{schema}}.cancel_job(uuid, uuid, text, timestamptz) IS
+  'skiplock: cancel a running job under its lease: cancelled or lost. See docs/sql_workers.md.';
+
+-- The worker role's (RolesSQL grants EXECUTE); the owner always may.
+REVOKE ALL ON FUNCTION {{schema}}.claim_jobs(text, text, integer, interval, text[], timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {{schema}}.heartbeat_job(uuid, uuid, interval, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {{schema}}.finish_job(uuid, uuid, text, interval, text, jsonb, boolean, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {{schema}}.complete_job(uuid, uuid, jsonb, boolean, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {{schema}}.fail_job(uuid, uuid, text, boolean, interval, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {{schema}}.snooze_job(uuid, uuid, interval, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {{schema}}.cancel_job(uuid, uuid, text, timestamptz) FROM PUBLIC;
