@@ -284,3 +284,186 @@ func TestSQLWorkerAgreesWithGo(t *testing.T) {
 		}
 	})
 }
+
+// TestSQLClaim: claim order, run_at, n, kinds, pause, sequences, and the refusal of a
+// queue a limit may govern.
+func TestSQLClaim(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{})
+	enq := func(kind string, o skiplock.EnqueueOpts) string {
+		t.Helper()
+		o.Queue = "q"
+		r, err := e.client.EnqueueRaw(e.ctx, kind, []byte(`{}`), &o)
+		e.must(err)
+		return r.ID
+	}
+	later := enq("a", skiplock.EnqueueOpts{RunAt: t0.Add(time.Minute)})
+	low := enq("a", skiplock.EnqueueOpts{Priority: -1})
+	first := enq("a", skiplock.EnqueueOpts{})
+	second := enq("b", skiplock.EnqueueOpts{})
+	high := enq("b", skiplock.EnqueueOpts{Priority: 5})
+	seq1 := enq("c", skiplock.EnqueueOpts{Sequence: &skiplock.SequenceOpts{Key: "s"}})
+	seq2 := enq("c", skiplock.EnqueueOpts{Sequence: &skiplock.SequenceOpts{Key: "s"}, Priority: 9})
+
+	ids := func(cs []sqlClaimed) []string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, c.ID)
+		}
+		return out
+	}
+	check := func(what string, got []sqlClaimed, err error, want ...string) {
+		t.Helper()
+		e.must(err)
+		if g := strings.Join(ids(got), ","); g != strings.Join(want, ",") {
+			t.Errorf("%s claimed %s, want %s", what, g, strings.Join(want, ","))
+		}
+	}
+	e.must(e.client.QueuePause(e.ctx, "q"))
+	got, err := e.sqlClaim(e.pool, "q", 10, nil)
+	check("a paused queue", got, err)
+	e.must(e.client.QueueResume(e.ctx, "q"))
+
+	got, err = e.sqlClaim(e.pool, "q", 2, []string{"b"})
+	check("kinds b", got, err, high, second)
+	if got[0].Attempt != 1 || got[0].MaxAttempt != 8 || got[0].Token != got[1].Token || got[0].Kind != "b" ||
+		!got[0].LeaseUntil.Equal(t0.Add(30*time.Second)) || got[0].Priority != 5 {
+		t.Errorf("claimed row %+v", got[0])
+	}
+	// seq2 has the higher priority but waits for seq1; later is not due.
+	got, err = e.sqlClaim(e.pool, "q", 10, nil)
+	check("the rest", got, err, first, seq1, low)
+	got, err = e.sqlClaim(e.pool, "q", 10, nil)
+	check("with seq1 running", got, err)
+	if e.mustCall("complete_job", seq1, scalar[string](e, `SELECT lease_token::text FROM `+e.q("jobs")+` WHERE id = $1`, seq1), "") != "succeeded" {
+		t.Fatal("completing seq1")
+	}
+	got, err = e.sqlClaim(e.pool, "q", 10, nil)
+	check("after seq1", got, err, seq2)
+	e.clock.Advance(time.Minute)
+	got, err = e.sqlClaim(e.pool, "q", 10, nil)
+	check("after a minute", got, err, later)
+
+	// Limits: refused, naming the limit; a claim of kinds without one goes ahead.
+	e.must(e.client.LimitSet(e.ctx, skiplock.Limit{Kind: "a", MaxRunning: 1}))
+	enq("b", skiplock.EnqueueOpts{})
+	_, err = e.sqlClaim(e.pool, "q", 1, nil)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "0A000" || !strings.Contains(pgErr.Message, `kind limit on "a"`) {
+		t.Errorf("a claim while kind a has a limit: %v, want 0A000 naming it", err)
+	}
+	got, err = e.sqlClaim(e.pool, "q", 1, []string{"b"})
+	if err != nil || len(got) != 1 {
+		t.Errorf("claiming kind b alone while kind a has a limit: %v, %v", got, err)
+	}
+	_, err = e.sqlClaim(e.pool, "q", 1, []string{"a", "b"})
+	if !errors.As(err, &pgErr) || pgErr.Code != "0A000" {
+		t.Errorf("claiming kinds a and b: %v, want 0A000", err)
+	}
+	e.must(e.client.LimitSet(e.ctx, skiplock.Limit{Queue: "q", Key: skiplock.EachKey, Rate: 5, Per: time.Second}))
+	_, err = e.sqlClaim(e.pool, "q", 1, []string{"b"})
+	if !errors.As(err, &pgErr) || pgErr.Code != "0A000" || !strings.Contains(pgErr.Message, `queue limit on "q"`) {
+		t.Errorf("a claim of a limited queue: %v, want 0A000 naming the limit", err)
+	}
+}
+
+// TestSQLWorkerBadInput: every refused argument raises 22023 naming it, and writes
+// nothing.
+func TestSQLWorkerBadInput(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{})
+	r, err := e.client.EnqueueRaw(e.ctx, "k", []byte(`{}`), nil)
+	e.must(err)
+	c, err := e.sqlClaim(e.pool, skiplock.DefaultQueue, 1, nil)
+	e.must(err)
+	tok := c[0].Token
+	before := e.jobRow(r.ID)
+	big := `{"x": "` + strings.Repeat("a", 70000) + `"}`
+	cases := []struct {
+		sql    string
+		params []any
+		column string
+	}{
+		{`claim_jobs('', 'w')`, nil, "queue"},
+		{`claim_jobs('1q', 'w')`, nil, "queue"},
+		{`claim_jobs('default', '')`, nil, "worker"},
+		{`claim_jobs('default', E'w\n')`, nil, "worker"},
+		{`claim_jobs('default', 'w', n => 0)`, nil, "n"},
+		{`claim_jobs('default', 'w', n => 1001)`, nil, "n"},
+		{`claim_jobs('default', 'w', lease => '10 ms')`, nil, "lease"},
+		{`claim_jobs('default', 'w', kinds => '{}')`, nil, "kinds"},
+		{`heartbeat_job(NULL, $1::uuid)`, []any{tok}, "job_id"},
+		{`heartbeat_job($1::uuid, $2::uuid, lease => '0')`, []any{r.ID, tok}, "lease"},
+		{`complete_job($1::uuid, NULL)`, []any{r.ID}, "lease_token"},
+		{`complete_job($1::uuid, $2::uuid, $3::jsonb)`, []any{r.ID, tok, big}, "output"},
+		{`fail_job($1::uuid, $2::uuid, 'x', delay => '-1 second')`, []any{r.ID, tok}, "delay"},
+		{`snooze_job($1::uuid, $2::uuid, NULL)`, []any{r.ID, tok}, "delay"},
+		{`snooze_job($1::uuid, $2::uuid, '87601 hours')`, []any{r.ID, tok}, "delay"},
+		{`finish_job($1::uuid, $2::uuid, 'explode', NULL, NULL, NULL, false, NULL)`, []any{r.ID, tok}, "action"},
+	}
+	for _, tc := range cases {
+		_, err := e.pool.Exec(e.ctx, `SELECT * FROM `+e.q(tc.sql), tc.params...)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "22023" || pgErr.ColumnName != tc.column ||
+			!strings.HasPrefix(pgErr.Message, "skiplock: invalid "+tc.column) {
+			t.Errorf("%s: %v, want 22023 naming %s", tc.sql, err, tc.column)
+		}
+	}
+	if after := e.jobRow(r.ID); after != before {
+		t.Errorf("refused calls changed the job\nbefore: %s\n after: %s", before, after)
+	}
+	if n := scalar[int64](e, `SELECT count(*) FROM `+e.q("jobs")+` WHERE status = 'running'`); n != 1 {
+		t.Errorf("%d running jobs, want 1", n)
+	}
+}
+
+// TestSQLHeartbeat: a renewal extends the lease under the same token; a job locked by
+// another transaction is busy, not waited for; the default retry delay is Go's
+// default policy's.
+func TestSQLHeartbeat(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{})
+	r, err := e.client.EnqueueRaw(e.ctx, "k", []byte(`{}`), nil)
+	e.must(err)
+	c, err := e.sqlClaim(e.pool, skiplock.DefaultQueue, 1, nil)
+	e.must(err)
+	e.clock.Advance(10 * time.Second)
+	if got := e.mustCall("heartbeat_job", r.ID, c[0].Token, "lease => '1 minute'"); got != "renewed" {
+		t.Fatalf("heartbeat: %q", got)
+	}
+	var until time.Time
+	var token string
+	e.must(e.pool.QueryRow(e.ctx, `SELECT lease_until, lease_token::text FROM `+e.q("jobs")+` WHERE id = $1`, r.ID).Scan(&until, &token))
+	if !until.Equal(t0.Add(70*time.Second)) || token != c[0].Token {
+		t.Errorf("after the heartbeat: lease until %s under %s, want %s under %s", until, token, t0.Add(70*time.Second), c[0].Token)
+	}
+
+	tx, err := e.pool.Begin(e.ctx)
+	e.must(err)
+	defer tx.Rollback(e.ctx)
+	_, err = tx.Exec(e.ctx, `SELECT 1 FROM `+e.q("jobs")+` WHERE id = $1 FOR UPDATE`, r.ID)
+	e.must(err)
+	if got := e.mustCall("heartbeat_job", r.ID, c[0].Token, ""); got != "busy" {
+		t.Errorf("heartbeat of a locked job: %q, want busy", got)
+	}
+	e.must(tx.Rollback(e.ctx))
+
+	// The default retry delay: 1s·2^(attempt−1) plus up to 10%.
+	if got := e.mustCall("fail_job", r.ID, c[0].Token, "$3", "boom"); got != "pending" {
+		t.Fatalf("fail_job: %q", got)
+	}
+	for attempt := 2; attempt <= 4; attempt++ {
+		e.clock.Advance(time.Hour)
+		c, err = e.sqlClaim(e.pool, skiplock.DefaultQueue, 1, nil)
+		e.must(err)
+		if len(c) != 1 || c[0].Attempt != attempt {
+			t.Fatalf("attempt %d: claimed %+v", attempt, c)
+		}
+		e.mustCall("fail_job", r.ID, c[0].Token, "$3", "boom")
+		delay := scalar[time.Time](e, `SELECT run_at FROM `+e.q("jobs")+` WHERE id = $1`, r.ID).Sub(e.clock.Now())
+		base := time.Second << (attempt - 1)
+		if delay < base || delay > base+base/10 {
+			t.Errorf("attempt %d: retried after %s, want %s plus up to 10%%", attempt, delay, base)
+		}
+	}
+}
