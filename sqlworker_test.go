@@ -142,8 +142,9 @@ func TestSQLWorkerAgreesWithGo(t *testing.T) {
 		})
 	}
 
-	// A lease lost to the reclaimer and the job claimed again: the first worker's
-	// completion and heartbeat change nothing, the second worker's completion counts.
+	// A lease lost to the reclaimer (Go's, reclaim_jobs) and the job claimed again: the
+	// first worker's completion and heartbeat change nothing, the second worker's
+	// completion counts.
 	t.Run("lease loss and a stale completion", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t, skiplock.Config{})
@@ -181,8 +182,10 @@ func TestSQLWorkerAgreesWithGo(t *testing.T) {
 		if got := e.mustCall("heartbeat_job", sqlJob.ID, c1[0].Token, ""); got != "lost" {
 			t.Errorf("a heartbeat after the lease ran out returned %q, want lost", got)
 		}
-		_, err = m.Reclaim(e.ctx)
-		e.must(err)
+		// The SQL path's reclaimer, with the delay the Go path's retry policy gave.
+		if n := scalar[int](e, `SELECT `+e.q("reclaim_jobs")+`('agree', delay => '1 second', now => $1)`, e.clock.Now()); n != 1 {
+			t.Errorf("reclaim_jobs reclaimed %d jobs, want 1", n)
+		}
 		e.clock.Advance(2 * time.Second)
 		c2, err := e.sqlClaim(e.pool, "agree", 1, nil)
 		e.must(err)
@@ -465,5 +468,84 @@ func TestSQLHeartbeat(t *testing.T) {
 		if delay < base || delay > base+base/10 {
 			t.Errorf("attempt %d: retried after %s, want %s plus up to 10%%", attempt, delay, base)
 		}
+	}
+}
+
+// TestSQLReclaim: reclaim_jobs returns expired leases to the queue after the default
+// retry delay, fails them at max_attempts, skips a locked job and leaves live leases.
+func TestSQLReclaim(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{})
+	retried, err := e.client.EnqueueRaw(e.ctx, "k", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "r"})
+	e.must(err)
+	failed, err := e.client.EnqueueRaw(e.ctx, "k", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "r", MaxAttempts: 1})
+	e.must(err)
+	locked, err := e.client.EnqueueRaw(e.ctx, "k", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "r"})
+	e.must(err)
+	_, err = e.sqlClaim(e.pool, "r", 3, nil)
+	e.must(err)
+	live, err := e.client.EnqueueRaw(e.ctx, "k", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "r"})
+	e.must(err)
+	e.clock.Advance(20 * time.Second)
+	_, err = e.sqlClaim(e.pool, "r", 1, nil)
+	e.must(err)
+	e.clock.Advance(11 * time.Second)
+
+	tx, err := e.pool.Begin(e.ctx)
+	e.must(err)
+	defer tx.Rollback(e.ctx)
+	_, err = tx.Exec(e.ctx, `SELECT 1 FROM `+e.q("jobs")+` WHERE id = $1 FOR UPDATE`, locked.ID)
+	e.must(err)
+	if n := scalar[int](e, `SELECT `+e.q("reclaim_jobs")+`(now => $1)`, e.clock.Now()); n != 2 {
+		t.Errorf("reclaim_jobs reclaimed %d, want 2", n)
+	}
+	e.must(tx.Rollback(e.ctx))
+	state := func(id string) (st string, delay time.Duration, lastErr string) {
+		var runAt time.Time
+		var le *string
+		e.must(e.pool.QueryRow(e.ctx, `SELECT status::text, run_at, last_error FROM `+e.q("jobs")+` WHERE id = $1`, id).Scan(&st, &runAt, &le))
+		if le != nil {
+			lastErr = *le
+		}
+		return st, runAt.Sub(e.clock.Now()), lastErr
+	}
+	if st, d, le := state(retried.ID); st != "pending" || d < time.Second || d > 1100*time.Millisecond ||
+		le != "lease expired on worker "+sqlWorkerID+" (attempt 1)" {
+		t.Errorf("the reclaimed job: %s after %s, %q", st, d, le)
+	}
+	if st, _, _ := state(failed.ID); st != "failed" {
+		t.Errorf("the job at max_attempts is %s, want failed", st)
+	}
+	if st, _, _ := state(locked.ID); st != "running" {
+		t.Errorf("the locked job is %s, want still running (skipped)", st)
+	}
+	if st, _, _ := state(live.ID); st != "running" {
+		t.Errorf("the job with a live lease is %s, want running", st)
+	}
+	if n := scalar[int](e, `SELECT `+e.q("reclaim_jobs")+`(now => $1)`, e.clock.Now()); n != 1 {
+		t.Errorf("the second pass reclaimed %d, want the once-locked job", n)
+	}
+}
+
+// TestSQLWorkerPartitioned: the functions work unchanged in the partitioned layout.
+func TestSQLWorkerPartitioned(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{})
+	e.partition(skiplock.PartitionOpts{Premake: 2})
+	r, err := e.client.EnqueueRaw(e.ctx, "k", []byte(`{}`), nil)
+	e.must(err)
+	c, err := e.sqlClaim(e.pool, skiplock.DefaultQueue, 5, nil)
+	e.must(err)
+	if len(c) != 1 || c[0].ID != r.ID {
+		t.Fatalf("claimed %+v", c)
+	}
+	if got := e.mustCall("heartbeat_job", r.ID, c[0].Token, ""); got != "renewed" {
+		t.Errorf("heartbeat: %q", got)
+	}
+	if got := e.mustCall("complete_job", r.ID, c[0].Token, "$3", `{"ok": true}`); got != "succeeded" {
+		t.Errorf("complete: %q", got)
+	}
+	if got := e.mustCall("cancel_job", r.ID, c[0].Token, ""); got != "lost" {
+		t.Errorf("a second outcome: %q, want lost", got)
 	}
 }

@@ -114,5 +114,6 @@ func sqlWorkerFunctions(t func(string) string) []string {
 		t("fail_job") + "(uuid, uuid, text, boolean, interval, timestamptz)",
 		t("snooze_job") + "(uuid, uuid, interval, timestamptz)",
 		t("cancel_job") + "(uuid, uuid, text, timestamptz)",
+		t("reclaim_jobs") + "(text, integer, interval, timestamptz)",
 	}
 }

@@ -371,6 +371,74 @@ COMMENT ON FUNCTION {{schema}}.snooze_job(uuid, uuid, interval, timestamptz) IS
 COMMENT ON FUNCTION {{schema}}.cancel_job(uuid, uuid, text, timestamptz) IS
   'skiplock: cancel a running job under its lease: cancelled or lost. See docs/sql_workers.md.';
 
+-- reclaim_jobs is the reclaimer (internal/store/reclaim.go, maint.Reclaimer) for
+-- deployments without a running Go client: up to n running jobs (of queue, or of every
+-- queue) whose lease ran out go back to pending after delay (NULL: the default retry
+-- policy, as fail_job), or to failed at max_attempts, with the Go reclaimer's error text
+-- and history entry. Fenced by the lease still being expired under the same token; a
+-- job locked elsewhere is skipped, not waited for. Returns how many it reclaimed.
+CREATE FUNCTION {{schema}}.reclaim_jobs(
+  queue text     DEFAULT NULL,
+  n     integer  DEFAULT 100,
+  delay interval DEFAULT NULL,
+  now   timestamptz DEFAULT NULL)
+RETURNS integer
+LANGUAGE plpgsql VOLATILE SECURITY INVOKER
+SET search_path = pg_catalog SET enable_seqscan = off SET enable_hashjoin = off
+SET enable_mergejoin = off SET jit = off AS $$
+DECLARE
+  q        CONSTANT text := reclaim_jobs.queue;
+  t        CONSTANT timestamptz := coalesce(reclaim_jobs.now, pg_catalog.now());
+  delay_us bigint;
+  done     integer;
+BEGIN
+  IF n IS NULL OR n NOT BETWEEN 1 AND 10000 THEN
+    RAISE EXCEPTION 'skiplock: invalid n: % is outside 1..10000', coalesce(n::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value', COLUMN = 'n';
+  END IF;
+  IF delay IS NOT NULL THEN
+    IF trunc(extract(epoch FROM delay) * 1000000) NOT BETWEEN 0 AND 315360000000000 THEN
+      RAISE EXCEPTION 'skiplock: invalid delay: % is outside 0..87600 hours', delay
+        USING ERRCODE = 'invalid_parameter_value', COLUMN = 'delay';
+    END IF;
+    delay_us := trunc(extract(epoch FROM delay) * 1000000);
+  END IF;
+
+  WITH r AS MATERIALIZED (
+    SELECT x.id FROM {{schema}}.jobs AS x
+    WHERE x.status = 'running' AND x.lease_until < t AND (q IS NULL OR x.queue = q)
+    ORDER BY x.lease_until
+    LIMIT n
+    FOR UPDATE OF x SKIP LOCKED
+  ), u AS (
+    UPDATE {{schema}}.jobs AS j
+    SET status = (CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END)::{{schema}}.job_status,
+        run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at
+                      ELSE t + coalesce(delay_us, (SELECT (d + floor(random() * 0.1 * d))::bigint
+                                                  FROM (SELECT least(power(2, least(greatest(j.attempts, 1) - 1, 32)) * 1000000,
+                                                                     3600000000) AS d) x))
+                               * interval '1 microsecond' END,
+        last_error = 'lease expired on worker ' || coalesce(j.worker_id, '?') || ' (attempt ' || j.attempts || ')',
+        attempt_history = jsonb_path_query_array(coalesce(j.attempt_history, '[]'::jsonb) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+                            'attempt', j.attempts, 'started_at', j.attempted_at, 'finished_at', t,
+                            'worker_id', j.worker_id, 'outcome', 'lease_expired', 'error', 'lease expired'))),
+                          '$[last - 19 to last]'),
+        lease_until = NULL,
+        lease_token = NULL,
+        worker_id = NULL,
+        updated_at = t
+    FROM r
+    WHERE j.id = r.id AND j.lease_until < t
+    RETURNING j.id
+  )
+  SELECT count(*) INTO done FROM u;
+  RETURN done;
+END
+$$;
+
+COMMENT ON FUNCTION {{schema}}.reclaim_jobs(text, integer, interval, timestamptz) IS
+  'skiplock: return running jobs whose lease ran out to the queue (or fail them at max_attempts), as the Go reclaimer does. See docs/sql_workers.md.';
+
 -- The worker role's (RolesSQL grants EXECUTE); the owner always may.
 REVOKE ALL ON FUNCTION {{schema}}.claim_jobs(text, text, integer, interval, text[], timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION {{schema}}.heartbeat_job(uuid, uuid, interval, timestamptz) FROM PUBLIC;
@@ -379,3 +447,4 @@ REVOKE ALL ON FUNCTION {{schema}}.complete_job(uuid, uuid, jsonb, boolean, times
 REVOKE ALL ON FUNCTION {{schema}}.fail_job(uuid, uuid, text, boolean, interval, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION {{schema}}.snooze_job(uuid, uuid, interval, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION {{schema}}.cancel_job(uuid, uuid, text, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {{schema}}.reclaim_jobs(text, integer, interval, timestamptz) FROM PUBLIC;
