@@ -402,7 +402,10 @@ func TestSQLWorkerBadInput(t *testing.T) {
 		{`fail_job($1::uuid, $2::uuid, 'x', delay => '-1 second')`, []any{r.ID, tok}, "delay"},
 		{`snooze_job($1::uuid, $2::uuid, NULL)`, []any{r.ID, tok}, "delay"},
 		{`snooze_job($1::uuid, $2::uuid, '87601 hours')`, []any{r.ID, tok}, "delay"},
-		{`finish_job($1::uuid, $2::uuid, 'explode', NULL, NULL, NULL, false, NULL)`, []any{r.ID, tok}, "action"},
+		{`finish_jobs(ARRAY[$1::uuid], ARRAY[$2::uuid], '{explode}', '{NULL}', '{NULL}', '{NULL}')`, []any{r.ID, tok}, "action"},
+		{`finish_jobs(ARRAY[$1::uuid], ARRAY[$2::uuid], '{complete,complete}', '{NULL}', '{NULL}', '{NULL}')`, []any{r.ID, tok}, "job_ids"},
+		{`finish_jobs('{}', '{}', '{}', '{}', '{}', '{}')`, nil, "job_ids"},
+		{`finish_jobs(ARRAY[$1::uuid, $1::uuid], ARRAY[$2::uuid, NULL], '{complete,complete}', '{NULL,NULL}', '{NULL,NULL}', '{NULL,NULL}')`, []any{r.ID, tok}, "lease_token"},
 	}
 	for _, tc := range cases {
 		_, err := e.pool.Exec(e.ctx, `SELECT * FROM `+e.q(tc.sql), tc.params...)
@@ -547,5 +550,45 @@ func TestSQLWorkerPartitioned(t *testing.T) {
 	}
 	if got := e.mustCall("cancel_job", r.ID, c[0].Token, ""); got != "lost" {
 		t.Errorf("a second outcome: %q, want lost", got)
+	}
+}
+
+// TestSQLFinishBatch: finish_jobs records many outcomes at once, one result per
+// outcome in their order, a stale one among them changing nothing.
+func TestSQLFinishBatch(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{})
+	var ids []string
+	for range 4 {
+		r, err := e.client.EnqueueRaw(e.ctx, "k", []byte(`{}`), nil)
+		e.must(err)
+		ids = append(ids, r.ID)
+	}
+	c, err := e.sqlClaim(e.pool, skiplock.DefaultQueue, 4, nil)
+	e.must(err)
+	if len(c) != 4 {
+		t.Fatalf("claimed %d", len(c))
+	}
+	tok := c[0].Token
+	stale := "00000000-0000-4000-8000-000000000000"
+	rows, err := e.pool.Query(e.ctx, `SELECT job_id::text, status FROM `+e.q("finish_jobs")+`($1, $2,
+  '{complete,retry,cancel,snooze}', '{NULL,"1 minute",NULL,"2 minutes"}', '{NULL,boom,gone,NULL}', '{"{\"a\": 1}",NULL,NULL,NULL}', $3)`,
+		[]string{ids[3], ids[1], ids[2], ids[0]}, []string{tok, tok, stale, tok}, e.clock.Now())
+	e.must(err)
+	type res struct{ ID, Status string }
+	got, err := pgx.CollectRows(rows, pgx.RowToStructByPos[res])
+	e.must(err)
+	want := []res{{ids[3], "succeeded"}, {ids[1], "pending"}, {ids[2], "lost"}, {ids[0], "pending"}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("finish_jobs returned %v, want %v", got, want)
+	}
+	if st := scalar[string](e, `SELECT status::text FROM `+e.q("jobs")+` WHERE id = $1`, ids[2]); st != "running" {
+		t.Errorf("the stale outcome's job is %s, want still running", st)
+	}
+	if out := scalar[string](e, `SELECT output::text FROM `+e.q("jobs")+` WHERE id = $1`, ids[3]); out != `{"a": 1}` {
+		t.Errorf("output %s", out)
+	}
+	if le := scalar[string](e, `SELECT last_error FROM `+e.q("jobs")+` WHERE id = $1`, ids[1]); le != "boom" {
+		t.Errorf("last_error %q", le)
 	}
 }

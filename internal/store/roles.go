@@ -109,7 +109,7 @@ func sqlWorkerFunctions(t func(string) string) []string {
 	return []string{
 		t("claim_jobs") + "(text, text, integer, interval, text[], timestamptz)",
 		t("heartbeat_job") + "(uuid, uuid, interval, timestamptz)",
-		t("finish_job") + "(uuid, uuid, text, interval, text, jsonb, boolean, timestamptz)",
+		t("finish_jobs") + "(uuid[], uuid[], text[], interval[], text[], jsonb[], timestamptz)",
 		t("complete_job") + "(uuid, uuid, jsonb, boolean, timestamptz)",
 		t("fail_job") + "(uuid, uuid, text, boolean, interval, timestamptz)",
 		t("snooze_job") + "(uuid, uuid, interval, timestamptz)",

@@ -217,149 +217,180 @@ $$;
 COMMENT ON FUNCTION {{schema}}.heartbeat_job(uuid, uuid, interval, timestamptz) IS
   'skiplock: extend a running job''s lease (the token never changes): renewed, busy (locked elsewhere: try again) or lost. See docs/sql_workers.md.';
 
--- finish_job records one outcome under the job's lease: store.Finish for one job. The
--- four functions below are its public forms; action is 'complete', 'retry', 'fail',
--- 'snooze' or 'cancel' (store.Action). delay NULL on a retry means the default retry
--- policy (ExponentialBackoff{}: 1s·2^(attempt−1) capped at 1h, plus up to 10% jitter).
-CREATE FUNCTION {{schema}}.finish_job(
-  job_id        uuid,
-  lease_token   uuid,
-  action        text,
-  delay         interval,
-  error         text,
-  output        jsonb,
-  abort_if_lost boolean,
-  now           timestamptz)
-RETURNS text
+-- finish_jobs records outcomes under their jobs' leases: store.Finish. The four
+-- single-job functions below are its public forms; a worker with many jobs in flight
+-- batches its outcomes into one call, as Go's completer does. The arrays are one
+-- outcome per position: action is 'complete', 'retry', 'fail', 'snooze' or 'cancel'
+-- (store.Action); delay NULL on a retry means the default retry policy
+-- (ExponentialBackoff{}: 1s·2^(attempt−1) capped at 1h, plus up to 10% jitter). It
+-- returns one row per outcome, in their order: the job's new status, or 'lost'.
+CREATE FUNCTION {{schema}}.finish_jobs(
+  job_ids       uuid[],
+  lease_tokens  uuid[],
+  actions       text[],
+  delays        interval[],
+  errors        text[],
+  outputs       jsonb[],
+  now           timestamptz DEFAULT NULL)
+RETURNS TABLE (job_id uuid, status text)
 LANGUAGE plpgsql VOLATILE SECURITY INVOKER
 SET search_path = pg_catalog SET enable_seqscan = off SET enable_hashjoin = off
 SET enable_mergejoin = off SET jit = off AS $$
 DECLARE
-  tok      CONSTANT uuid := finish_job.lease_token;
-  act      CONSTANT text := finish_job.action;
-  t        CONSTANT timestamptz := coalesce(finish_job.now, pg_catalog.now());
-  delay_us bigint;
-  err      text := finish_job.error;
-  outp     CONSTANT jsonb := finish_job.output;
-  size     bigint;
-  total    bigint;
-  cut      integer;
-  b        bytea;
-  st       text;
+  t     CONSTANT timestamptz := coalesce(finish_jobs.now, pg_catalog.now());
+  k     CONSTANT integer := coalesce(cardinality(job_ids), 0);
+  us    bigint[] := array_fill(NULL::bigint, ARRAY[k]);
+  errs  text[] := array_fill(NULL::text, ARRAY[k]);
+  at    text;
+  e     text;
+  size  bigint;
+  total bigint;
+  cut   integer;
+  b     bytea;
 BEGIN
-  IF job_id IS NULL OR tok IS NULL THEN
-    RAISE EXCEPTION 'skiplock: invalid %: must not be NULL', CASE WHEN job_id IS NULL THEN 'job_id' ELSE 'lease_token' END
-      USING ERRCODE = 'invalid_parameter_value', COLUMN = CASE WHEN job_id IS NULL THEN 'job_id' ELSE 'lease_token' END;
+  IF k = 0 OR k > 10000 THEN
+    RAISE EXCEPTION 'skiplock: invalid job_ids: % outcomes; give 1..10000', k
+      USING ERRCODE = 'invalid_parameter_value', COLUMN = 'job_ids';
   END IF;
-  IF act IS NULL OR act NOT IN ('complete', 'retry', 'fail', 'snooze', 'cancel') THEN
-    RAISE EXCEPTION 'skiplock: invalid action: % is not complete, retry, fail, snooze or cancel', to_json(act)
-      USING ERRCODE = 'invalid_parameter_value', COLUMN = 'action';
+  IF coalesce(cardinality(lease_tokens), -1) <> k OR coalesce(cardinality(actions), -1) <> k
+     OR coalesce(cardinality(delays), -1) <> k OR coalesce(cardinality(errors), -1) <> k
+     OR coalesce(cardinality(outputs), -1) <> k THEN
+    RAISE EXCEPTION 'skiplock: invalid job_ids: the arrays must have one element per outcome (% job ids)', k
+      USING ERRCODE = 'invalid_parameter_value', COLUMN = 'job_ids';
   END IF;
+  FOR i IN 1..k LOOP
+    at := CASE WHEN k > 1 THEN format(' (outcome %s)', i) ELSE '' END;
+    IF job_ids[i] IS NULL OR lease_tokens[i] IS NULL THEN
+      RAISE EXCEPTION 'skiplock: invalid %: must not be NULL%', CASE WHEN job_ids[i] IS NULL THEN 'job_id' ELSE 'lease_token' END, at
+        USING ERRCODE = 'invalid_parameter_value', COLUMN = CASE WHEN job_ids[i] IS NULL THEN 'job_id' ELSE 'lease_token' END;
+    END IF;
+    IF actions[i] IS NULL OR actions[i] NOT IN ('complete', 'retry', 'fail', 'snooze', 'cancel') THEN
+      RAISE EXCEPTION 'skiplock: invalid action: % is not complete, retry, fail, snooze or cancel%', to_json(actions[i]), at
+        USING ERRCODE = 'invalid_parameter_value', COLUMN = 'action';
+    END IF;
 
-  -- delay: 0..MaxSchedule (87600 hours). Go clamps a handler's delay; a SQL caller's is
-  -- an argument, refused rather than changed.
-  IF delay IS NOT NULL THEN
-    IF trunc(extract(epoch FROM delay) * 1000000) NOT BETWEEN 0 AND 315360000000000 THEN
-      RAISE EXCEPTION 'skiplock: invalid delay: % is outside 0..87600 hours', delay
+    -- delay: 0..MaxSchedule (87600 hours). Go clamps a handler's delay; a SQL caller's
+    -- is an argument, refused rather than changed.
+    IF delays[i] IS NOT NULL THEN
+      us[i] := trunc(extract(epoch FROM delays[i]) * 1000000);
+      IF us[i] NOT BETWEEN 0 AND 315360000000000 THEN
+        RAISE EXCEPTION 'skiplock: invalid delay: % is outside 0..87600 hours%', delays[i], at
+          USING ERRCODE = 'invalid_parameter_value', COLUMN = 'delay';
+      END IF;
+    ELSIF actions[i] = 'snooze' THEN
+      RAISE EXCEPTION 'skiplock: invalid delay: must not be NULL (use interval ''0'' to run again at once)%', at
         USING ERRCODE = 'invalid_parameter_value', COLUMN = 'delay';
     END IF;
-    delay_us := trunc(extract(epoch FROM delay) * 1000000);
-  ELSIF act = 'snooze' THEN
-    RAISE EXCEPTION 'skiplock: invalid delay: must not be NULL (use interval ''0'' to run again at once)'
-      USING ERRCODE = 'invalid_parameter_value', COLUMN = 'delay';
-  END IF;
 
-  -- output: SetOutput's limit, MaxOutputBytes, on the jsonb's text form.
-  IF outp IS NOT NULL THEN
-    size := octet_length(outp::text);
+    -- output: SetOutput's limit, MaxOutputBytes, on the jsonb's text form.
+    size := octet_length(outputs[i]::text);
     IF size > 65536 THEN
-      RAISE EXCEPTION 'skiplock: invalid output: % bytes exceeds the limit of 65536', size
+      RAISE EXCEPTION 'skiplock: invalid output: % bytes exceeds the limit of 65536%', size, at
         USING ERRCODE = 'invalid_parameter_value', COLUMN = 'output';
     END IF;
-  END IF;
 
-  -- error: safetext.Clean. Over 16 KiB it is cut at a character boundary and marked;
-  -- the marker's length is measured with the limit, as Go measures it.
-  err := nullif(err, '');
-  total := octet_length(err);
-  IF total > 16384 THEN
-    b := convert_to(err, 'UTF8');
-    cut := 16384 - octet_length(format('… [truncated: %s of %s bytes shown]', 16384, total));
-    WHILE cut > 0 AND (get_byte(b, cut) & 192) = 128 LOOP
-      cut := cut - 1;
-    END LOOP;
-    err := convert_from(substring(b FROM 1 FOR cut), 'UTF8') || format('… [truncated: %s of %s bytes shown]', cut, total);
-  END IF;
+    -- error: safetext.Clean. Over 16 KiB it is cut at a character boundary and
+    -- marked; the marker's length is measured with the limit, as Go measures it.
+    e := nullif(errors[i], '');
+    total := octet_length(e);
+    IF total > 16384 THEN
+      b := convert_to(e, 'UTF8');
+      cut := 16384 - octet_length(format('… [truncated: %s of %s bytes shown]', 16384, total));
+      WHILE cut > 0 AND (get_byte(b, cut) & 192) = 128 LOOP
+        cut := cut - 1;
+      END LOOP;
+      e := convert_from(substring(b FROM 1 FOR cut), 'UTF8') || format('… [truncated: %s of %s bytes shown]', cut, total);
+    END IF;
+    errs[i] := e;
+  END LOOP;
 
-  -- store.finishUpdate, for one outcome.
-  UPDATE {{schema}}.jobs AS j
-  SET status = (CASE act
-                  WHEN 'complete' THEN 'succeeded'
-                  WHEN 'fail' THEN 'failed'
-                  WHEN 'cancel' THEN 'cancelled'
-                  WHEN 'snooze' THEN 'pending'
-                  ELSE CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END
-                END)::{{schema}}.job_status,
-      run_at = CASE
-                 WHEN act = 'snooze' OR (act = 'retry' AND j.attempts < j.max_attempts)
-                 THEN t + coalesce(delay_us, (SELECT (d + floor(random() * 0.1 * d))::bigint
-                                              FROM (SELECT least(power(2, least(greatest(j.attempts, 1) - 1, 32)) * 1000000,
-                                                                 3600000000) AS d) x))
-                          * interval '1 microsecond'
-                 ELSE j.run_at
-               END,
-      attempts = CASE WHEN act = 'snooze' THEN j.attempts - 1 ELSE j.attempts END,
-      last_error = CASE WHEN act IN ('retry', 'fail', 'cancel') THEN err ELSE j.last_error END,
-      output = CASE WHEN act = 'complete' THEN outp ELSE j.output END,
-      attempt_history = CASE WHEN act = 'complete' THEN j.attempt_history
-                        ELSE jsonb_path_query_array(coalesce(j.attempt_history, '[]'::jsonb) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
-                               'attempt', j.attempts, 'started_at', j.attempted_at, 'finished_at', t,
-                               'worker_id', j.worker_id, 'outcome', CASE act
-                                  WHEN 'fail' THEN 'failed' WHEN 'cancel' THEN 'cancelled' WHEN 'snooze' THEN 'snoozed'
-                                  ELSE CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'retried' END END,
-                               'error', err))),
-                             '$[last - 19 to last]') END,
-      lease_until = NULL,
-      lease_token = NULL,
-      worker_id = CASE WHEN act = 'complete' THEN j.worker_id END,
-      updated_at = t
-  WHERE j.id = job_id AND j.lease_token = tok
-  RETURNING j.status::text INTO st;
-  IF FOUND THEN
-    RETURN st;
-  END IF;
-  IF abort_if_lost THEN
-    PERFORM {{schema}}.lease_lost(job_id);
-  END IF;
-  RETURN 'lost';
+  -- store.finishUpdate. The rows are locked in id order first, as Go's completer
+  -- orders its batches, so two batches never wait for each other in opposite orders.
+  RETURN QUERY
+  WITH o AS MATERIALIZED (
+    SELECT * FROM unnest(job_ids, lease_tokens, actions, us, errs, outputs) WITH ORDINALITY
+      AS o(id, token, action, delay_us, error, output, n)
+  ), lk AS MATERIALIZED (
+    SELECT j.id FROM {{schema}}.jobs AS j
+    WHERE j.id = ANY(job_ids) AND j.lease_token = ANY(lease_tokens)
+    ORDER BY j.id
+    FOR UPDATE OF j
+  ), u AS (
+    UPDATE {{schema}}.jobs AS j
+    SET status = (CASE o.action
+                    WHEN 'complete' THEN 'succeeded'
+                    WHEN 'fail' THEN 'failed'
+                    WHEN 'cancel' THEN 'cancelled'
+                    WHEN 'snooze' THEN 'pending'
+                    ELSE CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END
+                  END)::{{schema}}.job_status,
+        run_at = CASE
+                   WHEN o.action = 'snooze' OR (o.action = 'retry' AND j.attempts < j.max_attempts)
+                   THEN t + coalesce(o.delay_us, (SELECT (d + floor(random() * 0.1 * d))::bigint
+                                                  FROM (SELECT least(power(2, least(greatest(j.attempts, 1) - 1, 32)) * 1000000,
+                                                                     3600000000) AS d) x))
+                            * interval '1 microsecond'
+                   ELSE j.run_at
+                 END,
+        attempts = CASE WHEN o.action = 'snooze' THEN j.attempts - 1 ELSE j.attempts END,
+        last_error = CASE WHEN o.action IN ('retry', 'fail', 'cancel') THEN o.error ELSE j.last_error END,
+        output = CASE WHEN o.action = 'complete' THEN o.output ELSE j.output END,
+        attempt_history = CASE WHEN o.action = 'complete' THEN j.attempt_history
+                          ELSE jsonb_path_query_array(coalesce(j.attempt_history, '[]'::jsonb) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+                                 'attempt', j.attempts, 'started_at', j.attempted_at, 'finished_at', t,
+                                 'worker_id', j.worker_id, 'outcome', CASE o.action
+                                    WHEN 'fail' THEN 'failed' WHEN 'cancel' THEN 'cancelled' WHEN 'snooze' THEN 'snoozed'
+                                    ELSE CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'retried' END END,
+                                 'error', o.error))),
+                               '$[last - 19 to last]') END,
+        lease_until = NULL,
+        lease_token = NULL,
+        worker_id = CASE WHEN o.action = 'complete' THEN j.worker_id END,
+        updated_at = t
+    FROM o
+    WHERE j.id = o.id AND j.lease_token = o.token AND j.id IN (SELECT lk.id FROM lk)
+    RETURNING o.n, j.status::text AS st
+  )
+  SELECT o.id, coalesce(u.st, 'lost') FROM o LEFT JOIN u ON u.n = o.n ORDER BY o.n;
 END
 $$;
 
-COMMENT ON FUNCTION {{schema}}.finish_job(uuid, uuid, text, interval, text, jsonb, boolean, timestamptz) IS
-  'skiplock: record one outcome of a running job under its lease (what complete_job, fail_job, snooze_job and cancel_job call). See docs/sql_workers.md.';
+COMMENT ON FUNCTION {{schema}}.finish_jobs(uuid[], uuid[], text[], interval[], text[], jsonb[], timestamptz) IS
+  'skiplock: record outcomes of running jobs under their leases, one row per outcome: the new status or lost (what complete_job, fail_job, snooze_job and cancel_job call). See docs/sql_workers.md.';
 
--- The public forms. LANGUAGE sql without settings, so each call is inlined into a call
--- of finish_job.
+-- The public forms, one outcome each.
 CREATE FUNCTION {{schema}}.complete_job(job_id uuid, lease_token uuid, output jsonb DEFAULT NULL,
                                         abort_if_lost boolean DEFAULT false, now timestamptz DEFAULT NULL)
-RETURNS text LANGUAGE sql VOLATILE SECURITY INVOKER AS $$
-  SELECT {{schema}}.finish_job($1, $2, 'complete', NULL, NULL, $3, $4, $5)
+RETURNS text LANGUAGE plpgsql VOLATILE SECURITY INVOKER SET search_path = pg_catalog AS $$
+DECLARE
+  st text;
+BEGIN
+  SELECT f.status INTO st FROM {{schema}}.finish_jobs(ARRAY[complete_job.job_id], ARRAY[complete_job.lease_token],
+    ARRAY['complete'], ARRAY[NULL::interval], ARRAY[NULL::text], ARRAY[complete_job.output], complete_job.now) AS f;
+  IF st = 'lost' AND abort_if_lost THEN
+    PERFORM {{schema}}.lease_lost(complete_job.job_id);
+  END IF;
+  RETURN st;
+END
 $$;
 
 CREATE FUNCTION {{schema}}.fail_job(job_id uuid, lease_token uuid, error text, permanent boolean DEFAULT false,
                                     delay interval DEFAULT NULL, now timestamptz DEFAULT NULL)
 RETURNS text LANGUAGE sql VOLATILE SECURITY INVOKER AS $$
-  SELECT {{schema}}.finish_job($1, $2, CASE WHEN $4 THEN 'fail' ELSE 'retry' END, $5, $3, NULL, false, $6)
+  SELECT f.status FROM {{schema}}.finish_jobs(ARRAY[$1], ARRAY[$2], ARRAY[CASE WHEN $4 THEN 'fail' ELSE 'retry' END],
+    ARRAY[$5], ARRAY[$3], ARRAY[NULL::jsonb], $6) AS f
 $$;
 
 CREATE FUNCTION {{schema}}.snooze_job(job_id uuid, lease_token uuid, delay interval, now timestamptz DEFAULT NULL)
 RETURNS text LANGUAGE sql VOLATILE SECURITY INVOKER AS $$
-  SELECT {{schema}}.finish_job($1, $2, 'snooze', $3, NULL, NULL, false, $4)
+  SELECT f.status FROM {{schema}}.finish_jobs(ARRAY[$1], ARRAY[$2], ARRAY['snooze'],
+    ARRAY[$3], ARRAY[NULL::text], ARRAY[NULL::jsonb], $4) AS f
 $$;
 
 CREATE FUNCTION {{schema}}.cancel_job(job_id uuid, lease_token uuid, error text DEFAULT NULL, now timestamptz DEFAULT NULL)
 RETURNS text LANGUAGE sql VOLATILE SECURITY INVOKER AS $$
-  SELECT {{schema}}.finish_job($1, $2, 'cancel', NULL, $3, NULL, false, $4)
+  SELECT f.status FROM {{schema}}.finish_jobs(ARRAY[$1], ARRAY[$2], ARRAY['cancel'],
+    ARRAY[NULL::interval], ARRAY[$3], ARRAY[NULL::jsonb], $4) AS f
 $$;
 
 COMMENT ON FUNCTION {{schema}}.complete_job(uuid, uuid, jsonb, boolean, timestamptz) IS
@@ -442,7 +473,7 @@ COMMENT ON FUNCTION {{schema}}.reclaim_jobs(text, integer, interval, timestamptz
 -- The worker role's (RolesSQL grants EXECUTE); the owner always may.
 REVOKE ALL ON FUNCTION {{schema}}.claim_jobs(text, text, integer, interval, text[], timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION {{schema}}.heartbeat_job(uuid, uuid, interval, timestamptz) FROM PUBLIC;
-REVOKE ALL ON FUNCTION {{schema}}.finish_job(uuid, uuid, text, interval, text, jsonb, boolean, timestamptz) FROM PUBLIC;
+REVOKE ALL ON FUNCTION {{schema}}.finish_jobs(uuid[], uuid[], text[], interval[], text[], jsonb[], timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION {{schema}}.complete_job(uuid, uuid, jsonb, boolean, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION {{schema}}.fail_job(uuid, uuid, text, boolean, interval, timestamptz) FROM PUBLIC;
 REVOKE ALL ON FUNCTION {{schema}}.snooze_job(uuid, uuid, interval, timestamptz) FROM PUBLIC;
