@@ -76,10 +76,11 @@ class Job:
     created_at: datetime.datetime
     lease_token: str
     lease_until: datetime.datetime
-    _conn: psycopg.Connection[Any] | None = field(default=None, repr=False)
+    _get_conn: Callable[[], psycopg.Connection[Any]] | None = field(default=None, repr=False)
     _schema: str = field(default=DEFAULT_SCHEMA, repr=False)
     _lost: threading.Event = field(default_factory=threading.Event, repr=False)
     _completed_in_tx: bool = field(default=False, repr=False)
+    _finishing: bool = field(default=False, repr=False)  # its outcome is on the way
 
     @property
     def conn(self) -> psycopg.Connection[Any]:
@@ -88,9 +89,9 @@ class Job:
         Open a transaction with ``with job.conn.transaction():`` and call complete_tx
         inside it for exactly-once effects.
         """
-        if self._conn is None:
+        if self._get_conn is None:
             raise RuntimeError("skiplock: job.conn is only available while the job's handler runs")
-        return self._conn
+        return self._get_conn()
 
     @property
     def lease_lost(self) -> bool:
@@ -122,6 +123,17 @@ class Job:
 Handler = Callable[[Job], Any]
 
 
+@dataclass
+class _Outcome:
+    """One job's result, as finish_jobs takes it."""
+
+    job: Job
+    action: str  # complete, retry, fail, snooze, cancel
+    delay: datetime.timedelta | None = None
+    error: str | None = None
+    output: str | None = None  # JSON text
+
+
 def clean_text(s: str) -> str:
     """What PostgreSQL text can hold: NUL and lone surrogates become U+FFFD (Go's policy;
     the database cuts text over 16 KiB)."""
@@ -140,6 +152,11 @@ def _error_text(exc: BaseException) -> str:
     return clean_text(f"{type(exc).__name__}: {exc}")
 
 
+def _retryable(e: psycopg.Error) -> bool:
+    """A connection failure, a server shutting down, a serialization failure or a deadlock."""
+    return e.sqlstate is None or e.sqlstate.startswith(("08", "57P", "40"))
+
+
 def default_name() -> str:
     """host-pid-random, as the Go client names itself."""
     return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
@@ -148,11 +165,16 @@ def default_name() -> str:
 class Worker:
     """Claims jobs of one queue through the SQL protocol and runs them on threads.
 
-    Each of ``concurrency`` executor threads has its own connection; a claimer, a
-    heartbeater (which also reclaims expired leases, unless reclaim is False) and a
-    LISTEN connection run beside them. run() blocks until stop(), SIGTERM or SIGINT;
-    a stop claims nothing more, gives back the jobs not yet started (their attempt
-    returned), waits up to shutdown_timeout for running handlers, and returns.
+    ``concurrency`` handlers run at once, each on its own thread. Beside them: a
+    claimer, which keeps up to concurrency + prefetch jobs claimed; a completer, which
+    records outcomes in batches (one finish_jobs call for all that are ready, as Go's
+    completer does); a heartbeater, which also reclaims expired leases unless reclaim
+    is False; and a LISTEN connection that wakes the claimer. A handler that uses
+    job.conn gets its thread's own connection, opened on first use.
+
+    run() blocks until stop(), SIGTERM or SIGINT; a stop claims nothing more, gives
+    back the jobs not yet started (their attempt returned), waits up to
+    shutdown_timeout for running handlers, records every outcome, and returns.
     """
 
     def __init__(
@@ -162,6 +184,7 @@ class Worker:
         *,
         queue: str = "default",
         concurrency: int = 1,
+        prefetch: int | None = None,
         name: str | None = None,
         lease: float = 30.0,
         poll_interval: float = 1.0,
@@ -176,6 +199,8 @@ class Worker:
                 raise ValueError(f"skiplock: handler for kind {kind!r} must be a callable")
         if concurrency < 1 or concurrency > 1000:
             raise ValueError(f"skiplock: concurrency {concurrency} is outside 1..1000")
+        if prefetch is not None and not 0 <= prefetch <= 1000:
+            raise ValueError(f"skiplock: prefetch {prefetch} is outside 0..1000")
         if lease < 1:
             raise ValueError(f"skiplock: lease {lease}s is below 1s")
         if poll_interval <= 0 or shutdown_timeout < 0:
@@ -184,6 +209,7 @@ class Worker:
         self.handlers = dict(handlers)
         self.queue = queue
         self.concurrency = concurrency
+        self.prefetch = concurrency if prefetch is None else prefetch
         self.name = name or default_name()
         self.lease = lease
         self.poll_interval = poll_interval
@@ -194,9 +220,10 @@ class Worker:
         self._stopping = threading.Event()
         self._wake = threading.Event()
         self._cond = threading.Condition()
-        self._busy = 0  # claimed and not yet finished
-        self._running: dict[str, Job] = {}
+        self._busy = 0  # claimed and not yet durable
+        self._running: dict[str, Job] = {}  # the same jobs, by id
         self._jobs: queues.Queue[Job | None] = queues.Queue()
+        self._outcomes: queues.Queue[_Outcome | None] = queues.Queue()
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -216,14 +243,20 @@ class Worker:
                 self.stop()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous[sig] = signal.signal(sig, on_signal)
-        claim_conn = self._connect()
+        try:
+            claim_conn = self._connect(async_commit=True)
+        except BaseException:
+            for sig, h in previous.items():
+                signal.signal(sig, h)
+            raise
         executors = [threading.Thread(target=self._execute, name=f"skiplock-exec-{i}", daemon=True)
                      for i in range(self.concurrency)]
+        completer = threading.Thread(target=self._complete, name="skiplock-completer", daemon=True)
         beat_stop = threading.Event()
         background = [threading.Thread(target=self._heartbeat, args=(beat_stop,), name="skiplock-heartbeat", daemon=True),
                       threading.Thread(target=self._listen, name="skiplock-listen", daemon=True)]
         try:
-            for t in executors + background:
+            for t in executors + [completer] + background:
                 t.start()
             log.info("skiplock: worker %s working queue %s (%d at once)", self.name, self.queue, self.concurrency)
             claim_conn = self._claim_loop(claim_conn)
@@ -234,60 +267,75 @@ class Worker:
             deadline = time.monotonic() + self.shutdown_timeout
             for t in executors:
                 t.join(max(0.0, deadline - time.monotonic()))
-            still = [j.id for j in list(self._running.values())]
-            if still:
-                log.warning("skiplock: stopped with %d job(s) still running (%s); their leases will expire and they run again",
-                            len(still), ", ".join(still))
+            running = [t for t in executors if t.is_alive()]
+            self._outcomes.put(None)
+            completer.join(self.lease)
+            if running:
+                with self._cond:
+                    still = [j.id for j in self._running.values() if not j._finishing]
+                log.warning("skiplock: stopped with %d handler(s) still running (jobs %s); their leases will expire "
+                            "and the jobs run again", len(running), ", ".join(still))
             beat_stop.set()
             for t in background:
-                t.join(2 * self.poll_interval + 1)
+                t.join(self.poll_interval + 2)
             claim_conn.close()
             for sig, h in previous.items():
                 signal.signal(sig, h)
             log.info("skiplock: worker %s stopped", self.name)
 
-    def _connect(self) -> psycopg.Connection[Any]:
-        return psycopg.connect(self.conninfo, autocommit=True, application_name=f"skiplock python worker {self.name}"[:63])
+    def _connect(self, async_commit: bool = False) -> psycopg.Connection[Any]:
+        conn = psycopg.connect(self.conninfo, autocommit=True,
+                               application_name=f"skiplock python worker {self.name}"[:63])
+        if async_commit:
+            # Claims and heartbeats need no durability of their own (docs/sql_workers.md,
+            # as Go's): a claim lost in a crash leaves the job pending, and outcomes, which
+            # commit synchronously on other connections, imply their claim is durable.
+            conn.execute("SET synchronous_commit = off")
+        return conn
 
-    def _reconnect(self, conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
-        try:
+    def _reconnect(self, conn: psycopg.Connection[Any] | None, async_commit: bool = False) -> psycopg.Connection[Any]:
+        if conn is not None:
             conn.close()
-        except psycopg.Error:
-            pass
         backoff = 0.1
         while True:
             try:
-                return self._connect()
+                return self._connect(async_commit)
             except psycopg.Error as e:
                 log.warning("skiplock: connecting failed (retrying in %.1fs): %s", backoff, e)
                 time.sleep(backoff)  # a pause before reconnecting, not synchronisation
                 backoff = min(backoff * 2, 5.0)
+
+    def _release(self, job: Job) -> None:
+        with self._cond:
+            self._busy -= 1
+            self._running.pop(job.id, None)
+            self._cond.notify_all()
 
     # -- claiming ----------------------------------------------------------------
 
     def _claim_loop(self, conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
         backoff = 0.1
         kinds = sorted(self.handlers)
+        limit = self.concurrency + self.prefetch
+        query = sql.SQL("SELECT id::text, kind, args, attempt, max_attempts, priority, metadata, tags, created_at, "
+                        "lease_token::text, lease_until FROM {}.claim_jobs(%s, %s, n => %s, lease => %s, kinds => %s)"
+                        ).format(self._s)
+        lease = datetime.timedelta(seconds=self.lease)
         while not self._stopping.is_set():
             with self._cond:
-                while self._busy >= self.concurrency and not self._stopping.is_set():
+                while self._busy >= limit and not self._stopping.is_set():
                     self._cond.wait()
-                free = self.concurrency - self._busy
+                free = min(limit - self._busy, 1000)
             if self._stopping.is_set():
                 break
             self._wake.clear()
             try:
-                rows = conn.execute(
-                    sql.SQL("SELECT id::text, kind, args, attempt, max_attempts, priority, metadata, tags, created_at, "
-                            "lease_token::text, lease_until FROM {}.claim_jobs(%s, %s, n => %s, lease => %s, kinds => %s)")
-                    .format(self._s),
-                    (self.queue, self.name, free, datetime.timedelta(seconds=self.lease), kinds),
-                ).fetchall()
+                rows = conn.execute(query, (self.queue, self.name, free, lease, kinds)).fetchall()
                 backoff = 0.1
             except psycopg.Error as e:
                 if e.sqlstate is None or conn.closed or conn.broken:
                     log.warning("skiplock: claiming from %s failed (reconnecting): %s", self.queue, e)
-                    conn = self._reconnect(conn)
+                    conn = self._reconnect(conn, async_commit=True)
                 else:
                     log.error("skiplock: claiming from %s refused: %s", self.queue, e)
                     backoff = max(backoff, self.poll_interval)
@@ -337,19 +385,20 @@ class Worker:
     def _heartbeat(self, stop: threading.Event) -> None:
         conn: psycopg.Connection[Any] | None = None
         lease = datetime.timedelta(seconds=self.lease)
+        query = sql.SQL("SELECT {}.heartbeat_job(%s, %s, %s)").format(self._s)
         last_reclaim = 0.0
         while not stop.wait(self.lease / 3):
             try:
                 if conn is None or conn.closed or conn.broken:
-                    conn = self._connect()
+                    conn = self._connect(async_commit=True)
                 with self._cond:
                     held = list(self._running.values())
                 for job in held:
                     if job._lost.is_set():
                         continue
-                    row = conn.execute(sql.SQL("SELECT {}.heartbeat_job(%s, %s, %s)").format(self._s),
-                                       (job.id, job.lease_token, lease)).fetchone()
-                    if row is not None and row[0] == "lost":
+                    row = conn.execute(query, (job.id, job.lease_token, lease)).fetchone()
+                    # 'lost' for a job whose outcome is on its way is that outcome landing.
+                    if row is not None and row[0] == "lost" and not job._finishing:
                         job._lost.set()
                         log.warning("skiplock: lease lost for job %s (%s): its outcome will not be kept", job.id, job.kind)
                 if self.reclaim and time.monotonic() - last_reclaim >= self.lease:
@@ -368,100 +417,146 @@ class Worker:
     # -- executing -----------------------------------------------------------------
 
     def _execute(self) -> None:
-        conn = self._connect()
+        holder: list[psycopg.Connection[Any]] = []
+
+        def get_conn() -> psycopg.Connection[Any]:
+            if not holder or holder[0].closed or holder[0].broken:
+                holder[:] = [self._connect()]
+            return holder[0]
+
         try:
             while True:
                 job = self._jobs.get()
                 if job is None:
                     return
-                try:
-                    if self._stopping.is_set():
-                        # Claimed but not started: back to the queue, its attempt returned.
-                        conn = self._finish(conn, job, "snooze_job", "%s", (datetime.timedelta(0),))
-                    else:
-                        conn = self._run(conn, job)
-                finally:
-                    with self._cond:
-                        self._busy -= 1
-                        self._running.pop(job.id, None)
-                        self._cond.notify_all()
+                if self._stopping.is_set():
+                    # Claimed but not started: back to the queue, its attempt returned.
+                    out = _Outcome(job, "snooze", delay=datetime.timedelta(0))
+                else:
+                    out = self._run(job, get_conn)
+                    if holder:
+                        self._reset(holder)
+                job._finishing = True
+                self._outcomes.put(out)
         finally:
-            conn.close()
+            if holder:
+                holder[0].close()
 
-    def _run(self, conn: psycopg.Connection[Any], job: Job) -> psycopg.Connection[Any]:
+    def _run(self, job: Job, get_conn: Callable[[], psycopg.Connection[Any]]) -> _Outcome:
         handler = self.handlers.get(job.kind)
-        job._conn = conn
+        job._get_conn = get_conn
         try:
             if handler is None:
                 raise Permanent(f"no handler registered for kind {job.kind!r}")
             result = handler(job)
         except Snooze as s:
-            return self._finish(conn, job, "snooze_job", "%s", (datetime.timedelta(seconds=max(0.0, s.delay)),))
+            return _Outcome(job, "snooze", delay=datetime.timedelta(seconds=max(0.0, s.delay)))
         except Cancel as c:
-            return self._finish(conn, job, "cancel_job", "%s", (_error_text(c),))
+            return _Outcome(job, "cancel", error=_error_text(c))
         except Permanent as p:
-            return self._finish(conn, job, "fail_job", "%s, permanent => true", (_error_text(p),))
-        except LeaseLost as e:
-            log.warning("skiplock: job %s (%s): %s", job.id, job.kind, e)
-            return self._reset(conn)
-        except Exception as e:  # noqa: BLE001 — any handler error is a retry
-            log.info("skiplock: job %s (%s) attempt %d failed: %s", job.id, job.kind, job.attempt, _error_text(e))
+            return _Outcome(job, "fail", error=_error_text(p))
+        except Exception as e:  # noqa: BLE001 — any other handler error is a retry
+            if isinstance(e, LeaseLost):
+                job._lost.set()  # its outcome will be fenced out: said once, here
+                log.warning("skiplock: job %s (%s): %s", job.id, job.kind, e)
+            else:
+                log.info("skiplock: job %s (%s) attempt %d failed: %s", job.id, job.kind, job.attempt, _error_text(e))
             delay = e.delay if isinstance(e, Retry) else None
-            return self._finish(conn, job, "fail_job", "%s, delay => %s",
-                                (_error_text(e), None if delay is None else datetime.timedelta(seconds=max(0.0, delay))))
+            return _Outcome(job, "retry", error=_error_text(e),
+                            delay=None if delay is None else datetime.timedelta(seconds=max(0.0, delay)))
         finally:
-            job._conn = None
+            job._get_conn = None
         try:
-            try:
-                output = None if result is None else json.dumps(result, allow_nan=False)
-            except (TypeError, ValueError) as e:
-                raise _OutputRefused(f"not JSON: {e}") from e
-            return self._finish(conn, job, "complete_job", "%s::jsonb", (output,))
-        except _OutputRefused as e:
-            return self._finish(conn, job, "fail_job", "%s", (clean_text(f"the handler's output was refused: {e}"),))
+            output = None if result is None else json.dumps(result, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            return _Outcome(job, "retry", error=clean_text(f"the handler's output was refused: not JSON: {e}"))
+        return _Outcome(job, "complete", output=output)
 
-    def _reset(self, conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
-        """Leaves conn idle after a handler (which may have left a transaction open)."""
+    @staticmethod
+    def _reset(holder: list[psycopg.Connection[Any]]) -> None:
+        """Leaves the executor's connection idle after a handler (which may have left a
+        transaction open), or drops it when broken."""
+        conn = holder[0]
         if conn.closed or conn.broken:
-            return self._reconnect(conn)
-        if conn.info.transaction_status != TransactionStatus.IDLE:
+            conn.close()
+            holder.clear()
+        elif conn.info.transaction_status != TransactionStatus.IDLE:
             log.warning("skiplock: a handler left a transaction open on job.conn; rolling it back")
             conn.rollback()
-        return conn
 
-    def _finish(self, conn: psycopg.Connection[Any], job: Job, fn: str, args: str,
-                params: tuple[Any, ...]) -> psycopg.Connection[Any]:
-        """Records one outcome, fenced by the job's token; retried on connection errors
-        until the lease would have run out (a retry after a lost reply says lost)."""
-        conn = self._reset(conn)
-        query = sql.SQL("SELECT {}.{}(%s, %s, " + args + ")").format(self._s, sql.Identifier(fn))
+    # -- completing ----------------------------------------------------------------
+
+    def _complete(self) -> None:
+        """Records the outcomes in batches: whatever is ready, in one finish_jobs call."""
+        conn: psycopg.Connection[Any] | None = None
+        done = False
+        while not done:
+            first = self._outcomes.get()
+            batch: list[_Outcome] = []
+            if first is None:
+                done = True
+            else:
+                batch.append(first)
+            while len(batch) < 1000:
+                try:
+                    o = self._outcomes.get_nowait()
+                except queues.Empty:
+                    break
+                if o is None:
+                    done = True
+                else:
+                    batch.append(o)
+            if batch:
+                conn = self._write(conn, batch)
+        if conn is not None:
+            conn.close()
+
+    def _write(self, conn: psycopg.Connection[Any] | None, batch: list[_Outcome]) -> psycopg.Connection[Any] | None:
+        """One finish_jobs call for batch, retried on connection errors for up to a lease
+        (a retry after a lost reply reports lost: fencing makes it harmless). A batch
+        the database refuses is written one outcome at a time, so one bad outcome (an
+        output over the limit) cannot hold the others back."""
+        query = sql.SQL("SELECT status FROM {}.finish_jobs(%s::uuid[], %s::uuid[], %s::text[], %s::interval[], %s::text[], %s::jsonb[])"
+                        ).format(self._s)
         deadline = time.monotonic() + self.lease
         backoff = 0.1
         while True:
             try:
-                row = conn.execute(query, (job.id, job.lease_token, *params)).fetchone()
-                status = row[0] if row else "lost"
+                if conn is None or conn.closed or conn.broken:
+                    conn = self._connect()
+                rows = conn.execute(query, ([o.job.id for o in batch], [o.job.lease_token for o in batch],
+                                            [o.action for o in batch], [o.delay for o in batch],
+                                            [o.error for o in batch], [o.output for o in batch])).fetchall()
+                statuses = [r[0] for r in rows]
                 break
             except psycopg.errors.InvalidParameterValue as e:
-                if fn == "complete_job" and e.diag.column_name == "output":
-                    raise _OutputRefused(str(e)) from e
-                log.error("skiplock: job %s: %s refused: %s", job.id, fn, e)
+                if len(batch) > 1:
+                    for o in batch:
+                        conn = self._write(conn, [o])
+                    return conn
+                o = batch[0]
+                if o.action == "complete":
+                    log.warning("skiplock: job %s: its output was refused; retrying the job: %s", o.job.id, e)
+                    return self._write(conn, [_Outcome(o.job, "retry",
+                                                       error=clean_text(f"the handler's output was refused: {e}"))])
+                log.error("skiplock: job %s: its outcome (%s) was refused; the job will run again: %s", o.job.id, o.action, e)
+                self._release(o.job)
                 return conn
             except psycopg.Error as e:
-                if time.monotonic() > deadline:
-                    log.error("skiplock: job %s: recording its outcome failed for a whole lease; it will run again: %s", job.id, e)
-                    return self._reconnect(conn)
-                log.warning("skiplock: job %s: recording its outcome failed (retrying): %s", job.id, e)
+                if not _retryable(e) or time.monotonic() > deadline:
+                    log.error("skiplock: recording %d outcome(s) failed; the jobs will run again once their leases expire: %s",
+                              len(batch), e)
+                    for o in batch:
+                        self._release(o.job)
+                    return None
+                log.warning("skiplock: recording %d outcome(s) failed (retrying): %s", len(batch), e)
+                if conn is not None:
+                    conn.close()
+                conn = None
                 time.sleep(backoff)  # a pause before retrying, not synchronisation
                 backoff = min(backoff * 2, 2.0)
-                conn = self._reconnect(conn)
-        if status == "lost":
-            if not job._completed_in_tx:
-                log.warning("skiplock: job %s (%s): lease lost; its outcome was not recorded", job.id, job.kind)
-        else:
-            log.debug("skiplock: job %s (%s) is %s", job.id, job.kind, status)
+        for o, status in zip(batch, statuses):
+            if status == "lost" and not o.job._completed_in_tx and not o.job._lost.is_set():
+                log.warning("skiplock: job %s (%s): lease lost; its outcome (%s) was not recorded", o.job.id, o.job.kind, o.action)
+            self._release(o.job)
         return conn
-
-
-class _OutputRefused(Exception):
-    pass

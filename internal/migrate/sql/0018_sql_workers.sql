@@ -247,6 +247,9 @@ DECLARE
   total bigint;
   cut   integer;
   b     bytea;
+  ns    bigint[];
+  sts   text[];
+  res   text[];
 BEGIN
   IF k = 0 OR k > 10000 THEN
     RAISE EXCEPTION 'skiplock: invalid job_ids: % outcomes; give 1..10000', k
@@ -304,17 +307,15 @@ BEGIN
     errs[i] := e;
   END LOOP;
 
-  -- store.finishUpdate. The rows are locked in id order first, as Go's completer
-  -- orders its batches, so two batches never wait for each other in opposite orders.
-  RETURN QUERY
+  -- store.finishUpdate. The outcomes are joined in id order — a nested loop from
+  -- them into the primary key, the only join the planner settings leave — so the rows
+  -- are locked in id order, as Go's completer orders its batches, and two batches
+  -- never wait for each other in opposite orders. Each outcome's result lands at its
+  -- ordinal; an outcome the update did not match stays 'lost'.
   WITH o AS MATERIALIZED (
     SELECT * FROM unnest(job_ids, lease_tokens, actions, us, errs, outputs) WITH ORDINALITY
       AS o(id, token, action, delay_us, error, output, n)
-  ), lk AS MATERIALIZED (
-    SELECT j.id FROM {{schema}}.jobs AS j
-    WHERE j.id = ANY(job_ids) AND j.lease_token = ANY(lease_tokens)
-    ORDER BY j.id
-    FOR UPDATE OF j
+    ORDER BY o.id
   ), u AS (
     UPDATE {{schema}}.jobs AS j
     SET status = (CASE o.action
@@ -348,10 +349,15 @@ BEGIN
         worker_id = CASE WHEN o.action = 'complete' THEN j.worker_id END,
         updated_at = t
     FROM o
-    WHERE j.id = o.id AND j.lease_token = o.token AND j.id IN (SELECT lk.id FROM lk)
+    WHERE j.id = o.id AND j.lease_token = o.token
     RETURNING o.n, j.status::text AS st
   )
-  SELECT o.id, coalesce(u.st, 'lost') FROM o LEFT JOIN u ON u.n = o.n ORDER BY o.n;
+  SELECT array_agg(u.n), array_agg(u.st) INTO ns, sts FROM u;
+  res := array_fill('lost'::text, ARRAY[k]);
+  FOR i IN 1..coalesce(cardinality(ns), 0) LOOP
+    res[ns[i]] := sts[i];
+  END LOOP;
+  RETURN QUERY SELECT job_ids[i], res[i] FROM generate_series(1, k) AS i;
 END
 $$;
 
