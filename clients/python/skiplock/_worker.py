@@ -27,6 +27,9 @@ from ._enqueue import DEFAULT_SCHEMA
 
 log = logging.getLogger("skiplock")
 
+# How many outcomes may wait for the completer before the claimer pauses.
+_MAX_HELD = 2000
+
 SQLSTATE_LEASE_LOST = "SK409"
 
 
@@ -220,8 +223,9 @@ class Worker:
         self._stopping = threading.Event()
         self._wake = threading.Event()
         self._cond = threading.Condition()
-        self._busy = 0  # claimed and not yet durable
-        self._running: dict[str, Job] = {}  # the same jobs, by id
+        self._busy = 0  # claimed and not yet run (queued or running)
+        self._held = 0  # run, outcome not yet durable
+        self._running: dict[str, Job] = {}  # every claimed job until its outcome is durable, by id
         self._jobs: queues.Queue[Job | None] = queues.Queue()
         self._outcomes: queues.Queue[_Outcome | None] = queues.Queue()
 
@@ -305,9 +309,19 @@ class Worker:
                 time.sleep(backoff)  # a pause before reconnecting, not synchronisation
                 backoff = min(backoff * 2, 5.0)
 
-    def _release(self, job: Job) -> None:
+    def _ran(self, job: Job) -> None:
+        """The job's handler is done (or it was given back): its place is free, its
+        outcome on the way to the completer."""
+        job._finishing = True
         with self._cond:
             self._busy -= 1
+            self._held += 1
+            self._cond.notify_all()
+
+    def _release(self, job: Job) -> None:
+        """The job's outcome is durable (or given up on)."""
+        with self._cond:
+            self._held -= 1
             self._running.pop(job.id, None)
             self._cond.notify_all()
 
@@ -317,13 +331,18 @@ class Worker:
         backoff = 0.1
         kinds = sorted(self.handlers)
         limit = self.concurrency + self.prefetch
+        refill = max(1, limit // 2)
         query = sql.SQL("SELECT id::text, kind, args, attempt, max_attempts, priority, metadata, tags, created_at, "
                         "lease_token::text, lease_until FROM {}.claim_jobs(%s, %s, n => %s, lease => %s, kinds => %s)"
                         ).format(self._s)
         lease = datetime.timedelta(seconds=self.lease)
         while not self._stopping.is_set():
             with self._cond:
-                while self._busy >= limit and not self._stopping.is_set():
+                # Outcomes on their way do not hold places (the completer commits while
+                # the handlers go on), up to a bound of their own.
+                # A claim waits for half the places to be free (at least one), so that
+                # each round trip brings a batch, not the one job that just ended.
+                while (self._busy > limit - refill or self._held >= _MAX_HELD) and not self._stopping.is_set():
                     self._cond.wait()
                 free = min(limit - self._busy, 1000)
             if self._stopping.is_set():
@@ -436,7 +455,7 @@ class Worker:
                     out = self._run(job, get_conn)
                     if holder:
                         self._reset(holder)
-                job._finishing = True
+                self._ran(job)
                 self._outcomes.put(out)
         finally:
             if holder:

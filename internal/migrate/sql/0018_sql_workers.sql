@@ -47,6 +47,46 @@
 -- these functions. The planner settings are the store's plan guard (planguard.go):
 -- index plans only, no JIT, whatever the statistics when PL/pgSQL cached the plan.
 
+-- Three helpers the functions below share (EXECUTE stays with PUBLIC: they read and
+-- write nothing).
+--
+-- interval_us: an interval argument in microseconds, refused (22023 naming the
+-- argument) outside lo_us..87600 hours; NULL stays NULL. at is appended to the
+-- message (finish_jobs: which outcome).
+CREATE FUNCTION {{schema}}.interval_us(v interval, argument text, lo_us bigint, bounds text, at text DEFAULT '')
+RETURNS bigint LANGUAGE plpgsql STABLE SET search_path = pg_catalog AS $$
+DECLARE
+  us CONSTANT numeric := trunc(extract(epoch FROM v) * 1000000);
+BEGIN
+  IF us NOT BETWEEN lo_us AND 315360000000000 THEN
+    RAISE EXCEPTION '%', format('skiplock: invalid %s: %s is outside %s%s', argument, v, bounds, at)
+      USING ERRCODE = 'invalid_parameter_value', COLUMN = argument;
+  END IF;
+  RETURN us;
+END
+$$;
+
+-- backoff_us: the default retry policy's delay after attempt (ExponentialBackoff{},
+-- retry.go): min(1s·2^(attempt−1), 1h) plus up to 10% jitter, in microseconds.
+CREATE FUNCTION {{schema}}.backoff_us(attempt integer) RETURNS bigint
+LANGUAGE sql VOLATILE SET search_path = pg_catalog AS $$
+  SELECT (d + floor(random() * 0.1 * d))::bigint
+  FROM (SELECT least(power(2, least(greatest(attempt, 1) - 1, 32)) * 1000000, 3600000000) AS d) x
+$$;
+
+-- history_append: store.historyAppend — one finished attempt appended to a job's
+-- attempt_history, keeping the newest 20 (store.MaxHistory). No SET clause, so that
+-- it is inlined into the statements that call it; STABLE, as jsonb_build_object is
+-- (a timestamptz is written in the session's time zone, as in the Go statement).
+CREATE FUNCTION {{schema}}.history_append(history jsonb, attempt integer, started_at timestamptz,
+  finished_at timestamptz, worker_id text, outcome text, error text) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+  SELECT jsonb_path_query_array(coalesce(history, '[]'::jsonb) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+           'attempt', attempt, 'started_at', started_at, 'finished_at', finished_at,
+           'worker_id', worker_id, 'outcome', outcome, 'error', error))),
+         '$[last - 19 to last]')
+$$;
+
 CREATE FUNCTION {{schema}}.claim_jobs(
   queue  text,
   worker text,
@@ -102,11 +142,7 @@ BEGIN
   END IF;
 
   -- lease: Config.LeaseDuration's floor of 1s; at most MaxSchedule.
-  us := trunc(extract(epoch FROM lease) * 1000000);
-  IF us IS NULL OR us < 1000000 OR us > 315360000000000 THEN
-    RAISE EXCEPTION 'skiplock: invalid lease: % is outside 1 second..87600 hours', coalesce(lease::text, 'NULL')
-      USING ERRCODE = 'invalid_parameter_value', COLUMN = 'lease';
-  END IF;
+  us := {{schema}}.interval_us(coalesce(lease, '0'), 'lease', 1000000, '1 second..87600 hours');
 
   IF kinds IS NOT NULL AND (cardinality(kinds) = 0 OR array_position(kinds, NULL) IS NOT NULL) THEN
     RAISE EXCEPTION 'skiplock: invalid kinds: must be NULL (every kind) or a non-empty array without NULLs'
@@ -188,11 +224,7 @@ BEGIN
     RAISE EXCEPTION 'skiplock: invalid %: must not be NULL', CASE WHEN job_id IS NULL THEN 'job_id' ELSE 'lease_token' END
       USING ERRCODE = 'invalid_parameter_value', COLUMN = CASE WHEN job_id IS NULL THEN 'job_id' ELSE 'lease_token' END;
   END IF;
-  us := trunc(extract(epoch FROM lease) * 1000000);
-  IF us IS NULL OR us < 1000000 OR us > 315360000000000 THEN
-    RAISE EXCEPTION 'skiplock: invalid lease: % is outside 1 second..87600 hours', coalesce(lease::text, 'NULL')
-      USING ERRCODE = 'invalid_parameter_value', COLUMN = 'lease';
-  END IF;
+  us := {{schema}}.interval_us(coalesce(lease, '0'), 'lease', 1000000, '1 second..87600 hours');
   -- store.HeartbeatMargin: a lease with less than a tenth (at most a second) left is not
   -- revived, so a limited claim that saw it expire cannot be contradicted.
   margin := least(us / 10, 1000000) * interval '1 microsecond';
@@ -274,13 +306,8 @@ BEGIN
 
     -- delay: 0..MaxSchedule (87600 hours). Go clamps a handler's delay; a SQL caller's
     -- is an argument, refused rather than changed.
-    IF delays[i] IS NOT NULL THEN
-      us[i] := trunc(extract(epoch FROM delays[i]) * 1000000);
-      IF us[i] NOT BETWEEN 0 AND 315360000000000 THEN
-        RAISE EXCEPTION 'skiplock: invalid delay: % is outside 0..87600 hours%', delays[i], at
-          USING ERRCODE = 'invalid_parameter_value', COLUMN = 'delay';
-      END IF;
-    ELSIF actions[i] = 'snooze' THEN
+    us[i] := {{schema}}.interval_us(delays[i], 'delay', 0, '0..87600 hours', at);
+    IF us[i] IS NULL AND actions[i] = 'snooze' THEN
       RAISE EXCEPTION 'skiplock: invalid delay: must not be NULL (use interval ''0'' to run again at once)%', at
         USING ERRCODE = 'invalid_parameter_value', COLUMN = 'delay';
     END IF;
@@ -327,23 +354,18 @@ BEGIN
                   END)::{{schema}}.job_status,
         run_at = CASE
                    WHEN o.action = 'snooze' OR (o.action = 'retry' AND j.attempts < j.max_attempts)
-                   THEN t + coalesce(o.delay_us, (SELECT (d + floor(random() * 0.1 * d))::bigint
-                                                  FROM (SELECT least(power(2, least(greatest(j.attempts, 1) - 1, 32)) * 1000000,
-                                                                     3600000000) AS d) x))
-                            * interval '1 microsecond'
+                   THEN t + coalesce(o.delay_us, {{schema}}.backoff_us(j.attempts)) * interval '1 microsecond'
                    ELSE j.run_at
                  END,
         attempts = CASE WHEN o.action = 'snooze' THEN j.attempts - 1 ELSE j.attempts END,
         last_error = CASE WHEN o.action IN ('retry', 'fail', 'cancel') THEN o.error ELSE j.last_error END,
         output = CASE WHEN o.action = 'complete' THEN o.output ELSE j.output END,
         attempt_history = CASE WHEN o.action = 'complete' THEN j.attempt_history
-                          ELSE jsonb_path_query_array(coalesce(j.attempt_history, '[]'::jsonb) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
-                                 'attempt', j.attempts, 'started_at', j.attempted_at, 'finished_at', t,
-                                 'worker_id', j.worker_id, 'outcome', CASE o.action
-                                    WHEN 'fail' THEN 'failed' WHEN 'cancel' THEN 'cancelled' WHEN 'snooze' THEN 'snoozed'
-                                    ELSE CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'retried' END END,
-                                 'error', o.error))),
-                               '$[last - 19 to last]') END,
+                          ELSE {{schema}}.history_append(j.attempt_history, j.attempts, j.attempted_at, t, j.worker_id,
+                                 CASE o.action
+                                   WHEN 'fail' THEN 'failed' WHEN 'cancel' THEN 'cancelled' WHEN 'snooze' THEN 'snoozed'
+                                   ELSE CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'retried' END END,
+                                 o.error) END,
         lease_until = NULL,
         lease_token = NULL,
         worker_id = CASE WHEN o.action = 'complete' THEN j.worker_id END,
@@ -433,13 +455,7 @@ BEGIN
     RAISE EXCEPTION 'skiplock: invalid n: % is outside 1..10000', coalesce(n::text, 'NULL')
       USING ERRCODE = 'invalid_parameter_value', COLUMN = 'n';
   END IF;
-  IF delay IS NOT NULL THEN
-    IF trunc(extract(epoch FROM delay) * 1000000) NOT BETWEEN 0 AND 315360000000000 THEN
-      RAISE EXCEPTION 'skiplock: invalid delay: % is outside 0..87600 hours', delay
-        USING ERRCODE = 'invalid_parameter_value', COLUMN = 'delay';
-    END IF;
-    delay_us := trunc(extract(epoch FROM delay) * 1000000);
-  END IF;
+  delay_us := {{schema}}.interval_us(delay, 'delay', 0, '0..87600 hours');
 
   WITH r AS MATERIALIZED (
     SELECT x.id FROM {{schema}}.jobs AS x
@@ -451,15 +467,10 @@ BEGIN
     UPDATE {{schema}}.jobs AS j
     SET status = (CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END)::{{schema}}.job_status,
         run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at
-                      ELSE t + coalesce(delay_us, (SELECT (d + floor(random() * 0.1 * d))::bigint
-                                                  FROM (SELECT least(power(2, least(greatest(j.attempts, 1) - 1, 32)) * 1000000,
-                                                                     3600000000) AS d) x))
-                               * interval '1 microsecond' END,
+                      ELSE t + coalesce(delay_us, {{schema}}.backoff_us(j.attempts)) * interval '1 microsecond' END,
         last_error = 'lease expired on worker ' || coalesce(j.worker_id, '?') || ' (attempt ' || j.attempts || ')',
-        attempt_history = jsonb_path_query_array(coalesce(j.attempt_history, '[]'::jsonb) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
-                            'attempt', j.attempts, 'started_at', j.attempted_at, 'finished_at', t,
-                            'worker_id', j.worker_id, 'outcome', 'lease_expired', 'error', 'lease expired'))),
-                          '$[last - 19 to last]'),
+        attempt_history = {{schema}}.history_append(j.attempt_history, j.attempts, j.attempted_at, t, j.worker_id,
+                                                     'lease_expired', 'lease expired'),
         lease_until = NULL,
         lease_token = NULL,
         worker_id = NULL,
