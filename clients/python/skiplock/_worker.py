@@ -404,22 +404,24 @@ class Worker:
     def _heartbeat(self, stop: threading.Event) -> None:
         conn: psycopg.Connection[Any] | None = None
         lease = datetime.timedelta(seconds=self.lease)
-        query = sql.SQL("SELECT {}.heartbeat_job(%s, %s, %s)").format(self._s)
+        # One round trip for every held job.
+        query = sql.SQL("SELECT h.id::text, {}.heartbeat_job(h.id, h.token, %s) "
+                        "FROM unnest(%s::uuid[], %s::uuid[]) AS h(id, token)").format(self._s)
         last_reclaim = 0.0
         while not stop.wait(self.lease / 3):
             try:
                 if conn is None or conn.closed or conn.broken:
                     conn = self._connect(async_commit=True)
                 with self._cond:
-                    held = list(self._running.values())
-                for job in held:
-                    if job._lost.is_set():
-                        continue
-                    row = conn.execute(query, (job.id, job.lease_token, lease)).fetchone()
-                    # 'lost' for a job whose outcome is on its way is that outcome landing.
-                    if row is not None and row[0] == "lost" and not job._finishing:
-                        job._lost.set()
-                        log.warning("skiplock: lease lost for job %s (%s): its outcome will not be kept", job.id, job.kind)
+                    held = {j.id: j for j in self._running.values() if not j._lost.is_set()}
+                if held:
+                    rows = conn.execute(query, (lease, list(held), [j.lease_token for j in held.values()])).fetchall()
+                    for job_id, status in rows:
+                        job = held[job_id]
+                        # 'lost' for a job whose outcome is on its way is that outcome landing.
+                        if status == "lost" and not job._finishing:
+                            job._lost.set()
+                            log.warning("skiplock: lease lost for job %s (%s): its outcome will not be kept", job.id, job.kind)
                 if self.reclaim and time.monotonic() - last_reclaim >= self.lease:
                     last_reclaim = time.monotonic()
                     row = conn.execute(sql.SQL("SELECT {}.reclaim_jobs(%s)").format(self._s), (self.queue,)).fetchone()

@@ -178,6 +178,36 @@ class WorkerTest(unittest.TestCase):
                          (before["status"], None, before["attempt_history"]))
         self.assertTrue(after["last_error"].startswith("lease expired on worker"))
 
+    def test_heartbeats_keep_the_lease_and_report_its_loss(self) -> None:
+        seen: dict[str, Any] = {}
+
+        def long(job: Job) -> None:
+            if job.args.get("steal"):
+                # An operator cancels the job: the next heartbeat finds the lease lost.
+                self.conn.execute(sql.SQL("SELECT {}(%s, %s, 'operator')").format(self.q("cancel_job")),
+                                  (job.id, job.lease_token))
+                wait_for("the heartbeat to report the lease lost", lambda: job.lease_lost)
+                seen["lost"] = True
+                return None
+            # Runs three leases long: only heartbeats keep the job.
+            first = job.lease_until
+            wait_for("two renewals", lambda: self.lease_until(job.id).timestamp() > first.timestamp() + 1.5)
+            seen["renewed"] = not job.lease_lost
+            return None
+
+        kept = self.enqueue("long")
+        stolen = self.enqueue("long", {"steal": True})
+        self.start({"long": long}, lease=1, concurrency=2, reclaim=True)
+        wait_for("both jobs to end", lambda: self.status(kept) == "succeeded" and "lost" in seen)
+        self.assertEqual(seen, {"renewed": True, "lost": True})
+        self.assertEqual(self.job(kept)["attempts"], 1)
+        self.assertEqual(self.status(stolen), "cancelled")
+
+    def lease_until(self, job_id: str) -> Any:
+        row = self.conn.execute(sql.SQL("SELECT lease_until FROM {} WHERE id = %s").format(self.q("jobs")), (job_id,)).fetchone()
+        assert row is not None and row[0] is not None
+        return row[0]
+
     def test_sigterm_stops_gracefully(self) -> None:
         first = self.enqueue("slow")
         second = self.enqueue("slow")

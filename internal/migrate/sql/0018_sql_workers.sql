@@ -8,13 +8,15 @@
 --   SELECT {{schema}}.fail_job(id, lease_token, 'smtp: 451');   -- pending (retry) | failed | lost
 --   SELECT {{schema}}.snooze_job(id, lease_token, interval '5 minutes');   -- pending | lost
 --   SELECT {{schema}}.cancel_job(id, lease_token, 'order withdrawn');   -- cancelled | lost
+--   SELECT * FROM {{schema}}.finish_jobs(ids, tokens, actions, delays, errors, outputs);   -- many at once
+--   SELECT {{schema}}.reclaim_jobs();   -- expired leases back to the queue
 --
--- The statements are the Go runtime's, one job at a time: the claim is store.Claim
+-- The statements are the Go runtime's: the claim is store.Claim
 -- (internal/store/lease.go) started at the index head — due pending jobs in
 -- priority, run_at, id order, FOR UPDATE SKIP LOCKED, one fresh token per claim, the
 -- pause and sequence checks, slot_of/slot_token cleared — and the outcomes are
--- store.Finish's fenced UPDATE (internal/store/finish.go, finishUpdate), column for
--- column: status, run_at, attempts, last_error, output, attempt_history (the same
+-- store.Finish's fenced UPDATE (internal/store/finish.go, finishUpdate), and the
+-- reclaim store.Reclaim's (internal/store/reclaim.go), column for column: status, run_at, attempts, last_error, output, attempt_history (the same
 -- entry, kept to the newest 20), lease and worker cleared, updated_at. The triggers of
 -- flows, batches, unique keys and sequences fire on the same status changes. Go's
 -- TestSQLWorkerAgreesWithGo drives one job through each path and compares the rows.
