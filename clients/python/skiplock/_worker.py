@@ -243,8 +243,8 @@ class Worker:
         previous: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
             def on_signal(signum: int, frame: FrameType | None) -> None:
-                log.info("skiplock: %s received: stopping", signal.Signals(signum).name)
                 self.stop()
+                log.info("skiplock: %s received: stopping", signal.Signals(signum).name)
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous[sig] = signal.signal(sig, on_signal)
         try:
@@ -476,7 +476,7 @@ class Worker:
             return _Outcome(job, "cancel", error=_error_text(c))
         except Permanent as p:
             return _Outcome(job, "fail", error=_error_text(p))
-        except Exception as e:  # noqa: BLE001 — any other handler error is a retry
+        except BaseException as e:  # noqa: BLE001 — any other handler error (SystemExit too) is a retry
             if isinstance(e, LeaseLost):
                 job._lost.set()  # its outcome will be fenced out: said once, here
                 log.warning("skiplock: job %s (%s): %s", job.id, job.kind, e)

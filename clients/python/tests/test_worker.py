@@ -102,10 +102,13 @@ class WorkerTest(unittest.TestCase):
         def unserialisable(job: Job) -> Any:
             return {"x": float("nan")}
 
-        ids = {k: self.enqueue(k) for k in ("boom", "perm", "snooze", "cancel", "later", "unserialisable")}
+        def exits(job: Job) -> None:
+            raise SystemExit("bye")
+
+        ids = {k: self.enqueue(k) for k in ("boom", "perm", "snooze", "cancel", "later", "unserialisable", "exits")}
         last = self.enqueue("boom", max_attempts=1)
         self.start({"boom": boom, "perm": perm, "snooze": snooze, "cancel": cancel, "later": later,
-                    "unserialisable": unserialisable}, concurrency=3)
+                    "unserialisable": unserialisable, "exits": exits}, concurrency=3)
         wait_for("every job to be worked", lambda: all(self.job(i)["lease_token"] is None and self.job(i)["attempt_history"]
                                                           for i in list(ids.values()) + [last]))
         j = self.job(ids["boom"])
@@ -121,6 +124,8 @@ class WorkerTest(unittest.TestCase):
         j = self.job(ids["unserialisable"])
         self.assertEqual(j["status"], "pending")
         self.assertIn("the handler's output was refused", j["last_error"])
+        # A handler's SystemExit is its job's failure, not its executor's end.
+        self.assertEqual((self.status(ids["exits"]), self.job(ids["exits"])["last_error"]), ("pending", "SystemExit: bye"))
 
     def test_complete_tx(self) -> None:
         table = self.q(self.queue + "_charges")
@@ -212,6 +217,8 @@ class WorkerTest(unittest.TestCase):
         first = self.enqueue("slow")
         second = self.enqueue("slow")
         proc = self.subprocess("""
+            import logging
+            logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
             def slow(job):
                 print("started", job.id, flush=True)
                 sys.stdin.readline()
@@ -220,8 +227,12 @@ class WorkerTest(unittest.TestCase):
             print("stopped", flush=True)
         """)
         assert proc.stdout is not None and proc.stdin is not None
-        self.assertEqual(proc.stdout.readline().split(), ["started", first])
+        lines = iter(proc.stdout.readline, "")
+        self.assertIn(["started", first], (line.split() for line in lines))
         proc.send_signal(signal.SIGTERM)
+        # The handler is released once the worker has taken the signal: the second job,
+        # claimed ahead (prefetch), must then be given back, not started.
+        self.assertIn("skiplock: SIGTERM received: stopping", (line.strip() for line in lines))
         proc.stdin.write("go\n")
         proc.stdin.flush()
         out, _ = proc.communicate(timeout=30)
@@ -229,7 +240,8 @@ class WorkerTest(unittest.TestCase):
         self.assertIn("stopped", out)
         self.assertEqual(self.status(first), "succeeded")
         j = self.job(second)
-        self.assertEqual((j["status"], j["attempts"]), ("pending", 0), "the unstarted job must be left as it was")
+        self.assertEqual((j["status"], j["attempts"]), ("pending", 0), "the unstarted job must be given back")
+        self.assertEqual([h["outcome"] for h in j["attempt_history"]], ["snoozed"], "it was claimed ahead, then given back")
 
     def test_sigkill_and_reclaim(self) -> None:
         job_id = self.enqueue("work")
