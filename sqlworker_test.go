@@ -51,6 +51,20 @@ type queryer interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// sqlClaimedJob enqueues a job of kind k in the default queue and claims it through
+// claim_jobs.
+func (e *env) sqlClaimedJob() (skiplock.EnqueueResult, sqlClaimed) {
+	e.t.Helper()
+	r, err := e.client.EnqueueRaw(e.ctx, "k", []byte(`{}`), nil)
+	e.must(err)
+	c, err := e.sqlClaim(e.pool, skiplock.DefaultQueue, 1, nil)
+	e.must(err)
+	if len(c) != 1 || c[0].ID != r.ID {
+		e.t.Fatalf("claim_jobs took %+v, want job %s", c, r.ID)
+	}
+	return r, c[0]
+}
+
 // sqlCall runs one of the protocol's text-returning functions at the test clock's
 // time: fn(job_id, lease_token, args…, now => clock).
 func (e *env) sqlCall(db queryer, fn, id, token, args string, params ...any) (string, error) {
@@ -375,11 +389,8 @@ func TestSQLClaim(t *testing.T) {
 func TestSQLWorkerBadInput(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, skiplock.Config{})
-	r, err := e.client.EnqueueRaw(e.ctx, "k", []byte(`{}`), nil)
-	e.must(err)
-	c, err := e.sqlClaim(e.pool, skiplock.DefaultQueue, 1, nil)
-	e.must(err)
-	tok := c[0].Token
+	r, c := e.sqlClaimedJob()
+	tok := c.Token
 	before := e.jobRow(r.ID)
 	big := `{"x": "` + strings.Repeat("a", 70000) + `"}`
 	cases := []struct {
@@ -429,10 +440,8 @@ func TestSQLWorkerBadInput(t *testing.T) {
 func TestSQLHeartbeat(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, skiplock.Config{})
-	r, err := e.client.EnqueueRaw(e.ctx, "k", []byte(`{}`), nil)
-	e.must(err)
-	c, err := e.sqlClaim(e.pool, skiplock.DefaultQueue, 1, nil)
-	e.must(err)
+	r, first := e.sqlClaimedJob()
+	c := []sqlClaimed{first}
 	e.clock.Advance(10 * time.Second)
 	if got := e.mustCall("heartbeat_job", r.ID, c[0].Token, "lease => '1 minute'"); got != "renewed" {
 		t.Fatalf("heartbeat: %q", got)
