@@ -158,6 +158,23 @@ WHERE id IN (SELECT id FROM `+e.q("outbox")+` WHERE published_at IS NULL FOR UPD
 	refused("producer runs queue_depth", exec(pp, "SELECT "+e.q("queue_depth")+"()"))
 	refused("relay runs queue_depth", exec(rp, "SELECT "+e.q("queue_depth")+"()"))
 
+	// The SQL worker protocol (migration 0018): the worker's alone.
+	sqlWork, err := e.client.EnqueueRaw(e.ctx, "sqlwork", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "sqlw"})
+	must("enqueueing a job for the SQL worker", err)
+	claim := "SELECT lease_token::text FROM " + e.q("claim_jobs") + "('sqlw', 'w', now => '" + e.clock.Now().Format(time.RFC3339Nano) + "')"
+	for _, p := range []*pgxpool.Pool{pp, rp, dp} {
+		refused("a non-worker role claims from SQL", exec(p, claim))
+		refused("a non-worker role completes from SQL", exec(p, "SELECT "+e.q("complete_job")+"($1, $1)", sqlWork.ID))
+	}
+	var tok string
+	must("worker claims from SQL", wp.QueryRow(e.ctx, claim).Scan(&tok))
+	var st string
+	must("worker heartbeats from SQL", wp.QueryRow(e.ctx, "SELECT "+e.q("heartbeat_job")+"($1, $2)", sqlWork.ID, tok).Scan(&st))
+	must("worker completes from SQL", wp.QueryRow(e.ctx, "SELECT "+e.q("complete_job")+"($1, $2)", sqlWork.ID, tok).Scan(&st))
+	if st != "succeeded" {
+		t.Errorf("the worker's complete_job returned %q", st)
+	}
+
 	mp := e.rolePool(names.Migrator)
 	must("migrator creates tables", exec(mp, "CREATE TABLE "+e.q("migrator_made")+" (a int)"))
 }

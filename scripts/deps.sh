@@ -47,6 +47,13 @@ if [ "$deps" = all ]; then
     fi
   fi
 fi
+# The Python client's tests (clients/python, TestPythonClient) run on Debian's
+# python3 with psycopg 3.
+if [ "${SKIPLOCK_DEPS:-all}" = all ] && ! /usr/bin/python3 -c 'import psycopg' >/dev/null 2>&1; then
+  echo "deps: installing python3-psycopg (the Python client's tests)" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3 python3-psycopg >/dev/null
+fi
 # Headless Chromium drives the dashboard's browser tests (dashboard/browser_test.go).
 # It is installed on its own: should it be unavailable, the rest of the suite still
 # runs and those tests skip, loudly.

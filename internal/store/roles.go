@@ -82,7 +82,10 @@ func (s *Store) RolesSQL(n RoleNames) (string, error) {
 		"GRANT INSERT ON "+t("jobs"),
 		// Stats and batch listings read batches; a handler may open and add to one.
 		"GRANT SELECT, INSERT, UPDATE (sealed_at) ON "+t("batches"),
-		queueDepthGrant(t))
+		queueDepthGrant(t),
+		// The SQL worker protocol (migration 0018, docs/sql_workers.md): SECURITY INVOKER
+		// functions that need the grants above, and EXECUTE, revoked from PUBLIC.
+		"GRANT EXECUTE ON FUNCTION "+strings.Join(sqlWorkerFunctions(t), ", "))
 	section(n.Relay, "claims, publishes and marks outbox events; prunes published ones; requeues dead ones.",
 		"GRANT SELECT, DELETE ON "+t("outbox"),
 		"GRANT UPDATE (available_at, attempts, relay_until, relay_token, published_at, dead_at, last_error) ON "+t("outbox"))
@@ -98,4 +101,19 @@ func (s *Store) RolesSQL(n RoleNames) (string, error) {
 // autoscaler's query, Client.Depth.
 func queueDepthGrant(t func(string) string) string {
 	return "GRANT EXECUTE ON FUNCTION " + t("queue_depth") + "(text, bigint, timestamptz)"
+}
+
+// sqlWorkerFunctions are the SQL worker protocol's functions (migration 0018), with
+// their argument types, as GRANT names them.
+func sqlWorkerFunctions(t func(string) string) []string {
+	return []string{
+		t("claim_jobs") + "(text, text, integer, interval, text[], timestamptz)",
+		t("heartbeat_job") + "(uuid, uuid, interval, timestamptz)",
+		t("finish_jobs") + "(uuid[], uuid[], text[], interval[], text[], jsonb[], timestamptz)",
+		t("complete_job") + "(uuid, uuid, jsonb, boolean, timestamptz)",
+		t("fail_job") + "(uuid, uuid, text, boolean, interval, timestamptz)",
+		t("snooze_job") + "(uuid, uuid, interval, timestamptz)",
+		t("cancel_job") + "(uuid, uuid, text, timestamptz)",
+		t("reclaim_jobs") + "(text, integer, interval, timestamptz)",
+	}
 }

@@ -88,7 +88,8 @@ type Workload struct {
 	Name  string
 	Title string
 	Run   func(ctx context.Context, e *Env) (*Result, error)
-	// Long workloads (W10, W10C and W10L: thirteen minutes each) run only when named, not with "all".
+	// Long workloads (W10, W10C and W10L: thirteen minutes each) run only when named, not
+	// with "all"; so does W5PY, which needs the Python client beside the binary.
 	Long bool
 }
 
@@ -110,6 +111,7 @@ func All() []Workload {
 		{"W10", "800 jobs/s while an idle REPEATABLE READ session pins the xmin horizon for 10 min (60 s of warm-up and 30 s of baseline before, 90 s after)", isolated(runW10), true},
 		{"W10C", "W10's timeline with no pin: a control for W10's rule (what the machine alone does)", isolated(runW10Control), true},
 		{"W10L", "W10 on a queue under a limit that never binds: the limited claim under the pin", isolated(runW10Limited), true},
+		{"W5PY", "W5's jobs worked by the Python client on the SQL worker protocol, concurrency 100", isolated(runW5PY), true},
 		{"F1", "enqueue flows of 1,000 children (one statement each), 2 goroutines", isolated(runF1), false},
 		{"D1", "the dashboard on 1,000,000 jobs: every page and filter through its http.Handler", isolated(runD1), false},
 	}
@@ -138,7 +140,7 @@ func Select(spec string) ([]Workload, error) {
 			found = found || w.Name == name
 		}
 		if !found {
-			return nil, fmt.Errorf("unknown workload %q (B0, B1, W1…W10, W10C, W10L, F1, D1, G1 or all)", name)
+			return nil, fmt.Errorf("unknown workload %q (B0, B1, W1…W10, W10C, W10L, W5PY, F1, D1, G1 or all)", name)
 		}
 	}
 	if want["W1"] || want["W2"] {
@@ -147,8 +149,8 @@ func Select(spec string) ([]Workload, error) {
 	if want["F1"] {
 		want["W3"] = true
 	}
-	if want["W9"] || want["G1"] {
-		want["W5"] = true // W9's and G1's targets are shares of W5 in the same run
+	if want["W9"] || want["G1"] || want["W5PY"] {
+		want["W5"] = true // W9's, G1's and W5PY's targets are shares of W5 in the same run
 	}
 	if want["W4"] || want["W5"] || want["W7"] || want["W9"] {
 		want["B1"] = true

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -94,5 +95,25 @@ func TestD1RunsAtSmallScale(t *testing.T) {
 	}
 	if r.N != 5000 || !strings.HasPrefix(r.Verified, "ok") || r.Extra["page 01"] == nil || r.P95ms <= 0 {
 		t.Fatalf("D1: %+v", r)
+	}
+}
+
+// W5PY runs the Python client against a tiny backlog and verifies it; without
+// Python's psycopg it skips, unless CI=true or SKIPLOCK_REQUIRE_PYTHON=1.
+func TestW5PYRunsAtSmallScale(t *testing.T) {
+	t.Parallel()
+	if _, _, err := pythonClient(); err != nil {
+		if os.Getenv("CI") == "true" || os.Getenv("SKIPLOCK_REQUIRE_PYTHON") == "1" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	env := &Env{Pool: pgtest.Pool(t), URL: pgtest.URL(t), Settings: "test", Scale: 0.01}
+	r, err := isolated(runW5PY)(context.Background(), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.N != 500 || r.JobsPerSec <= 0 || !strings.HasPrefix(r.Verified, "ok") {
+		t.Fatalf("W5PY: %+v", r)
 	}
 }
