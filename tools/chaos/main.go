@@ -1,10 +1,12 @@
 // Command chaos is skiplock's fault-injection run (make chaos, make soak): it starts a
 // throwaway PostgreSQL, runs worker and relay processes against it, injects one kind
-// of fault per scenario and checks the invariants. It is a test rig, kept out of the
+// of fault per scenario and checks the invariants. The failover scenarios run on a
+// pg_auto_failover cluster (scripts/ha.sh) instead, and lose its primary. It is a test rig, kept out of the
 // skiplock binary; the worker and relay processes are this binary re-executed.
 //
 //	go run ./tools/chaos                              # the short profile (about 5½ minutes)
 //	go run ./tools/chaos --scenario rate-limit        # one scenario (--scenarios a,b for several)
+//	go run ./tools/chaos --scenarios failover,failover-kill  # the failover scenarios alone
 //	go run ./tools/chaos --soak --duration 30m        # randomized rounds from a seed
 //	go run ./tools/chaos --soak --seed N              # replay a seed
 //

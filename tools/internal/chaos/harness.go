@@ -87,6 +87,9 @@ type Config struct {
 	// RequireBrokers fails the broker scenario instead of skipping it when RabbitMQ
 	// is not available. Default: $SKIPLOCK_REQUIRE_BROKERS is set.
 	RequireBrokers bool
+	// RequireHA fails the failover scenarios instead of skipping them when pg_autoctl
+	// (postgresql-15-auto-failover) is not installed. Default: $SKIPLOCK_REQUIRE_HA is set.
+	RequireHA bool
 	// Logger receives the harness's progress. Default: discard.
 	Logger *slog.Logger
 	// Progress, if set, receives one line per finished round.
@@ -132,6 +135,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if !cfg.RequireBrokers && os.Getenv("SKIPLOCK_REQUIRE_BROKERS") != "" {
 		cfg.RequireBrokers = true
 	}
+	if !cfg.RequireHA && os.Getenv("SKIPLOCK_REQUIRE_HA") != "" {
+		cfg.RequireHA = true
+	}
 	if cfg.Soak && cfg.SoakDuration <= 0 {
 		cfg.SoakDuration = 30 * time.Minute
 	}
@@ -170,6 +176,12 @@ type harness struct {
 	procs    *procs
 	logDir   string
 	round    int
+	// The failover scenarios' cluster (hacluster.go), started on first use; pool and
+	// proxyURL point at it for their rounds, and at plainPool and plainURL (the
+	// throwaway server, through the fault proxy) for the others.
+	ha                *haCluster
+	haPool, plainPool *pgxpool.Pool
+	plainURL          string
 }
 
 func (h *harness) setup(ctx context.Context, selected []*scenario) error {
@@ -213,6 +225,7 @@ func (h *harness) setup(ctx context.Context, selected []*scenario) error {
 		return err
 	}
 	h.proxyURL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", h.proxy.Port())
+	h.plainPool, h.plainURL = h.pool, h.proxyURL
 	var b [16]byte
 	rand.Read(b[:])
 	h.secret = hex.EncodeToString(b[:])
@@ -233,8 +246,16 @@ func (h *harness) cleanup(removeLogs bool) {
 	if h.proxy != nil {
 		h.proxy.Close()
 	}
-	if h.pool != nil {
+	for _, p := range []*pgxpool.Pool{h.plainPool, h.haPool} {
+		if p != nil {
+			p.Close()
+		}
+	}
+	if h.plainPool == nil && h.pool != nil {
 		h.pool.Close()
+	}
+	if h.ha != nil {
+		h.ha.destroy()
 	}
 	if h.cluster != nil {
 		if err := h.cluster.Stop(); err != nil {

@@ -37,6 +37,10 @@ type scenario struct {
 	setup  func(ctx context.Context, r *round) error
 	feed   func(ctx context.Context, r *round)
 	verify func(ctx context.Context, r *round, row *Row) error
+	// failover: the round runs on the pg_auto_failover cluster (hacluster.go), its
+	// workers also run a periodic schedule, and the fault is a "switchover" or a
+	// "kill" of the primary (hawatch.go).
+	failover string
 }
 
 // Scenarios lists the scenario names in the order a short run uses.
@@ -73,6 +77,8 @@ var allScenarios = []*scenario{
 	rateScenario,
 	{name: "relay-kill", summary: "relays SIGKILLed between publish and mark", outbox: true, relayFaults: true, holdOnly: true, inject: injectRelayKill, recoverOn: "events"},
 	{name: "broker-restart", summary: "RabbitMQ stopped (stop_app) and started again under load", outbox: true, broker: true, relayFaults: true, inject: injectBrokerRestart, recoverOn: "events"},
+	switchoverScenario,
+	killPrimaryScenario,
 }
 
 func selectScenarios(names []string) ([]*scenario, error) {
