@@ -49,6 +49,10 @@ NODES=(node1 node2)
 log() { echo "ha.sh: $*" >&2; }
 die() { log "$*"; exit 1; }
 
+# A node's processes run in sessions of their own (setsid); a hangup meant for whoever
+# started this script must not stop it halfway through a start.
+trap '' HUP
+
 case "$TIMING" in default | fast) ;; *) die "SKIPLOCK_HA_TIMING must be default or fast, not '$TIMING'" ;; esac
 case "$WAIT" in '' | *[!0-9]*) die "SKIPLOCK_HA_WAIT must be a number of seconds, not '$WAIT'" ;; esac
 
@@ -66,16 +70,21 @@ require() {
 	BIN="$(pgbin)"
 }
 
-# as_pg runs a command as the user that owns the cluster, with pg_autoctl's
-# configuration, state and runtime files kept under $DIR.
-as_pg() {
-	local env=(XDG_CONFIG_HOME="$DIR/.config" XDG_DATA_HOME="$DIR/.local" XDG_RUNTIME_DIR="$DIR/.run"
-		PG_CONFIG="$BIN/pg_config" PATH="$BIN:/usr/bin:/bin" LC_ALL=C TZ=UTC HOME="$DIR")
+# pg_cmd sets CMD to a command that runs "$@" as the user that owns the cluster, with
+# pg_autoctl's configuration, state and runtime files kept under $DIR; as_pg runs it.
+pg_cmd() {
+	CMD=(env XDG_CONFIG_HOME="$DIR/.config" XDG_DATA_HOME="$DIR/.local" XDG_RUNTIME_DIR="$DIR/.run"
+		PG_CONFIG="$BIN/pg_config" PATH="$BIN:/usr/bin:/bin" LC_ALL=C TZ=UTC HOME="$DIR" "$@")
 	if [ "$(id -u)" -eq 0 ]; then
-		runuser -u postgres -- env "${env[@]}" "$@"
-	else
-		env "${env[@]}" "$@"
+		# setpriv changes user and execs: no parent process stays behind (runuser's
+		# would, around every node's long-lived pg_autoctl).
+		CMD=(setpriv --reuid=postgres --regid=postgres --init-groups "${CMD[@]}")
 	fi
+}
+
+as_pg() {
+	pg_cmd "$@"
+	"${CMD[@]}"
 }
 
 ports() {
@@ -108,7 +117,8 @@ run_node() {
 	log "running $n (port $(port_of "$n")); log: $DIR/$n.log"
 	# setsid: the node is its own process group (what `kill` signals), and outlives
 	# this script and its terminal.
-	as_pg setsid pg_autoctl run --pgdata "$DIR/$n" >>"$DIR/$n.log" 2>&1 </dev/null &
+	pg_cmd setsid pg_autoctl run --pgdata "$DIR/$n"
+	(exec "${CMD[@]}" >>"$DIR/$n.log" 2>&1 </dev/null) &
 	local deadline=$((SECONDS + 30))
 	until node_pid "$n" >/dev/null; do
 		[ "$SECONDS" -lt "$deadline" ] || die "$n did not start; see $DIR/$n.log"

@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -121,6 +122,7 @@ func startHA(ctx context.Context, logDir string) (*haCluster, error) {
 // appended to the harness's ha.log, and its tail is in the error.
 func (c *haCluster) run(ctx context.Context, cmd string) (string, error) {
 	x := exec.CommandContext(ctx, "bash", c.script, cmd)
+	x.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own process group: signals for the harness's stay out
 	x.Env = append(os.Environ(), "SKIPLOCK_HA_DIR="+c.dir, "SKIPLOCK_HA_PORT="+strconv.Itoa(c.port),
 		"SKIPLOCK_HA_TIMING=fast", "SKIPLOCK_HA_WAIT=90")
 	var out, errb bytes.Buffer
