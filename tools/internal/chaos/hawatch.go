@@ -26,6 +26,7 @@ package chaos
 //   - /readyz (package health) answers not-ready while no node is a writable primary
 //     (one whose commits return: out of recovery is not enough, see watchNode)
 //   - an outage is logged once per process and operation, not once per retry
+//   - (failover-kill) the limits scenario's concurrency limits are never exceeded
 //
 // and measures, per failover, how long after its start each component worked again
 // (producer, workers, relay, dashboard, metrics, /readyz) and the pickup latency of
@@ -65,11 +66,28 @@ var switchoverScenario = &scenario{
 	setup: setupHA, inject: injectFailover, verify: verifyHA, recoverOn: "jobs",
 }
 
+// killPrimaryScenario also runs the limits scenario's saturated queue (limits.go): its
+// concurrency limits must hold across the promotion, replayed by the same audit.
 var killPrimaryScenario = &scenario{
 	name:    "failover-kill",
-	summary: "the primary's machine is lost (SIGKILL of pg_autoctl and postgres); the standby is promoted; the old primary returns as a standby and never takes a write",
+	summary: "the primary's machine is lost (SIGKILL of pg_autoctl and postgres); the standby is promoted; the old primary returns as a standby and never takes a write; concurrency limits hold",
 	outbox:  true, relayFaults: true, failover: "kill",
-	setup: setupHA, inject: injectFailover, verify: verifyHA, recoverOn: "jobs",
+	queues: map[string]int{limQueue: limWorkers},
+	setup: func(ctx context.Context, r *round) error {
+		if err := setupHA(ctx, r); err != nil {
+			return err
+		}
+		return setupLimits(ctx, r)
+	},
+	feed:   feedLimits,
+	inject: injectFailover,
+	verify: func(ctx context.Context, r *round, row *Row) error {
+		if err := verifyHA(ctx, r, row); err != nil {
+			return err
+		}
+		return verifyLimits(ctx, r, row)
+	},
+	recoverOn: "jobs",
 }
 
 // haRun watches a failover round: each node's role, the in-process components and
@@ -663,13 +681,15 @@ type pickup struct {
 	wait     time.Duration
 }
 
-// pickups returns, for each job, when its business row was written and how long
-// until its first claim.
+// pickups returns, for each job of the producer's queue (not the limited queue, whose
+// jobs wait behind its limits by design), when its business row was written and how
+// long until its first claim.
 func (r *round) pickups(ctx context.Context) ([]pickup, error) {
 	q := ident.Quote(r.schema)
 	rows, err := r.h.pool.Query(ctx, `SELECT e.at, min(t.claimed_at) - e.at FROM `+q+`.chaos_enqueued e
+JOIN `+q+`.jobs j ON j.id = e.job_id AND j.queue = $1
 JOIN `+q+`.chaos_transitions t ON t.job_id = e.job_id AND t.claimed_at IS NOT NULL
-GROUP BY e.job_id, e.at ORDER BY e.at`)
+GROUP BY e.job_id, e.at ORDER BY e.at`, skiplock.DefaultQueue)
 	if err != nil {
 		return nil, fmt.Errorf("reading pickups: %w", err)
 	}
