@@ -2,78 +2,15 @@ package notify
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
-
-// gate forwards TCP connections to the server at target; while closed it drops every
-// connection it holds and refuses new ones, as a server that is gone (a primary being
-// replaced) does.
-type gate struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	closed bool
-	conns  map[net.Conn]struct{}
-}
-
-func newGate(t *testing.T, target string) *gate {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &gate{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	t.Cleanup(func() { ln.Close(); g.set(true) })
-	go g.serve()
-	return g
-}
-
-func (g *gate) serve() {
-	for {
-		c, err := g.ln.Accept()
-		if err != nil {
-			return
-		}
-		g.mu.Lock()
-		if g.closed {
-			g.mu.Unlock()
-			c.Close()
-			continue
-		}
-		s, err := net.Dial("tcp", g.target)
-		if err != nil {
-			g.mu.Unlock()
-			c.Close()
-			continue
-		}
-		g.conns[c], g.conns[s] = struct{}{}, struct{}{}
-		g.mu.Unlock()
-		go func() { io.Copy(s, c); s.Close() }()
-		go func() { io.Copy(c, s); c.Close() }()
-	}
-}
-
-// set closes (dropping every connection) or opens the gate.
-func (g *gate) set(closed bool) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.closed = closed
-	if closed {
-		for c := range g.conns {
-			c.Close()
-		}
-		g.conns = map[net.Conn]struct{}{}
-	}
-}
 
 // records is a slog handler that sends each record's level and message.
 type records chan string
@@ -95,9 +32,10 @@ func TestOutageLoggedOnce(t *testing.T) {
 	defer cancel()
 	pool := pgtest.Pool(t)
 	cc := pool.Config().ConnConfig
-	g := newGate(t, net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))))
+	g := pgtest.NewGate(t, net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))))
+	g.SetOpen(true)
 	cfg := cc.Copy()
-	cfg.Host, cfg.Port, cfg.Fallbacks = "127.0.0.1", uint16(g.ln.Addr().(*net.TCPAddr).Port), nil
+	cfg.Host, cfg.Port, cfg.Fallbacks = "127.0.0.1", g.Port(), nil
 	cfg.ConnectTimeout = 2 * time.Second
 	const channel = "skiplock_notify_outage_test"
 	logs := make(records, 1024)
@@ -123,7 +61,7 @@ func TestOutageLoggedOnce(t *testing.T) {
 	}
 	wait("first connect", up)
 
-	g.set(true)
+	g.SetOpen(false)
 	var seen []string
 	for failed := 0; failed < 10; {
 		select {
@@ -136,7 +74,7 @@ func TestOutageLoggedOnce(t *testing.T) {
 			t.Fatalf("fewer than 10 failed reconnects within 10 s; logged: %q", seen)
 		}
 	}
-	g.set(false)
+	g.SetOpen(true)
 	wait("reconnect", up)
 	for {
 		select {

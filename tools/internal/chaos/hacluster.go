@@ -18,8 +18,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // haCluster is a running pg_auto_failover cluster.
@@ -170,15 +168,8 @@ func (h *harness) useHA(ctx context.Context) error {
 			return err
 		}
 		h.ha = ha
-		pcfg, err := pgxpool.ParseConfig(ha.URI)
-		if err != nil {
-			return fmt.Errorf("chaos: parsing the HA URI: %w", err)
-		}
-		pcfg.MaxConns = 16
-		pcfg.ConnConfig.ConnectTimeout = 2 * time.Second
-		pcfg.ConnConfig.RuntimeParams["application_name"] = "skiplock-chaos-harness"
-		if h.haPool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
-			return fmt.Errorf("chaos: opening the HA pool: %w", err)
+		if h.haPool, err = openPool(ctx, ha.URI, harnessApp, 16, 2*time.Second); err != nil {
+			return fmt.Errorf("chaos: the harness pool on the HA cluster: %w", err)
 		}
 	}
 	h.pool, h.proxyURL = h.haPool, h.ha.URI

@@ -211,15 +211,8 @@ func (h *harness) setup(ctx context.Context, selected []*scenario) error {
 	if err != nil {
 		return fmt.Errorf("chaos: starting PostgreSQL: %w", err)
 	}
-	pcfg, err := pgxpool.ParseConfig(h.cluster.URL)
-	if err != nil {
-		return fmt.Errorf("chaos: parsing the cluster URL: %w", err)
-	}
-	pcfg.MaxConns = 16
-	pcfg.ConnConfig.ConnectTimeout = 5 * time.Second
-	pcfg.ConnConfig.RuntimeParams["application_name"] = "skiplock-chaos-harness"
-	if h.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
-		return fmt.Errorf("chaos: opening the harness pool: %w", err)
+	if h.pool, err = openPool(ctx, h.cluster.URL, harnessApp, 16, 5*time.Second); err != nil {
+		return fmt.Errorf("chaos: the harness pool: %w", err)
 	}
 	if h.proxy, err = faultproxy.New(fmt.Sprintf("127.0.0.1:%d", h.cluster.Port), h.log); err != nil {
 		return err
@@ -339,3 +332,6 @@ func (h *harness) soakParams(s *scenario) params {
 }
 
 var errNoScenario = errors.New("chaos: unknown scenario")
+
+// harnessApp is the application_name of the harness's own connections.
+const harnessApp = "skiplock-chaos-harness"

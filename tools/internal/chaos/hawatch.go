@@ -49,7 +49,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/dashboard"
@@ -296,16 +295,9 @@ func (w *haRun) firstChange(node, state string, not bool, from time.Time) time.T
 // components builds the in-process dashboard, metrics and /readyz of a client that
 // connects as users do (the multi-host URI), and returns their probes.
 func (w *haRun) components(ctx context.Context) (map[string]func(context.Context) bool, error) {
-	cfg, err := pgxpool.ParseConfig(w.r.h.ha.URI)
+	pool, err := openPool(ctx, w.r.h.ha.URI, fmt.Sprintf("chaos-r%02d-components", w.r.h.round), 6, time.Second)
 	if err != nil {
-		return nil, err
-	}
-	cfg.MaxConns = 6
-	cfg.ConnConfig.ConnectTimeout = time.Second
-	cfg.ConnConfig.RuntimeParams["application_name"] = fmt.Sprintf("chaos-r%02d-components", w.r.h.round)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("opening the components' pool: %w", err)
+		return nil, fmt.Errorf("the components' pool: %w", err)
 	}
 	quiet := slog.New(slog.DiscardHandler)
 	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: w.r.schema, Logger: quiet})
@@ -457,15 +449,9 @@ func (w *haRun) failover(ctx context.Context, kind string) error {
 // one began. Its acknowledged jobs join the round's: they must exist at the end.
 func (w *haRun) probeOld(ctx context.Context, rec *failoverRec) {
 	r := w.r
-	cfg, err := pgxpool.ParseConfig(r.h.ha.nodeURL(rec.old))
+	pool, err := openPool(ctx, r.h.ha.nodeURL(rec.old), fmt.Sprintf("chaos-r%02d-old-primary-probe", r.h.round), 2, time.Second)
 	if err != nil {
-		return
-	}
-	cfg.MaxConns = 2
-	cfg.ConnConfig.ConnectTimeout = time.Second
-	cfg.ConnConfig.RuntimeParams["application_name"] = fmt.Sprintf("chaos-r%02d-old-primary-probe", r.h.round)
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
+		r.note("the old primary's write probe could not start: %v", err)
 		return
 	}
 	defer pool.Close()
@@ -526,6 +512,9 @@ func verifyHA(ctx context.Context, r *round, row *Row) error {
 		if f.promoted.IsZero() {
 			row.Violations = append(row.Violations, label+": the new primary was never seen writable")
 			continue
+		}
+		if f.tries == 0 {
+			row.Violations = append(row.Violations, label+": the old primary was never probed with a write")
 		}
 		after := 0
 		for _, t := range f.accepted {
