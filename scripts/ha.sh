@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/ha.sh start|stop|status|uri|failover|kill|wait|destroy
+# scripts/ha.sh start|stop|status|uri|failover|kill|sync|async|wait|destroy
 #
 # A real high-availability PostgreSQL on loopback, run by pg_auto_failover (Debian's
 # postgresql-15-auto-failover): a monitor, a primary and a standby with synchronous
@@ -22,6 +22,9 @@
 #   kill      SIGKILL the primary's pg_autoctl and postgres (its whole process group), as
 #             if its machine were lost; the monitor promotes the standby. Prints the
 #             killed node's name; `start` brings it back (as a standby)
+#   sync      both nodes in the replication quorum (the default): commits wait for the standby
+#   async     neither in the quorum: the primary commits without waiting (asynchronous
+#             replication, for measuring what a lost primary loses)
 #   wait      wait until one node is primary and the other secondary (SKIPLOCK_HA_WAIT s)
 #   destroy   stop, then remove SKIPLOCK_HA_DIR
 #
@@ -294,8 +297,36 @@ cmd_failover() {
 	log "switched over: $was -> $(primary)"
 }
 
+# cmd_quorum puts both nodes in the replication quorum (true) or out of it (false), and
+# waits until the primary's synchronous_standby_names says so.
+cmd_quorum() {
+	require
+	ports
+	wait_healthy
+	local n p want
+	for n in "${NODES[@]}"; do
+		as_pg pg_autoctl set node replication-quorum --pgdata "$DIR/$n" "$1" >/dev/null 2>&1 ||
+			die "pg_autoctl set node replication-quorum $1 failed for $n"
+	done
+	local deadline=$((SECONDS + WAIT))
+	while :; do
+		p="$(primary)"
+		want=unknown
+		if [ -n "$p" ]; then
+			want="$(as_pg "$BIN/psql" -X -q -At -h 127.0.0.1 -p "$(port_of "$p")" -U postgres -d postgres -c "SHOW synchronous_standby_names" 2>/dev/null || echo unknown)"
+		fi
+		if { [ "$1" = true ] && [ -n "$want" ] && [ "$want" != unknown ]; } || { [ "$1" = false ] && [ -z "$want" ]; }; then
+			break
+		fi
+		[ "$SECONDS" -lt "$deadline" ] || die "synchronous_standby_names on the primary (${p:-none}) is still '$want'"
+		sleep 0.3
+	done
+	wait_healthy
+	log "replication quorum $1: synchronous_standby_names = '$want'"
+}
+
 cmd="${1:-}"
-[ $# -le 1 ] || die "unexpected arguments after '$cmd' (usage: scripts/ha.sh start|stop|status|uri|failover|kill|wait|destroy)"
+[ $# -le 1 ] || die "unexpected arguments after '$cmd' (usage: scripts/ha.sh start|stop|status|uri|failover|kill|sync|async|wait|destroy)"
 case "$cmd" in
 start) start ;;
 stop) stop ;;
@@ -311,6 +342,8 @@ uri)
 	;;
 failover) cmd_failover ;;
 kill) cmd_kill ;;
+sync) cmd_quorum true ;;
+async) cmd_quorum false ;;
 wait)
 	require
 	ports
@@ -321,5 +354,5 @@ destroy)
 	rm -rf "$DIR"
 	;;
 -h | --help | help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
-*) die "usage: scripts/ha.sh start|stop|status|uri|failover|kill|wait|destroy (see --help)" ;;
+*) die "usage: scripts/ha.sh start|stop|status|uri|failover|kill|sync|async|wait|destroy (see --help)" ;;
 esac

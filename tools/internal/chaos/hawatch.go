@@ -89,6 +89,24 @@ var killPrimaryScenario = &scenario{
 	recoverOn: "jobs",
 }
 
+// asyncKillScenario measures, rather than promises: with both nodes out of the
+// replication quorum, a lost primary takes with it what it had committed and not yet
+// sent. How many acknowledged commits that is (the RPO at the producer's rate) is
+// reported; each must be lost whole — its job, its business row and its event, never
+// one without the others — which the audit tables show. Not in the short profile.
+var asyncKillScenario = &scenario{
+	name:    "failover-async",
+	summary: "asynchronous replication, then the primary's machine is lost: measures the acknowledged commits lost (RPO), each lost whole",
+	outbox:  true, relayFaults: true, failover: "kill", async: true,
+	setup: func(ctx context.Context, r *round) error {
+		if _, err := r.h.ha.run(ctx, "async"); err != nil {
+			return err
+		}
+		return setupHA(ctx, r)
+	},
+	inject: injectFailover, verify: verifyAsync, recoverOn: "jobs",
+}
+
 // haRun watches a failover round: each node's role, the in-process components and
 // the failovers themselves.
 type haRun struct {
@@ -157,6 +175,13 @@ func (w *haRun) stop() {
 		w.wg.Wait()
 		for _, c := range w.close {
 			c()
+		}
+		if w.r.s.async { // the next round's cluster is synchronous again
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if _, err := w.r.h.ha.run(ctx, "sync"); err != nil {
+				w.r.note("restoring synchronous replication: %v", err)
+			}
 		}
 	})
 }
@@ -745,4 +770,73 @@ func (r *round) checkLogsOnce(row *Row, failovers int) {
 	if worst > 0 {
 		r.note("logs: the most repeated warning was %q, %d times in %s, over %d failovers", worstMsg, worst, worstProc, failovers)
 	}
+}
+
+// verifyAsync is verifyHA, then the measure of what the lost primary took with it:
+// the acknowledged commits missing at the end, when each was acknowledged before the
+// kill, and that each is missing whole (no job, no event without its business row).
+func verifyAsync(ctx context.Context, r *round, row *Row) error {
+	if err := verifyHA(ctx, r, row); err != nil {
+		return err
+	}
+	q := ident.Quote(r.schema)
+	db := r.h.pool
+	r.prod.mu.Lock()
+	acked := append([]string(nil), r.prod.acked...)
+	ackedAt := append([]time.Time(nil), r.prod.ackedAt...)
+	r.prod.mu.Unlock()
+	rows, err := db.Query(ctx, "SELECT a.id::text FROM unnest($1::text[]) WITH ORDINALITY AS a(id, n) WHERE NOT EXISTS (SELECT 1 FROM "+q+".chaos_enqueued e WHERE e.job_id = a.id::uuid) ORDER BY a.n", acked)
+	if err != nil {
+		return fmt.Errorf("reading lost commits: %w", err)
+	}
+	lost := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return err
+		}
+		lost[id] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	var lostIDs []string
+	var earliest, latest time.Duration
+	var kill time.Time
+	if len(r.ha.failovers) > 0 {
+		kill = r.ha.failovers[0].start
+	}
+	for i, id := range acked {
+		if !lost[id] || i >= len(ackedAt) {
+			continue
+		}
+		lostIDs = append(lostIDs, id)
+		d := ackedAt[i].Sub(kill)
+		if len(lostIDs) == 1 || d < earliest {
+			earliest = d
+		}
+		if len(lostIDs) == 1 || d > latest {
+			latest = d
+		}
+	}
+	var halfJobs, halfEvents, orphanEvents int64
+	err = db.QueryRow(ctx, `SELECT
+  (SELECT count(*) FROM `+q+`.jobs WHERE id::text = ANY($1)),
+  (SELECT count(*) FROM `+q+`.outbox WHERE aggregate_id = ANY($1)),
+  (SELECT count(*) FROM `+q+`.outbox o WHERE NOT EXISTS (SELECT 1 FROM `+q+`.chaos_enqueued e WHERE e.event_id = o.id))`, lostIDs).Scan(&halfJobs, &halfEvents, &orphanEvents)
+	if err != nil {
+		return fmt.Errorf("checking that lost commits are lost whole: %w", err)
+	}
+	if halfJobs > 0 || halfEvents > 0 || orphanEvents > 0 {
+		row.Violations = append(row.Violations, fmt.Sprintf("lost only in part: %d jobs and %d events of lost commits remain; %d events have no business row", halfJobs, halfEvents, orphanEvents))
+	}
+	rpo := fmt.Sprintf("asynchronous replication, primary lost: %d of %d acknowledged commits lost (%d jobs/s)", len(lostIDs), len(acked), r.p.rate)
+	if len(lostIDs) > 0 {
+		rpo += fmt.Sprintf(", acknowledged from %+.2fs to %+.2fs of the kill's start (the SIGKILL lands after `ha.sh kill` has asked the monitor which node is primary)",
+			earliest.Seconds(), latest.Seconds())
+	}
+	row.HA = append(row.HA, rpo+fmt.Sprintf("; lost whole: %d of their jobs and %d of their events remain, %d events without a business row", halfJobs, halfEvents, orphanEvents))
+	return nil
 }

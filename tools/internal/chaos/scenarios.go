@@ -41,6 +41,9 @@ type scenario struct {
 	// workers also run a periodic schedule, and the fault is a "switchover" or a
 	// "kill" of the primary (hawatch.go).
 	failover string
+	// async: the round runs with asynchronous replication (hawatch.go): acknowledged
+	// commits a lost primary takes with it are measured, not violations.
+	async bool
 }
 
 // Scenarios lists the scenario names in the order a short run uses.
@@ -79,6 +82,7 @@ var allScenarios = []*scenario{
 	{name: "broker-restart", summary: "RabbitMQ stopped (stop_app) and started again under load", outbox: true, broker: true, relayFaults: true, inject: injectBrokerRestart, recoverOn: "events"},
 	switchoverScenario,
 	killPrimaryScenario,
+	asyncKillScenario,
 }
 
 func selectScenarios(names []string) ([]*scenario, error) {
