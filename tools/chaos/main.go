@@ -59,7 +59,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	)
 	fs.DurationVar(&duration, "duration", 0, "short run: how long each scenario injects faults (default 6s);\nwith --soak: how long the whole soak runs (default 30m)")
 	fs.Uint64Var(&seed, "seed", 0, "seed for every random choice; a failed run prints it for replay (default random)")
-	fs.StringVar(&scenarios, "scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(chaos.Scenarios(), ", "))
+	fs.StringVar(&scenarios, "scenarios", "", "comma-separated scenarios to run (default all; the short profile leaves out failover-async): "+strings.Join(chaos.Scenarios(), ", "))
 	fs.StringVar(&scenarios, "scenario", "", "the same as --scenarios (e.g. --scenario limits)")
 	fs.BoolVar(&soak, "soak", false, "randomized rounds (scenario and fault parameters drawn from the seed) until --duration has passed")
 	fs.IntVar(&rate, "rate", 40, "jobs enqueued per second during each scenario")
