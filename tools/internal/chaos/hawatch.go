@@ -736,17 +736,25 @@ func pickupSummary(ps []pickup, from, to time.Time) string {
 	return fmt.Sprintf("%d jobs, p50 %s, p99 %s, max %s", len(ws), ms(at(0.50)), ms(at(0.99)), ms(ws[len(ws)-1]))
 }
 
-var warnLine = regexp.MustCompile(`level=WARN msg="([^"]*)"`)
+var (
+	warnLine = regexp.MustCompile(`level=WARN msg="([^"]*)"`)
+	// outageLine matches the lines an outage makes a process write — an operation
+	// failing and recovering (internal/failures), the listener's loss and return —
+	// which must come once per outage, not once per retry. Other warnings are about
+	// one job each (a lease lost, a claim undone) and are counted, not judged.
+	outageLine = regexp.MustCompile(` (failed|recovered)$|^notify: listener `)
+)
 
 // checkLogsOnce reads the round's worker and relay logs: an outage is logged once per
 // process and operation (its loss, its recovery), not once per retry. A failover
 // may cut a process off twice (the old primary's drain, then its shutdown), so each
-// message may appear twice per failover; a line per retry would be dozens.
+// such line may appear twice per failover; a line per retry would be dozens.
 func (r *round) checkLogsOnce(row *Row, failovers int) {
 	r.mu.Lock()
 	procs := append(append([]*proc(nil), r.workers...), r.relays...)
 	r.mu.Unlock()
 	worst, worstMsg, worstProc := 0, "", ""
+	perJob := map[string]int{}
 	for _, p := range procs {
 		f, err := os.Open(filepath.Join(r.h.logDir, p.name+".log"))
 		if err != nil {
@@ -759,6 +767,10 @@ func (r *round) checkLogsOnce(row *Row, failovers int) {
 			counts[m[1]]++
 		}
 		for msg, n := range counts {
+			if !outageLine.MatchString(msg) {
+				perJob[msg] += n
+				continue
+			}
 			if n > worst {
 				worst, worstMsg, worstProc = n, msg, p.name
 			}
@@ -768,7 +780,10 @@ func (r *round) checkLogsOnce(row *Row, failovers int) {
 		}
 	}
 	if worst > 0 {
-		r.note("logs: the most repeated warning was %q, %d times in %s, over %d failovers", worstMsg, worst, worstProc, failovers)
+		r.note("logs: the most repeated outage line was %q, %d times in %s, over %d failovers", worstMsg, worst, worstProc, failovers)
+	}
+	for msg, n := range perJob {
+		r.note("logs: %d per-job warnings %q", n, msg)
 	}
 }
 

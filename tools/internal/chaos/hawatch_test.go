@@ -60,11 +60,15 @@ func TestFailoverJudgements(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "w-retry.log"), []byte(perRetry), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r := &round{h: &harness{logDir: dir}, workers: []*proc{{name: "w-once"}}}
+	perJob := strings.Repeat(line("skiplock: lease lost; outcome discarded"), 5) + line("skiplock: claim failed") + line("skiplock: claim recovered")
+	if err := os.WriteFile(filepath.Join(dir, "w-jobs.log"), []byte(perJob), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := &round{h: &harness{logDir: dir}, workers: []*proc{{name: "w-once"}, {name: "w-jobs"}}}
 	row := &Row{}
 	r.checkLogsOnce(row, 1)
 	if len(row.Violations) != 0 {
-		t.Errorf("an outage logged once (lost, reconnected): %q", row.Violations)
+		t.Errorf("an outage logged once (lost, reconnected), and per-job warnings: %q", row.Violations)
 	}
 	r.workers = append(r.workers, &proc{name: "w-retry"})
 	r.checkLogsOnce(row, 1)
