@@ -662,33 +662,45 @@ func (r *round) workersResume(ctx context.Context, ids map[string]bool, f *failo
 }
 
 // componentResume is when a probed component answered again after its last failed
-// probe of the failover, from the failover's start; "unaffected" if none failed.
+// probe of the failover, from the failover's start; "unaffected" if none failed. A
+// failure is the failover's when the probe began before the promotion had been
+// writable for failoverSlack; later ones (a read slow under load) are counted apart.
 func (w *haRun) componentResume(name string, f *failoverRec) string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	ps := w.probes[name]
-	lastFail := -1
+	lastFail, later := -1, 0
 	for i, p := range ps {
-		if p.start.Before(f.start) {
+		if p.start.Before(f.start) || p.ok {
 			continue
 		}
 		if p.start.After(f.healthy.Add(2 * time.Second)) {
 			break
 		}
-		if !p.ok {
-			lastFail = i
+		if p.start.After(f.promoted.Add(failoverSlack)) {
+			later++
+			continue
 		}
+		lastFail = i
 	}
 	if lastFail < 0 {
 		return "unaffected"
 	}
 	for _, p := range ps[lastFail+1:] {
 		if p.ok {
-			return "+" + secs(p.end.Sub(f.start))
+			s := "+" + secs(p.end.Sub(f.start))
+			if later > 0 {
+				s += fmt.Sprintf(" (%d failed probes later)", later)
+			}
+			return s
 		}
 	}
 	return "never"
 }
+
+// failoverSlack is how long after the new primary took writes a component's failure
+// still counts as the failover's.
+const failoverSlack = 10 * time.Second
 
 type pickup struct {
 	enqueued time.Time

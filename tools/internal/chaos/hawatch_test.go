@@ -19,7 +19,13 @@ func TestFailoverJudgements(t *testing.T) {
 		"dashboard": {{at(-100), at(-50), true}, {at(100), at(200), false}, {at(2900), at(3100), false}, {at(3200), at(3300), true}},
 		"metrics":   {{at(100), at(150), true}, {at(300), at(350), true}},
 		"readyz":    {{at(100), at(150), false}, {at(300), at(350), false}},
+		// A read that fails long after the promotion is not the failover's.
+		"slow": {{at(100), at(150), false}, {at(3100), at(3200), true}, {at(14000), at(15000), false}, {at(15100), at(15200), true}},
 	}}
+	f.healthy = at(20000)
+	if got := w.componentResume("slow", f); got != "+3.20s (1 failed probes later)" {
+		t.Errorf("slow resume %q; want +3.20s with one later failure", got)
+	}
 	if got := w.componentResume("dashboard", f); got != "+3.30s" {
 		t.Errorf("dashboard resume %q; want +3.30s (the first success after its last failure)", got)
 	}
