@@ -11,6 +11,8 @@ package chaos
 //	failover-kill  the primary's machine is lost (SIGKILL of its pg_autoctl and
 //	               postgres): the monitor promotes the standby; the lost node is then
 //	               started again and rejoins as a standby (pg_rewind)
+//	failover-async the same with asynchronous replication: what the lost primary
+//	               takes with it is measured (verifyAsync), not a violation
 //
 // Besides the usual invariants (lost, double success, stale writes — the lease token
 // carries across the promotion, so a worker that claimed on the old primary cannot
