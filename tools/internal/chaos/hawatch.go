@@ -833,16 +833,22 @@ func verifyAsync(ctx context.Context, r *round, row *Row) error {
 	}
 	var lostIDs []string
 	var earliest, latest time.Duration
-	var kill time.Time
-	if len(r.ha.failovers) > 0 {
-		kill = r.ha.failovers[0].start
+	// sinceKill is t from the start of the kill nearest to it.
+	sinceKill := func(t time.Time) time.Duration {
+		var best time.Duration
+		for i, f := range r.ha.failovers {
+			if d := t.Sub(f.start); i == 0 || d.Abs() < best.Abs() {
+				best = d
+			}
+		}
+		return best
 	}
 	for i, id := range acked {
 		if !lost[id] || i >= len(ackedAt) {
 			continue
 		}
 		lostIDs = append(lostIDs, id)
-		d := ackedAt[i].Sub(kill)
+		d := sinceKill(ackedAt[i])
 		if len(lostIDs) == 1 || d < earliest {
 			earliest = d
 		}
@@ -863,7 +869,7 @@ func verifyAsync(ctx context.Context, r *round, row *Row) error {
 	}
 	rpo := fmt.Sprintf("asynchronous replication, primary lost: %d of %d acknowledged commits lost (%d jobs/s)", len(lostIDs), len(acked), r.p.rate)
 	if len(lostIDs) > 0 {
-		rpo += fmt.Sprintf(", acknowledged from %+.2fs to %+.2fs of the kill's start (the SIGKILL lands after `ha.sh kill` has asked the monitor which node is primary)",
+		rpo += fmt.Sprintf(", acknowledged from %+.2fs to %+.2fs of their kill's start (the SIGKILL lands after `ha.sh kill` has asked the monitor which node is primary)",
 			earliest.Seconds(), latest.Seconds())
 	}
 	row.HA = append(row.HA, rpo+fmt.Sprintf("; lost whole: %d of their jobs and %d of their events remain, %d events without a business row", halfJobs, halfEvents, orphanEvents))
