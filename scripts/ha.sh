@@ -21,7 +21,8 @@
 #             the standby promoted; waits until the old primary has rejoined as secondary
 #   kill      SIGKILL the primary's pg_autoctl and postgres (its whole process group), as
 #             if its machine were lost; the monitor promotes the standby. Prints the
-#             killed node's name; `start` brings it back (as a standby)
+#             killed node's name; `start` brings it back: as a standby once the other
+#             was promoted (see `status`), as the primary again if it is back before that
 #   sync      both nodes in the replication quorum (the default): commits wait for the standby
 #   async     neither in the quorum: the primary commits without waiting (asynchronous
 #             replication, for measuring what a lost primary loses)
