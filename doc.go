@@ -111,7 +111,7 @@
 //   - Enqueueing: [Client.Enqueue], [Client.EnqueueTx], [Client.EnqueueMany],
 //     [Client.EnqueueManyTx], [Client.EnqueueRaw], [Client.EnqueueRawTx].
 //   - Working and its lifecycle: [Client.Start], [Client.Stop],
-//     [Client.StopAndCancel], [Client.Close], [Client.CheckSchema],
+//     [Client.StopAndCancel], [Client.Close], [Client.CheckSchema], [Client.CheckWritable],
 //     [Client.CompleteTx], [Client.Manual].
 //   - Jobs: [Client.JobGet], [Client.JobList], [Client.JobPage], [Client.JobCount],
 //     [Client.JobStateEstimates], [Client.JobsByTx], [Client.JobsByTxPage], [Client.JobRetry],

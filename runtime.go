@@ -121,6 +121,23 @@ func (c *Client) CheckSchema(ctx context.Context) error {
 	return c.checkSchema(ctx)
 }
 
+// CheckWritable reports whether the database the client's pool reaches takes writes
+// now: it commits a transaction that takes a transaction id, so it fails on a standby
+// (a pool that reached a replica, or an old primary that came back as one) and waits,
+// as the client's own writes would, while the primary's synchronous standbys do not
+// acknowledge — which is how a failover manager such as pg_auto_failover holds a
+// newly promoted primary's commits until it has fenced the old one. Bound the wait
+// with ctx. health's /readyz runs it (docs/operations.md, "High availability").
+func (c *Client) CheckWritable(ctx context.Context) error {
+	if ctx == nil {
+		return invalid("ctx", "must not be nil")
+	}
+	if err := c.store.Writable(ctx, c.pool); err != nil {
+		return fmt.Errorf("skiplock: the database takes no writes: %w", wrapPgError(err))
+	}
+	return nil
+}
+
 // checkSchema makes sure the schema holds every migration this build needs and none
 // it does not know.
 func (c *Client) checkSchema(ctx context.Context) error {

@@ -1,7 +1,9 @@
 // Package health serves a client's liveness and readiness over HTTP:
 //
 //	GET /healthz  200 when the database answers, 503 otherwise
-//	GET /readyz   200 when every queue's oldest due pending job is younger than
+//	GET /readyz   200 when the database takes writes (a commit returns: not a
+//	              standby, not a primary whose failover manager holds its commits),
+//	              every queue's oldest due pending job is younger than
 //	              Options.MaxOldestDue (and, if set, the outbox lag is below
 //	              Options.MaxOutboxLag), and none of this process's claims,
 //	              heartbeats, completions or maintenance runs (nor those of the
@@ -51,6 +53,12 @@ type Options struct {
 	SkipQueues bool
 	// Timeout bounds each probe's database work. Default 3s.
 	Timeout time.Duration
+	// SkipWritable leaves out /readyz's write check (skiplock.Client.CheckWritable,
+	// a transaction that takes an id and commits): for a process that only reads,
+	// such as a dashboard pointed at a replica. Default false: /readyz fails with a
+	// "writable" reason while the database takes no writes — during a failover,
+	// until the new primary's commits return.
+	SkipWritable bool
 }
 
 // Component is anything that reports its repeating operations as
@@ -63,7 +71,7 @@ type Component interface {
 type Reason struct {
 	// Queue is the queue that failed (empty for the outbox).
 	Queue string `json:"queue,omitempty"`
-	// Check is "oldest_due_age", "outbox_lag" or "operation_failing".
+	// Check is "writable", "oldest_due_age", "outbox_lag" or "operation_failing".
 	Check string `json:"check"`
 	// Operation is the failing operation (check "operation_failing").
 	Operation string `json:"operation,omitempty"`
@@ -132,6 +140,15 @@ func Check(ctx context.Context, c *skiplock.Client, opts Options) (Report, int) 
 		}
 	}
 	var reasons []Reason
+	if !opts.SkipWritable {
+		if err := c.CheckWritable(ctx); err != nil {
+			msg := err.Error()
+			if ctx.Err() != nil {
+				msg = "a commit did not return in time: no writable primary (a failover in progress, or the synchronous standbys do not acknowledge): " + msg
+			}
+			reasons = append(reasons, Reason{Check: "writable", Message: msg})
+		}
+	}
 	check := func(q skiplock.QueueStats) {
 		if q.OldestDueAge > opts.MaxOldestDue {
 			reasons = append(reasons, Reason{Queue: q.Queue, Check: "oldest_due_age", ValueSeconds: q.OldestDueAge.Seconds(),

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/health"
 	"github.com/skiplock/skiplock/internal/pgtest"
@@ -186,5 +187,48 @@ func TestReadyzChecksARelayComponent(t *testing.T) {
 	}
 	if code, rep := get(t, health.Handler(c, health.Options{MaxFailing: time.Nanosecond}), "/readyz"); code != 200 {
 		t.Fatalf("readyz without the relay as a component: %d %+v", code, rep)
+	}
+}
+
+// /readyz fails while the database takes no writes — a pool that reached a read-only
+// server (a standby, a fenced old primary) — with a "writable" reason, though every
+// read works; SkipWritable leaves the check out for processes that only read.
+func TestReadyzFailsWhileTheDatabaseTakesNoWrites(t *testing.T) {
+	t.Parallel()
+	schema := pgtest.Schema(t)
+	cfg := pgtest.Pool(t).Config()
+	cfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+	cfg.MaxConns = 2
+	ro, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	c, err := skiplock.NewClient(ro, skiplock.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if code, _ := get(t, health.Handler(c, health.Options{}), "/healthz"); code != 200 {
+		t.Fatalf("healthz on a read-only server: %d; want 200 (it answers)", code)
+	}
+	code, rep := get(t, health.Handler(c, health.Options{}), "/readyz")
+	if code != http.StatusServiceUnavailable || rep.Status != "not_ready" || len(rep.Reasons) != 1 ||
+		rep.Reasons[0].Check != "writable" || !strings.Contains(rep.Reasons[0].Message, "read-only") {
+		t.Fatalf("readyz on a read-only server: %d %+v; want not_ready with one writable reason", code, rep)
+	}
+	if err := c.CheckWritable(context.Background()); err == nil {
+		t.Fatal("CheckWritable on a read-only server: nil")
+	}
+	if code, rep := get(t, health.Handler(c, health.Options{SkipWritable: true}), "/readyz"); code != 200 {
+		t.Fatalf("readyz with SkipWritable: %d %+v", code, rep)
+	}
+	writable, err := skiplock.NewClient(pgtest.Pool(t), skiplock.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writable.Close()
+	if err := writable.CheckWritable(context.Background()); err != nil {
+		t.Fatalf("CheckWritable on the primary: %v", err)
 	}
 }

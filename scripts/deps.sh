@@ -62,3 +62,13 @@ if [ "${SKIPLOCK_DEPS:-all}" = all ] && ! [ -x /usr/bin/chromium ] && ! command 
   { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null; } ||
     echo "deps: !!! chromium could not be installed; the dashboard's browser tests will be skipped" >&2
 fi
+# pg_auto_failover runs the HA cluster of the failover chaos scenarios (scripts/ha.sh;
+# make chaos, CI). Its own block: it installs the extension for the PostgreSQL major
+# already on the machine, never another server.
+if [ "${SKIPLOCK_DEPS:-all}" = all ] && ! command -v pg_autoctl >/dev/null 2>&1; then
+  pgmajor=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sed 's|/usr/lib/postgresql/\([0-9]*\)/bin|\1|' | sort -n | tail -n1)
+  pgmajor=${pgmajor:-15}
+  echo "deps: installing postgresql-${pgmajor}-auto-failover (the HA cluster of make chaos's failover scenarios)" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "postgresql-${pgmajor}-auto-failover" >/dev/null
+fi

@@ -113,9 +113,10 @@ the worker role's grants, outbox requeues the relay role's.`,
 			return fmt.Errorf("dashboard: listening on %s: %w", listen, err)
 		}
 		// The container probes, outside the dashboard's authentication and base path:
-		// they tell whether the database answers, not how the queues fare.
+		// they tell whether the database answers, not how the queues fare, nor whether
+		// it takes writes (the dashboard's role reads; it may be a read-only role).
 		mux := http.NewServeMux()
-		probes := health.Handler(c, health.Options{SkipQueues: true})
+		probes := health.Handler(c, health.Options{SkipQueues: true, SkipWritable: true})
 		mux.Handle("GET /healthz", probes)
 		mux.Handle("GET /readyz", probes)
 		mux.Handle("/", h)

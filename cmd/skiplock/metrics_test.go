@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -125,57 +124,6 @@ func TestMetricsStartsWhileDatabaseDown(t *testing.T) {
 	wantUnavailable(t, addr)
 }
 
-// gate forwards connections to a PostgreSQL server once opened; before, it closes
-// each connection at once, as a server that is still starting would.
-type gate struct {
-	ln     net.Listener
-	target string
-	open   atomic.Bool
-	mu     sync.Mutex
-	conns  []net.Conn
-}
-
-func newGate(t *testing.T, target string) *gate {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := &gate{ln: ln, target: target}
-	go g.serve()
-	t.Cleanup(func() {
-		ln.Close()
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		for _, c := range g.conns {
-			c.Close()
-		}
-	})
-	return g
-}
-
-func (g *gate) serve() {
-	for {
-		c, err := g.ln.Accept()
-		if err != nil {
-			return
-		}
-		if !g.open.Load() {
-			c.Close()
-			continue
-		}
-		up, err := net.Dial("tcp", g.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		g.mu.Lock()
-		g.conns = append(g.conns, c, up)
-		g.mu.Unlock()
-		go func() { io.Copy(up, c); up.Close() }()
-		go func() { io.Copy(c, up); c.Close() }()
-	}
-}
-
 // The endpoints go from 503 to 200 when the database becomes reachable, without a
 // restart of the metrics server.
 func TestMetricsRecoversWhenDatabaseComesUp(t *testing.T) {
@@ -185,11 +133,11 @@ func TestMetricsRecoversWhenDatabaseComesUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := newGate(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
-	url := "postgres://" + cfg.User + ":secret@" + g.ln.Addr().String() + "/" + cfg.Database + "?sslmode=disable&connect_timeout=5"
+	g := pgtest.NewGate(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	url := "postgres://" + cfg.User + ":secret@" + g.Addr() + "/" + cfg.Database + "?sslmode=disable&connect_timeout=5"
 	addr := startMetrics(t, "--database-url", url, "--schema", c.schema)
 	wantUnavailable(t, addr)
-	g.open.Store(true)
+	g.SetOpen(true)
 	for _, path := range []string{"/healthz", "/readyz"} {
 		if code, body := get(t, addr, path); code != 200 || !strings.Contains(body, `"status":"ok"`) {
 			t.Fatalf("%s after the database came up: %d %s", path, code, body)

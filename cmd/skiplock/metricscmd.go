@@ -79,7 +79,8 @@ metrics with skiplock_stats_up 0.`,
 		}
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		h := health.Handler(c, health.Options{MaxOldestDue: maxOldestDue, MaxOutboxLag: maxOutboxLag})
+		// A reader, often as a read-only role: its readiness does not ask for writes.
+		h := health.Handler(c, health.Options{MaxOldestDue: maxOldestDue, MaxOutboxLag: maxOutboxLag, SkipWritable: true})
 		mux.Handle("GET /healthz", h)
 		mux.Handle("GET /readyz", h)
 		ln, err := net.Listen("tcp", addr)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/skiplock/skiplock/internal/backoff"
+	"github.com/skiplock/skiplock/internal/hostclock"
 	"github.com/skiplock/skiplock/internal/store"
 )
 
@@ -91,9 +92,16 @@ func (l *Listener) PID() uint32 { return l.pid.Load() }
 func (l *Listener) Reconnects() int64 { return l.reconnect.Load() }
 
 // Run listens until ctx ends, reconnecting as needed. It returns nil when ctx ends.
+//
+// An outage is logged twice, whatever its length: once at Warn when the connection
+// is lost (or the first connect fails), once at Warn when it is back, with how long
+// it was down and how many attempts it took. The attempts in between log at Debug:
+// a failover of tens of seconds is two lines, not one per retry.
 func (l *Listener) Run(ctx context.Context) error {
 	retry := backoff.Backoff{Initial: 50 * time.Millisecond, Max: l.cfg.MaxBackoff, Jitter: reconnectJitter}
 	first := true
+	var downSince time.Time // zero while connected (or before the first attempt)
+	attempts := 0
 	for ctx.Err() == nil {
 		err := l.session(ctx, func() {
 			if !first {
@@ -101,12 +109,22 @@ func (l *Listener) Run(ctx context.Context) error {
 			}
 			first = false
 			retry.Reset()
+			if !downSince.IsZero() {
+				l.cfg.Logger.Warn("notify: listener reconnected", "down_for", hostclock.Since(downSince).Round(time.Millisecond), "attempts", attempts)
+				downSince, attempts = time.Time{}, 0
+			}
 		})
 		if ctx.Err() != nil {
 			return nil
 		}
 		wait := retry.Next()
-		l.cfg.Logger.Warn("notify: listener connection lost; reconnecting", "error", err, "retry_in", wait)
+		attempts++
+		if downSince.IsZero() {
+			downSince = hostclock.Now()
+			l.cfg.Logger.Warn("notify: listener connection lost; reconnecting", "error", err, "retry_in", wait)
+		} else {
+			l.cfg.Logger.Debug("notify: listener reconnect failed", "error", err, "attempt", attempts, "retry_in", wait)
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():

@@ -13,6 +13,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -34,7 +35,7 @@ func perFinishedState(query string) string {
 }
 
 type statsStatements struct {
-	live, pages, finishedSample, finishedExact, recent, outbox, blockedSequences, throughput, horizon stmt
+	live, pages, finishedSample, finishedExact, recent, outbox, blockedSequences, throughput, horizon, writable stmt
 }
 
 func newStatsStatements(b *builder) statsStatements {
@@ -115,6 +116,13 @@ SELECT queue, status::text, count(*) FROM (`+perFinishedState(`
 GROUP BY 1, 2`),
 
 		horizon: b.add("stats_horizon", horizonSQL),
+		// A transaction that takes a transaction id and commits: it fails on a standby
+		// (no id is assigned during recovery) and its commit waits, as every write's
+		// does, for the synchronous standbys the server requires — which a failover
+		// manager holds back while it has not fenced the old primary. A read-only
+		// session (default_transaction_read_only, as some managers fence an old
+		// primary) could still take an id, so it says so too.
+		writable: b.add("stats_writable", `SELECT current_setting('transaction_read_only')::bool, txid_current()`),
 		outbox: b.addGuarded(planGuardOn, "stats_outbox", `
 WITH t AS MATERIALIZED (SELECT coalesce($1::timestamptz, now()) AS now)
 SELECT (SELECT count(*) FROM {{s}}.outbox WHERE published_at IS NULL AND dead_at IS NULL),
@@ -272,4 +280,22 @@ func (s *Store) Throughput(ctx context.Context, db DBTX, now *time.Time, window,
 			return c, err
 		})
 	}, Now(now), micros(window), micros(bucket))
+}
+
+// ErrReadOnly is Writable's answer for a session whose transactions are read-only.
+var ErrReadOnly = errors.New("the session is read-only (transaction_read_only is on)")
+
+// Writable commits a transaction that takes a transaction id (see the statement): it
+// returns once a write's commit would, and fails where writes are refused
+// (ErrReadOnly for a read-only session).
+func (s *Store) Writable(ctx context.Context, db DBTX) error {
+	var readOnly bool
+	var xid int64
+	if err := db.QueryRow(ctx, s.stats.writable.sql).Scan(&readOnly, &xid); err != nil {
+		return err
+	}
+	if readOnly {
+		return ErrReadOnly
+	}
+	return nil
 }

@@ -1,10 +1,12 @@
 // Command chaos is skiplock's fault-injection run (make chaos, make soak): it starts a
 // throwaway PostgreSQL, runs worker and relay processes against it, injects one kind
-// of fault per scenario and checks the invariants. It is a test rig, kept out of the
+// of fault per scenario and checks the invariants. The failover scenarios run on a
+// pg_auto_failover cluster (scripts/ha.sh) instead, and lose its primary. It is a test rig, kept out of the
 // skiplock binary; the worker and relay processes are this binary re-executed.
 //
-//	go run ./tools/chaos                              # the short profile (about 5½ minutes)
+//	go run ./tools/chaos                              # the short profile (about 7 minutes)
 //	go run ./tools/chaos --scenario rate-limit        # one scenario (--scenarios a,b for several)
+//	go run ./tools/chaos --scenarios failover,failover-kill  # the failover scenarios alone
 //	go run ./tools/chaos --soak --duration 30m        # randomized rounds from a seed
 //	go run ./tools/chaos --soak --seed N              # replay a seed
 //
@@ -57,7 +59,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	)
 	fs.DurationVar(&duration, "duration", 0, "short run: how long each scenario injects faults (default 6s);\nwith --soak: how long the whole soak runs (default 30m)")
 	fs.Uint64Var(&seed, "seed", 0, "seed for every random choice; a failed run prints it for replay (default random)")
-	fs.StringVar(&scenarios, "scenarios", "", "comma-separated scenarios to run (default all): "+strings.Join(chaos.Scenarios(), ", "))
+	fs.StringVar(&scenarios, "scenarios", "", "comma-separated scenarios to run (default all; the short profile leaves out failover-async): "+strings.Join(chaos.Scenarios(), ", "))
 	fs.StringVar(&scenarios, "scenario", "", "the same as --scenarios (e.g. --scenario limits)")
 	fs.BoolVar(&soak, "soak", false, "randomized rounds (scenario and fault parameters drawn from the seed) until --duration has passed")
 	fs.IntVar(&rate, "rate", 40, "jobs enqueued per second during each scenario")

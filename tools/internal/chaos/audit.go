@@ -21,7 +21,7 @@ func (r *round) prepare(ctx context.Context) error {
 	if _, err := r.h.pool.Exec(ctx, auditDDL(r.schema)); err != nil {
 		return fmt.Errorf("installing the audit in %s: %w", r.schema, err)
 	}
-	r.h.consumer.reset(r.schema)
+	r.h.consumer.reset(r.h.pool, r.schema)
 	if r.s.broker {
 		if err := declareQueue(r.h.rabbit.url, r.schema); err != nil {
 			return err
@@ -81,7 +81,10 @@ CREATE TABLE {s}.chaos_transitions (
   -- A claim's predecessor (a limit slot's handoff): the claimed job holds no slot
   -- while that job runs under that token with a valid lease.
   slot_of         uuid,
-  slot_token      uuid
+  slot_token      uuid,
+  -- The reclaimer ended this run: its lease had expired (or so the reclaimer's
+  -- statement judged; the failover scenarios check it against old_lease_until).
+  reclaim         boolean NOT NULL DEFAULT false
 );
 CREATE INDEX ON {s}.chaos_transitions (job_id, seq);
 CREATE INDEX ON {s}.chaos_transitions (old_token);
@@ -119,7 +122,7 @@ BEGIN
     ORDER BY t.seq DESC LIMIT 1;
   END IF;
   INSERT INTO {s}.chaos_transitions (job_id, old_status, new_status, old_token, new_token, new_attempts, worker, latest_claim, stale,
-                                     claimed_at, old_lease_until, slot_of, slot_token)
+                                     claimed_at, old_lease_until, slot_of, slot_token, reclaim)
   VALUES (NEW.id, OLD.status, NEW.status, OLD.lease_token, NEW.lease_token, NEW.attempts,
           coalesce(NEW.worker_id, OLD.worker_id), latest,
           OLD.status = 'running' AND (OLD.lease_token IS DISTINCT FROM latest
@@ -127,7 +130,9 @@ BEGIN
           CASE WHEN NEW.status = 'running' AND NEW.lease_token IS DISTINCT FROM OLD.lease_token THEN NEW.attempted_at END,
           CASE WHEN OLD.status = 'running' THEN OLD.lease_until END,
           CASE WHEN NEW.status = 'running' THEN NEW.slot_of END,
-          CASE WHEN NEW.status = 'running' THEN NEW.slot_token END);
+          CASE WHEN NEW.status = 'running' THEN NEW.slot_token END,
+          OLD.status = 'running' AND NEW.status <> 'running' AND NEW.last_error LIKE 'lease expired on worker %'
+            AND NEW.last_error IS DISTINCT FROM OLD.last_error);
   RETURN NULL;
 END
 $$;

@@ -97,12 +97,18 @@ func say(line string) {
 // childPool opens a small pool named after the child, so the harness can find (and
 // terminate) its backends by application_name.
 func childPool(ctx context.Context, url, appName string, maxConns int32) (*pgxpool.Pool, error) {
+	return openPool(ctx, url, appName, maxConns, 5*time.Second)
+}
+
+// openPool opens a pool of at most maxConns connections named appName, each connect
+// bounded by connectTimeout.
+func openPool(ctx context.Context, url, appName string, maxConns int32, connectTimeout time.Duration) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parsing database URL: %w", err)
 	}
 	cfg.MaxConns = maxConns
-	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	cfg.ConnConfig.ConnectTimeout = connectTimeout
 	cfg.ConnConfig.RuntimeParams["application_name"] = appName
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

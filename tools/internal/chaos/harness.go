@@ -87,6 +87,9 @@ type Config struct {
 	// RequireBrokers fails the broker scenario instead of skipping it when RabbitMQ
 	// is not available. Default: $SKIPLOCK_REQUIRE_BROKERS is set.
 	RequireBrokers bool
+	// RequireHA fails the failover scenarios instead of skipping them when pg_autoctl
+	// (postgresql-15-auto-failover) is not installed. Default: $SKIPLOCK_REQUIRE_HA is set.
+	RequireHA bool
 	// Logger receives the harness's progress. Default: discard.
 	Logger *slog.Logger
 	// Progress, if set, receives one line per finished round.
@@ -132,12 +135,26 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if !cfg.RequireBrokers && os.Getenv("SKIPLOCK_REQUIRE_BROKERS") != "" {
 		cfg.RequireBrokers = true
 	}
+	if !cfg.RequireHA && os.Getenv("SKIPLOCK_REQUIRE_HA") != "" {
+		cfg.RequireHA = true
+	}
 	if cfg.Soak && cfg.SoakDuration <= 0 {
 		cfg.SoakDuration = 30 * time.Minute
 	}
 	selected, err := selectScenarios(cfg.Scenarios)
 	if err != nil {
 		return nil, err
+	}
+	if len(cfg.Scenarios) == 0 && !cfg.Soak {
+		// The short profile leaves out what only measures (failover-async): named, or
+		// in a soak, it runs.
+		var short []*scenario
+		for _, s := range selected {
+			if !s.async {
+				short = append(short, s)
+			}
+		}
+		selected = short
 	}
 	h := &harness{cfg: cfg, log: cfg.Logger, rng: mrand.New(mrand.NewPCG(cfg.Seed, 0x5eed))}
 	report := &Report{Seed: cfg.Seed, Soak: cfg.Soak}
@@ -170,6 +187,12 @@ type harness struct {
 	procs    *procs
 	logDir   string
 	round    int
+	// The failover scenarios' cluster (hacluster.go), started on first use; pool and
+	// proxyURL point at it for their rounds, and at plainPool and plainURL (the
+	// throwaway server, through the fault proxy) for the others.
+	ha                *haCluster
+	haPool, plainPool *pgxpool.Pool
+	plainURL          string
 }
 
 func (h *harness) setup(ctx context.Context, selected []*scenario) error {
@@ -199,20 +222,14 @@ func (h *harness) setup(ctx context.Context, selected []*scenario) error {
 	if err != nil {
 		return fmt.Errorf("chaos: starting PostgreSQL: %w", err)
 	}
-	pcfg, err := pgxpool.ParseConfig(h.cluster.URL)
-	if err != nil {
-		return fmt.Errorf("chaos: parsing the cluster URL: %w", err)
-	}
-	pcfg.MaxConns = 16
-	pcfg.ConnConfig.ConnectTimeout = 5 * time.Second
-	pcfg.ConnConfig.RuntimeParams["application_name"] = "skiplock-chaos-harness"
-	if h.pool, err = pgxpool.NewWithConfig(ctx, pcfg); err != nil {
-		return fmt.Errorf("chaos: opening the harness pool: %w", err)
+	if h.pool, err = openPool(ctx, h.cluster.URL, harnessApp, 16, 5*time.Second); err != nil {
+		return fmt.Errorf("chaos: the harness pool: %w", err)
 	}
 	if h.proxy, err = faultproxy.New(fmt.Sprintf("127.0.0.1:%d", h.cluster.Port), h.log); err != nil {
 		return err
 	}
 	h.proxyURL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", h.proxy.Port())
+	h.plainPool, h.plainURL = h.pool, h.proxyURL
 	var b [16]byte
 	rand.Read(b[:])
 	h.secret = hex.EncodeToString(b[:])
@@ -233,8 +250,16 @@ func (h *harness) cleanup(removeLogs bool) {
 	if h.proxy != nil {
 		h.proxy.Close()
 	}
-	if h.pool != nil {
+	for _, p := range []*pgxpool.Pool{h.plainPool, h.haPool} {
+		if p != nil {
+			p.Close()
+		}
+	}
+	if h.plainPool == nil && h.pool != nil {
 		h.pool.Close()
+	}
+	if h.ha != nil {
+		h.ha.destroy()
 	}
 	if h.cluster != nil {
 		if err := h.cluster.Stop(); err != nil {
@@ -318,3 +343,6 @@ func (h *harness) soakParams(s *scenario) params {
 }
 
 var errNoScenario = errors.New("chaos: unknown scenario")
+
+// harnessApp is the application_name of the harness's own connections.
+const harnessApp = "skiplock-chaos-harness"

@@ -37,10 +37,11 @@ type producer struct {
 	manualShare float64
 
 	mu         sync.Mutex
-	acked      []string // job ids whose commit returned success
-	rolledBack []string // job and event ids of deliberate rollbacks
-	ambiguous  int      // commits that failed: the job may or may not exist
-	failed     int      // transactions that failed before commit
+	acked      []string    // job ids whose commit returned success
+	ackedAt    []time.Time // when each successful commit returned
+	rolledBack []string    // job and event ids of deliberate rollbacks
+	ambiguous  int         // commits that failed: the job may or may not exist
+	failed     int         // transactions that failed before commit
 }
 
 func newProducer(pool *pgxpool.Pool, schema string, withOutbox bool, rng *rand.Rand, log *slog.Logger) (*producer, error) {
@@ -97,7 +98,9 @@ func (p *producer) run(ctx context.Context, rate int) {
 	}
 }
 
-func (p *producer) enqueueOne(ctx context.Context, rollback bool) {
+// enqueueOne enqueues one job (and its event) in a transaction, and reports whether
+// it committed.
+func (p *producer) enqueueOne(ctx context.Context, rollback bool) bool {
 	// Not cancelled by the end of the round: a commit cut short by our own stop would
 	// be counted as an outcome the faults made ambiguous.
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -105,13 +108,13 @@ func (p *producer) enqueueOne(ctx context.Context, rollback bool) {
 	tx, err := p.pool.Begin(tctx)
 	if err != nil {
 		p.fail(err)
-		return
+		return false
 	}
 	defer tx.Rollback(context.Background())
 	res, err := p.client.EnqueueRawTx(tctx, tx, jobKind, p.payload(), &skiplock.EnqueueOpts{Queue: p.queue()})
 	if err != nil {
 		p.fail(err)
-		return
+		return false
 	}
 	var eventID *string
 	if p.writer != nil {
@@ -119,13 +122,13 @@ func (p *producer) enqueueOne(ctx context.Context, rollback bool) {
 			Payload: []byte(`{"job":"` + res.ID + `"}`), MaxAttempts: outbox.MaxMaxAttempts})
 		if err != nil {
 			p.fail(err)
-			return
+			return false
 		}
 		eventID = &id
 	}
 	if _, err := tx.Exec(tctx, "INSERT INTO "+ident.Quote(p.schema)+".chaos_enqueued (job_id, event_id) VALUES ($1, $2)", res.ID, eventID); err != nil {
 		p.fail(err)
-		return
+		return false
 	}
 	if rollback {
 		if err := tx.Rollback(tctx); err == nil {
@@ -136,9 +139,9 @@ func (p *producer) enqueueOne(ctx context.Context, rollback bool) {
 			}
 			p.mu.Unlock()
 		}
-		return
+		return false
 	}
-	p.commit(tctx, tx, res.ID)
+	return p.commit(tctx, tx, res.ID)
 }
 
 func (p *producer) fail(err error) {
@@ -188,11 +191,12 @@ func (c *consumer) close() {
 	c.srv.Shutdown(ctx)
 }
 
-// reset points the consumer at a new round's schema and forgets the old counts.
-func (c *consumer) reset(schema string) {
+// reset points the consumer at a new round's schema (in the database pool reaches)
+// and forgets the old counts.
+func (c *consumer) reset(pool *pgxpool.Pool, schema string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.schema = schema
+	c.pool, c.schema = pool, schema
 	c.delivered = map[string]int{}
 	c.firstAt = nil
 }
@@ -230,7 +234,7 @@ func (c *consumer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 // counts the delivery once the transaction committed.
 func (c *consumer) process(ctx context.Context, id string) error {
 	c.mu.Lock()
-	schema := c.schema
+	pool, schema := c.pool, c.schema
 	c.mu.Unlock()
 	if schema == "" {
 		return errors.New("no round is running")
@@ -238,7 +242,7 @@ func (c *consumer) process(ctx context.Context, id string) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	// A client only records its configuration: one per delivery costs nothing.
-	client, err := skiplock.NewClient(c.pool, skiplock.Config{Schema: schema})
+	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
 	if err != nil {
 		return err
 	}
@@ -247,7 +251,7 @@ func (c *consumer) process(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	err = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		first, err := ob.Inbox().Claim(ctx, tx, "chaos", id)
 		if err != nil || !first {
 			return err
@@ -335,15 +339,18 @@ func declareQueue(url, queue string) error {
 }
 
 // commit commits tx, whose jobs are ids: acknowledged when the commit returns, and
-// counted as ambiguous when it fails (the commit may have happened).
-func (p *producer) commit(ctx context.Context, tx pgx.Tx, ids ...string) {
+// counted as ambiguous when it fails (the commit may have happened). It reports
+// whether the commit returned success.
+func (p *producer) commit(ctx context.Context, tx pgx.Tx, ids ...string) bool {
 	if err := tx.Commit(ctx); err != nil {
 		p.mu.Lock()
 		p.ambiguous++
 		p.mu.Unlock()
-		return
+		return false
 	}
 	p.mu.Lock()
 	p.acked = append(p.acked, ids...)
+	p.ackedAt = append(p.ackedAt, wallNow())
 	p.mu.Unlock()
+	return true
 }

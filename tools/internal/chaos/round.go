@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
+	"os/exec"
 	"strings"
 	"sync"
 	"time"
@@ -56,6 +57,9 @@ type round struct {
 	// The mvcc-pin scenario's windows (pin.go).
 	pin     *pinRun
 	stopped bool
+	// The failover scenarios' watchers (hawatch.go) and write probes of the old primary.
+	ha     *haRun
+	probes []*producer
 }
 
 // fault is one injected fault: when it began and when it was lifted.
@@ -88,6 +92,20 @@ func (h *harness) runRound(ctx context.Context, s *scenario, p params) (*Row, er
 			}
 			return &Row{Scenario: s.name, Skipped: reason}, nil
 		}
+	}
+	if s.failover != "" {
+		if _, err := exec.LookPath("pg_autoctl"); err != nil {
+			reason := "pg_autoctl not installed (postgresql-15-auto-failover; make deps installs it)"
+			if h.cfg.RequireHA {
+				return &Row{Scenario: s.name, Runs: 1, Violations: []string{"HA cluster required (SKIPLOCK_REQUIRE_HA): " + reason}}, nil
+			}
+			return &Row{Scenario: s.name, Skipped: reason}, nil
+		}
+		if err := h.useHA(ctx); err != nil {
+			return nil, err
+		}
+	} else {
+		h.usePlain()
 	}
 	h.log.Info("chaos: round", "n", h.round, "scenario", s.name, "schema", r.schema)
 	if err := r.prepare(ctx); err != nil {
@@ -218,6 +236,7 @@ func (r *round) startWorker(ctx context.Context, manual bool) (*proc, error) {
 	}
 	spec := r.h.workerSpec(manual)
 	spec.Queues = r.s.queues
+	spec.Periodic = r.s.failover != ""
 	return r.launch(ctx, childSpec{Role: "worker", URL: r.h.proxyURL, Schema: r.schema, ID: id, Worker: spec}, &r.workers)
 }
 
@@ -274,6 +293,9 @@ func (r *round) stopAll() {
 	r.stopped = true
 	all := append(append([]*proc(nil), r.workers...), r.relays...)
 	r.mu.Unlock()
+	if r.ha != nil {
+		r.ha.stop()
+	}
 	var wg sync.WaitGroup
 	for _, p := range all {
 		wg.Go(func() { p.terminate(5 * time.Second) })

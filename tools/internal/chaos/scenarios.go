@@ -37,6 +37,13 @@ type scenario struct {
 	setup  func(ctx context.Context, r *round) error
 	feed   func(ctx context.Context, r *round)
 	verify func(ctx context.Context, r *round, row *Row) error
+	// failover: the round runs on the pg_auto_failover cluster (hacluster.go), its
+	// workers also run a periodic schedule, and the fault is a "switchover" or a
+	// "kill" of the primary (hawatch.go).
+	failover string
+	// async: the round runs with asynchronous replication (hawatch.go): acknowledged
+	// commits a lost primary takes with it are measured, not violations.
+	async bool
 }
 
 // Scenarios lists the scenario names in the order a short run uses.
@@ -73,6 +80,9 @@ var allScenarios = []*scenario{
 	rateScenario,
 	{name: "relay-kill", summary: "relays SIGKILLed between publish and mark", outbox: true, relayFaults: true, holdOnly: true, inject: injectRelayKill, recoverOn: "events"},
 	{name: "broker-restart", summary: "RabbitMQ stopped (stop_app) and started again under load", outbox: true, broker: true, relayFaults: true, inject: injectBrokerRestart, recoverOn: "events"},
+	switchoverScenario,
+	killPrimaryScenario,
+	asyncKillScenario,
 }
 
 func selectScenarios(names []string) ([]*scenario, error) {

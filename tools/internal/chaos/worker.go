@@ -41,7 +41,16 @@ type workerSpec struct {
 	// Queues are further queues the worker serves, with their MaxWorkers (the
 	// flow-control scenarios' limited queues).
 	Queues map[string]int `json:"queues,omitempty"`
+	// Periodic declares the schedule tickSchedule (a job of tickKind every second)
+	// and works its jobs: the failover scenarios check that each fire time fires once.
+	Periodic bool `json:"periodic,omitempty"`
 }
+
+// The failover scenarios' periodic job: every second, on every worker's schedule list.
+const (
+	tickSchedule = "chaos-tick"
+	tickKind     = "chaos_tick"
+)
 
 // auditTable returns the quoted audit table of schema.
 func auditTable(schema string) string { return ident.Quote(schema) + ".chaos_audit" }
@@ -66,6 +75,13 @@ func newWorker(pool *pgxpool.Pool, schema, id string, spec workerSpec, clock ski
 	if err := ws.AddHandler(jobKind, w.handle, &skiplock.WorkerOpts{MaxAttempts: 25}); err != nil {
 		return nil, fmt.Errorf("registering the chaos handler: %w", err)
 	}
+	var periodic []skiplock.PeriodicJob
+	if spec.Periodic {
+		if err := ws.AddHandler(tickKind, func(context.Context, *skiplock.Job) error { return nil }, nil); err != nil {
+			return nil, fmt.Errorf("registering the tick handler: %w", err)
+		}
+		periodic = []skiplock.PeriodicJob{{Name: tickSchedule, Spec: "* * * * * *", Kind: tickKind}}
+	}
 	queues := map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: spec.MaxWorkers, MaxPrefetch: 4}}
 	for q, n := range spec.Queues {
 		queues[q] = skiplock.QueueConfig{MaxWorkers: n}
@@ -79,6 +95,7 @@ func newWorker(pool *pgxpool.Pool, schema, id string, spec workerSpec, clock ski
 		ReclaimInterval:   spec.Reclaim,
 		RetryPolicy:       skiplock.ExponentialBackoff{Base: 50 * time.Millisecond, Max: 500 * time.Millisecond},
 		Retention:         skiplock.RetentionConfig{Interval: -1},
+		Periodic:          periodic,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating worker %s: %w", id, err)

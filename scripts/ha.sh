@@ -1,0 +1,359 @@
+#!/usr/bin/env bash
+# scripts/ha.sh start|stop|status|uri|failover|kill|sync|async|wait|destroy
+#
+# A real high-availability PostgreSQL on loopback, run by pg_auto_failover (Debian's
+# postgresql-15-auto-failover): a monitor, a primary and a standby with synchronous
+# replication. It is the engine a platform team runs in production, started the way
+# its documentation does (pg_autoctl create / run), not a hand-made promotion script;
+# docs/operations.md ("High availability") says why pg_auto_failover rather than
+# Patroni + etcd, and which settings matter. The chaos harness's failover scenarios
+# (tools/chaos, make chaos) drive it through this script.
+#
+#   start     create what does not exist yet (monitor, node1, node2), run what is not
+#             running, and wait until one node is primary and the other secondary.
+#             Idempotent: a stopped or killed node is started again, and rejoins as a
+#             standby if the other was promoted meanwhile.
+#   stop      stop both nodes, then the monitor (fast shutdown); waits until they are gone
+#   status    the monitor's view (pg_autoctl show state); exit 0 when one node is
+#             primary and the other secondary, 1 otherwise
+#   uri       the application's connection string: both nodes, target_session_attrs=read-write
+#   failover  a planned switchover (pg_autoctl perform failover): the primary is demoted,
+#             the standby promoted; waits until the old primary has rejoined as secondary
+#   kill      SIGKILL the primary's pg_autoctl and postgres (its whole process group), as
+#             if its machine were lost; the monitor promotes the standby. Prints the
+#             killed node's name; `start` brings it back: as a standby once the other
+#             was promoted (see `status`), as the primary again if it is back before that
+#   sync      both nodes in the replication quorum (the default): commits wait for the standby
+#   async     neither in the quorum: the primary commits without waiting (asynchronous
+#             replication, for measuring what a lost primary loses)
+#   wait      wait until one node is primary and the other secondary (SKIPLOCK_HA_WAIT s)
+#   destroy   stop, then remove SKIPLOCK_HA_DIR
+#
+# Environment:
+#   SKIPLOCK_HA_DIR     where the nodes live, one data directory each (monitor/, node1/,
+#                       node2/) with their pg_autoctl configuration, state and log.
+#                       Default ${TMPDIR:-/tmp}/skiplock-ha
+#   SKIPLOCK_HA_PORT    the monitor's port; node1 and node2 take the next two. Fixed at
+#                       creation (kept in $SKIPLOCK_HA_DIR/ports). Default 6540
+#   SKIPLOCK_HA_TIMING  "default" (pg_auto_failover's own health checks: a lost primary is
+#                       replaced after about 50 s) or "fast" (loopback tests: about 10 s;
+#                       see docs/operations.md). Applied at every start. Default: default
+#   SKIPLOCK_HA_WAIT    seconds `start`, `wait` and `failover` wait. Default 120
+#
+# pg_autoctl refuses to run as root, as PostgreSQL does: as root, the script runs
+# every pg_autoctl and PostgreSQL command as Debian's unprivileged "postgres" user and
+# hands it the directory (what internal/pgcluster does for the tests' servers).
+set -euo pipefail
+
+DIR="${SKIPLOCK_HA_DIR:-${TMPDIR:-/tmp}/skiplock-ha}"
+TIMING="${SKIPLOCK_HA_TIMING:-default}"
+WAIT="${SKIPLOCK_HA_WAIT:-120}"
+NODES=(node1 node2)
+
+log() { echo "ha.sh: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+# A node's processes run in sessions of their own (setsid); a hangup meant for whoever
+# started this script must not stop it halfway through a start.
+trap '' HUP
+
+case "$TIMING" in default | fast) ;; *) die "SKIPLOCK_HA_TIMING must be default or fast, not '$TIMING'" ;; esac
+case "$WAIT" in '' | *[!0-9]*) die "SKIPLOCK_HA_WAIT must be a number of seconds, not '$WAIT'" ;; esac
+
+pgbin() {
+	local d
+	for d in /usr/lib/postgresql/15/bin $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -rV); do
+		[ -x "$d/pg_ctl" ] && { echo "$d"; return; }
+	done
+	die "PostgreSQL server binaries not found (apt-get install postgresql-15)"
+}
+
+require() {
+	command -v pg_autoctl >/dev/null 2>&1 ||
+		die "pg_autoctl not found: install postgresql-15-auto-failover (make deps does)"
+	BIN="$(pgbin)"
+}
+
+# pg_cmd sets CMD to a command that runs "$@" as the user that owns the cluster, with
+# pg_autoctl's configuration, state and runtime files kept under $DIR; as_pg runs it.
+pg_cmd() {
+	CMD=(env XDG_CONFIG_HOME="$DIR/.config" XDG_DATA_HOME="$DIR/.local" XDG_RUNTIME_DIR="$DIR/.run"
+		PG_CONFIG="$BIN/pg_config" PATH="$BIN:/usr/bin:/bin" LC_ALL=C TZ=UTC HOME="$DIR" "$@")
+	if [ "$(id -u)" -eq 0 ]; then
+		# setpriv changes user and execs: no parent process stays behind (runuser's
+		# would, around every node's long-lived pg_autoctl).
+		CMD=(setpriv --reuid=postgres --regid=postgres --init-groups "${CMD[@]}")
+	fi
+}
+
+as_pg() {
+	pg_cmd "$@"
+	"${CMD[@]}"
+}
+
+ports() {
+	if [ -f "$DIR/ports" ]; then
+		read -r MPORT P1 P2 <"$DIR/ports"
+	else
+		MPORT="${SKIPLOCK_HA_PORT:-6540}"
+		case "$MPORT" in '' | *[!0-9]*) die "SKIPLOCK_HA_PORT must be a port number, not '$MPORT'" ;; esac
+		P1=$((MPORT + 1)) P2=$((MPORT + 2))
+	fi
+}
+
+port_of() { case "$1" in monitor) echo "$MPORT" ;; node1) echo "$P1" ;; node2) echo "$P2" ;; esac; }
+monitor_url() { echo "postgres://autoctl_node@127.0.0.1:$MPORT/pg_auto_failover?sslmode=disable"; }
+app_uri() { echo "postgres://postgres@127.0.0.1:$P1,127.0.0.1:$P2/postgres?target_session_attrs=read-write&sslmode=disable"; }
+
+# pid of a node's pg_autoctl supervisor, if it runs.
+node_pid() {
+	local f="$DIR/.run/pg_autoctl$DIR/$1/pg_autoctl.pid" pid
+	[ -f "$f" ] || return 1
+	pid="$(head -n1 "$f" 2>/dev/null)"
+	[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && echo "$pid"
+}
+
+run_node() {
+	local n="$1"
+	if node_pid "$n" >/dev/null; then
+		return 0
+	fi
+	log "running $n (port $(port_of "$n")); log: $DIR/$n.log"
+	# setsid: the node is its own process group (what `kill` signals), and outlives
+	# this script and its terminal.
+	pg_cmd setsid pg_autoctl run --pgdata "$DIR/$n"
+	(exec "${CMD[@]}" >>"$DIR/$n.log" 2>&1 </dev/null) &
+	local deadline=$((SECONDS + 30))
+	until node_pid "$n" >/dev/null; do
+		[ "$SECONDS" -lt "$deadline" ] || die "$n did not start; see $DIR/$n.log"
+		sleep 0.2
+	done
+}
+
+monitor_sql() { as_pg "$BIN/psql" -X -q -At -h 127.0.0.1 -p "$MPORT" -U postgres -d pg_auto_failover -c "$1"; }
+
+# The monitor's health checks. default: pg_auto_failover's (a node is unhealthy after
+# 20 s without contact, the monitor waits 30 s for a lost primary to demote itself).
+# fast: for loopback tests; the keepers' network_partition_timeout (after which an
+# isolated primary demotes itself) stays below primary_demote_timeout, as it must.
+apply_timing() {
+	local period=5000 timeout=5000 retries=2 delay=2000 unhealthy=20000 demote=30000 partition=20
+	if [ "$TIMING" = fast ]; then
+		period=1000 timeout=1000 retries=1 delay=500 unhealthy=3000 demote=6000 partition=4
+	fi
+	local kv
+	for kv in health_check_period=$period health_check_timeout=$timeout health_check_max_retries=$retries \
+		health_check_retry_delay=$delay node_considered_unhealthy_timeout=$unhealthy primary_demote_timeout=$demote; do
+		monitor_sql "ALTER SYSTEM SET pgautofailover.${kv%%=*} = ${kv#*=}" >/dev/null
+	done
+	monitor_sql "SELECT pg_reload_conf()" >/dev/null
+	local n
+	for n in "${NODES[@]}"; do
+		[ -d "$DIR/$n" ] && as_pg pg_autoctl config set --pgdata "$DIR/$n" timeout.network_partition_timeout "$partition" >/dev/null 2>&1
+	done
+	return 0
+}
+
+create_monitor() {
+	[ -f "$DIR/monitor/PG_VERSION" ] && return 0
+	log "creating the monitor on 127.0.0.1:$MPORT"
+	as_pg pg_autoctl create monitor --pgdata "$DIR/monitor" --pgport "$MPORT" --hostname 127.0.0.1 \
+		--auth trust --no-ssl >>"$DIR/monitor.log" 2>&1 || die "creating the monitor failed; see $DIR/monitor.log"
+	as_pg pg_autoctl config set --pgdata "$DIR/monitor" postgresql.listen_addresses 127.0.0.1 >/dev/null
+}
+
+# create_node initialises the first node itself (initdb, with the settings below) and
+# registers it; the second is cloned from the primary by pg_autoctl (pg_basebackup,
+# which copies postgresql.conf, so both nodes run with the same settings).
+create_node() {
+	local n="$1" port
+	port="$(port_of "$n")"
+	[ -f "$DIR/$n/PG_VERSION" ] && [ -f "$DIR/.config/pg_autoctl$DIR/$n/pg_autoctl.cfg" ] && return 0
+	if [ "$n" = node1 ] && ! [ -f "$DIR/$n/PG_VERSION" ]; then
+		as_pg "$BIN/initdb" -D "$DIR/$n" -U postgres -A trust -E UTF8 --locale=C --no-instructions >>"$DIR/$n.log" 2>&1 ||
+			die "initdb $n failed; see $DIR/$n.log"
+		cat >>"$DIR/$n/postgresql.conf" <<-EOF
+
+			# skiplock HA test cluster (scripts/ha.sh)
+			max_connections = 300
+			shared_buffers = '128MB'
+			synchronous_commit = on
+			track_commit_timestamp = on
+			timezone = 'UTC'
+			log_timezone = 'UTC'
+			log_min_messages = warning
+		EOF
+	fi
+	log "creating $n on 127.0.0.1:$port"
+	as_pg pg_autoctl create postgres --pgdata "$DIR/$n" --pgport "$port" --listen 127.0.0.1 --hostname 127.0.0.1 \
+		--name "$n" --auth trust --no-ssl --monitor "$(monitor_url)" >>"$DIR/$n.log" 2>&1 ||
+		die "creating $n failed; see $DIR/$n.log"
+}
+
+# state prints "<node> <reported> <assigned>" per node, from the monitor.
+state() {
+	monitor_sql "SELECT nodename, reportedstate, goalstate FROM pgautofailover.node ORDER BY nodeid" 2>/dev/null | tr '|' ' '
+}
+
+healthy() {
+	local s
+	s="$(state)" || return 1
+	echo "$s" | grep -q '^node[12] primary primary$' && echo "$s" | grep -q '^node[12] secondary secondary$'
+}
+
+primary() { state | awk '$2 == "primary" && $3 == "primary" { print $1 }'; }
+
+wait_healthy() {
+	local deadline=$((SECONDS + WAIT))
+	until healthy; do
+		[ "$SECONDS" -lt "$deadline" ] || { as_pg pg_autoctl show state --pgdata "$DIR/monitor" >&2 || true; die "no primary and secondary within ${WAIT}s"; }
+		sleep 0.3
+	done
+}
+
+start() {
+	require
+	ports
+	mkdir -p "$DIR/.config" "$DIR/.local" "$DIR/.run"
+	[ -f "$DIR/ports" ] || echo "$MPORT $P1 $P2" >"$DIR/ports"
+	[ "$(id -u)" -eq 0 ] && chown -R postgres: "$DIR"
+	chmod 700 "$DIR/.run"
+	create_monitor
+	run_node monitor
+	local deadline=$((SECONDS + 30))
+	until monitor_sql "SELECT 1" >/dev/null 2>&1; do
+		[ "$SECONDS" -lt "$deadline" ] || die "the monitor does not answer; see $DIR/monitor.log"
+		sleep 0.2
+	done
+	apply_timing
+	local n
+	for n in "${NODES[@]}"; do
+		create_node "$n"
+		apply_timing
+		run_node "$n"
+		if [ "$n" = node1 ] && ! [ -f "$DIR/.run/created-node2" ]; then
+			# node2 clones the primary: wait until node1 is one.
+			deadline=$((SECONDS + WAIT))
+			until state | grep -Eq '^node1 (single|primary) '; do
+				[ "$SECONDS" -lt "$deadline" ] || die "node1 did not become primary; see $DIR/node1.log"
+				sleep 0.3
+			done
+		fi
+	done
+	touch "$DIR/.run/created-node2"
+	wait_healthy
+	log "up: primary $(primary); connect with: $(app_uri)"
+}
+
+stop_node() {
+	local n="$1" pid
+	pid="$(node_pid "$n")" || return 0
+	as_pg pg_autoctl stop --pgdata "$DIR/$n" >/dev/null 2>&1 || kill -TERM "$pid" 2>/dev/null || true
+	local deadline=$((SECONDS + 60))
+	while kill -0 "$pid" 2>/dev/null; do
+		if [ "$SECONDS" -ge "$deadline" ]; then
+			log "$n did not stop within 60s; killing its process group"
+			kill -KILL -- "-$pid" 2>/dev/null || true
+			break
+		fi
+		sleep 0.2
+	done
+}
+
+stop() {
+	[ -d "$DIR" ] || return 0
+	require
+	ports
+	local n
+	for n in "${NODES[@]}" monitor; do
+		stop_node "$n"
+	done
+	log "stopped"
+}
+
+cmd_kill() {
+	require
+	ports
+	local p pid
+	p="$(primary)"
+	[ -n "$p" ] || die "no primary to kill"
+	pid="$(node_pid "$p")" || die "$p's pg_autoctl is not running"
+	kill -KILL -- "-$pid"
+	# pg_autoctl starts postgres in its process group; make sure the postmaster is gone too.
+	local pm
+	pm="$(head -n1 "$DIR/$p/postmaster.pid" 2>/dev/null || true)"
+	[ -n "$pm" ] && kill -KILL "$pm" 2>/dev/null || true
+	echo "$p"
+}
+
+cmd_failover() {
+	require
+	ports
+	healthy || die "failover needs a primary and a secondary (see: scripts/ha.sh status)"
+	local was
+	was="$(primary)"
+	as_pg pg_autoctl perform failover --pgdata "$DIR/monitor" --wait "$WAIT" >/dev/null 2>&1 ||
+		die "pg_autoctl perform failover failed (see $DIR/monitor.log)"
+	wait_healthy
+	log "switched over: $was -> $(primary)"
+}
+
+# cmd_quorum puts both nodes in the replication quorum (true) or out of it (false), and
+# waits until the primary's synchronous_standby_names says so.
+cmd_quorum() {
+	require
+	ports
+	wait_healthy
+	local n p want
+	for n in "${NODES[@]}"; do
+		as_pg pg_autoctl set node replication-quorum --pgdata "$DIR/$n" "$1" >/dev/null 2>&1 ||
+			die "pg_autoctl set node replication-quorum $1 failed for $n"
+	done
+	local deadline=$((SECONDS + WAIT))
+	while :; do
+		p="$(primary)"
+		want=unknown
+		if [ -n "$p" ]; then
+			want="$(as_pg "$BIN/psql" -X -q -At -h 127.0.0.1 -p "$(port_of "$p")" -U postgres -d postgres -c "SHOW synchronous_standby_names" 2>/dev/null || echo unknown)"
+		fi
+		if { [ "$1" = true ] && [ -n "$want" ] && [ "$want" != unknown ]; } || { [ "$1" = false ] && [ -z "$want" ]; }; then
+			break
+		fi
+		[ "$SECONDS" -lt "$deadline" ] || die "synchronous_standby_names on the primary (${p:-none}) is still '$want'"
+		sleep 0.3
+	done
+	wait_healthy
+	log "replication quorum $1: synchronous_standby_names = '$want'"
+}
+
+cmd="${1:-}"
+[ $# -le 1 ] || die "unexpected arguments after '$cmd' (usage: scripts/ha.sh start|stop|status|uri|failover|kill|sync|async|wait|destroy)"
+case "$cmd" in
+start) start ;;
+stop) stop ;;
+status)
+	require
+	ports
+	as_pg pg_autoctl show state --pgdata "$DIR/monitor" 2>/dev/null || { log "the monitor does not answer"; exit 1; }
+	healthy
+	;;
+uri)
+	ports
+	app_uri
+	;;
+failover) cmd_failover ;;
+kill) cmd_kill ;;
+sync) cmd_quorum true ;;
+async) cmd_quorum false ;;
+wait)
+	require
+	ports
+	wait_healthy
+	;;
+destroy)
+	stop
+	rm -rf "$DIR"
+	;;
+-h | --help | help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
+*) die "usage: scripts/ha.sh start|stop|status|uri|failover|kill|sync|async|wait|destroy (see --help)" ;;
+esac

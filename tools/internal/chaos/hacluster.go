@@ -1,0 +1,179 @@
+package chaos
+
+// The failover scenarios' cluster: pg_auto_failover (a monitor, a primary and a
+// synchronous standby) started and driven by scripts/ha.sh, the project's script a
+// person would use, in a directory and on ports of the harness's own.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// haCluster is a running pg_auto_failover cluster.
+type haCluster struct {
+	script string
+	dir    string
+	port   int // the monitor's; node1 and node2 take the next two
+	logf   string
+	// URI is the application's connection string: both nodes, target_session_attrs=read-write.
+	URI string
+}
+
+// haNodes are the data nodes' names, as scripts/ha.sh calls them.
+var haNodes = []string{"node1", "node2"}
+
+// findHAScript finds scripts/ha.sh: $SKIPLOCK_HA_SCRIPT, else in the module that
+// holds the working directory (go run ./tools/chaos runs from the repository, the
+// package's tests from their own directory).
+func findHAScript() (string, error) {
+	if s := os.Getenv("SKIPLOCK_HA_SCRIPT"); s != "" {
+		return s, nil
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		p := filepath.Join(dir, "scripts", "ha.sh")
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			if _, err := os.Stat(p); err == nil {
+				return p, nil
+			}
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("chaos: scripts/ha.sh not found above the working directory (set SKIPLOCK_HA_SCRIPT)")
+		}
+		dir = parent
+	}
+}
+
+// freePorts returns a port p such that p, p+1 and p+2 are free on 127.0.0.1.
+func freePorts() (int, error) {
+	for try := 0; try < 50; try++ {
+		base := 20000 + rand.IntN(30000)
+		ok := true
+		var held []net.Listener
+		for i := 0; i < 3 && ok; i++ {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(base+i))
+			if err != nil {
+				ok = false
+				break
+			}
+			held = append(held, l)
+		}
+		for _, l := range held {
+			l.Close()
+		}
+		if ok {
+			return base, nil
+		}
+	}
+	return 0, errors.New("chaos: no three consecutive free ports for the HA cluster")
+}
+
+// startHA creates and starts a cluster under a new temporary directory; its script's
+// output goes to logDir/ha.log.
+func startHA(ctx context.Context, logDir string) (*haCluster, error) {
+	script, err := findHAScript()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := exec.LookPath("pg_autoctl"); err != nil {
+		return nil, errors.New("chaos: pg_autoctl not found: the failover scenarios need postgresql-15-auto-failover (make deps installs it)")
+	}
+	dir, err := os.MkdirTemp("", "skiplock-chaos-ha-")
+	if err != nil {
+		return nil, fmt.Errorf("chaos: creating the HA directory: %w", err)
+	}
+	port, err := freePorts()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	c := &haCluster{script: script, dir: dir, port: port, logf: filepath.Join(logDir, "ha.log")}
+	if _, err := c.run(ctx, "start"); err != nil {
+		c.destroy()
+		return nil, err
+	}
+	uri, err := c.run(ctx, "uri")
+	if err != nil {
+		c.destroy()
+		return nil, err
+	}
+	c.URI = strings.TrimSpace(uri)
+	return c, nil
+}
+
+// run runs scripts/ha.sh cmd and returns its standard output; its standard error is
+// appended to the harness's ha.log, and its tail is in the error.
+func (c *haCluster) run(ctx context.Context, cmd string) (string, error) {
+	x := exec.CommandContext(ctx, "bash", c.script, cmd)
+	x.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own process group: signals for the harness's stay out
+	x.Env = append(os.Environ(), "SKIPLOCK_HA_DIR="+c.dir, "SKIPLOCK_HA_PORT="+strconv.Itoa(c.port),
+		"SKIPLOCK_HA_TIMING=fast", "SKIPLOCK_HA_WAIT=90")
+	var out, errb bytes.Buffer
+	x.Stdout, x.Stderr = &out, &errb
+	err := x.Run()
+	if f, ferr := os.OpenFile(c.logf, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); ferr == nil {
+		fmt.Fprintf(f, "%s ha.sh %s\n%s", wallNow().UTC().Format(time.RFC3339Nano), cmd, errb.Bytes())
+		f.Close()
+	}
+	if err != nil {
+		tail := errb.String()
+		if len(tail) > 600 {
+			tail = "…" + tail[len(tail)-600:]
+		}
+		return out.String(), fmt.Errorf("scripts/ha.sh %s: %w: %s", cmd, err, strings.TrimSpace(tail))
+	}
+	return out.String(), nil
+}
+
+// destroy stops the cluster and removes its directory.
+func (c *haCluster) destroy() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c.run(ctx, "destroy")
+	os.RemoveAll(c.dir)
+}
+
+// nodeURL connects to one node only, whatever its role: how the write probe reaches
+// the old primary.
+func (c *haCluster) nodeURL(node string) string {
+	p := c.port + 1
+	if node == "node2" {
+		p = c.port + 2
+	}
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=2", p)
+}
+
+// useHA points the harness at the HA cluster (started on first use) for the round
+// to come; usePlain back at the throwaway server.
+func (h *harness) useHA(ctx context.Context) error {
+	if h.ha == nil {
+		h.log.Info("chaos: starting the pg_auto_failover cluster (scripts/ha.sh)")
+		ha, err := startHA(ctx, h.logDir)
+		if err != nil {
+			return err
+		}
+		h.ha = ha
+		if h.haPool, err = openPool(ctx, ha.URI, harnessApp, 16, 2*time.Second); err != nil {
+			return fmt.Errorf("chaos: the harness pool on the HA cluster: %w", err)
+		}
+	}
+	h.pool, h.proxyURL = h.haPool, h.ha.URI
+	return nil
+}
+
+func (h *harness) usePlain() { h.pool, h.proxyURL = h.plainPool, h.plainURL }

@@ -1,0 +1,877 @@
+package chaos
+
+// The failover scenarios (issue #48): a real pg_auto_failover cluster (hacluster.go)
+// loses its primary under the usual load — producers enqueuing jobs with their
+// business rows (chaos_enqueued) and outbox events in one transaction, worker
+// processes, relays publishing — and every process reaches it the way users do, with
+// the multi-host connection string and target_session_attrs=read-write.
+//
+//	failover       a planned switchover (pg_autoctl perform failover): the primary is
+//	               demoted, the synchronous standby promoted, the old primary rejoins
+//	failover-kill  the primary's machine is lost (SIGKILL of its pg_autoctl and
+//	               postgres): the monitor promotes the standby; the lost node is then
+//	               started again and rejoins as a standby (pg_rewind)
+//	failover-async the same with asynchronous replication: what the lost primary
+//	               takes with it is measured (verifyAsync), not a violation
+//
+// Besides the usual invariants (lost, double success, stale writes — the lease token
+// carries across the promotion, so a worker that claimed on the old primary cannot
+// complete on the new one unless its lease still holds there), the round checks:
+//
+//   - the old primary never accepts a skiplock write once the standby has been
+//     promoted: a probe enqueues through a connection to the old primary alone
+//     (no target_session_attrs) every 50 ms, from before the fault until it is a
+//     standby again; what it was told was committed must exist at the end
+//   - leases held at the failover are reclaimed only after they expired
+//   - the periodic schedule (every second, on every worker) fires each fire time
+//     once: none twice, none missed
+//   - /readyz (package health) answers not-ready while no node is a writable primary
+//     (one whose commits return: out of recovery is not enough, see watchNode)
+//   - an outage is logged once per process and operation, not once per retry
+//   - (failover-kill) the limits scenario's concurrency limits are never exceeded
+//
+// and measures, per failover, how long after its start each component worked again
+// (producer, workers, relay, dashboard, metrics, /readyz) and the pickup latency of
+// the jobs enqueued around it.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/dashboard"
+	"github.com/skiplock/skiplock/health"
+	"github.com/skiplock/skiplock/internal/ident"
+	"github.com/skiplock/skiplock/metrics"
+	"github.com/skiplock/skiplock/outbox"
+)
+
+var switchoverScenario = &scenario{
+	name:    "failover",
+	summary: "pg_auto_failover switchover (perform failover) under load; the old primary rejoins as a standby",
+	outbox:  true, relayFaults: true, failover: "switchover",
+	setup: setupHA, inject: injectFailover, verify: verifyHA, recoverOn: "jobs",
+}
+
+// killPrimaryScenario also runs the limits scenario's saturated queue (limits.go): its
+// concurrency limits must hold across the promotion, replayed by the same audit.
+var killPrimaryScenario = &scenario{
+	name:    "failover-kill",
+	summary: "the primary's machine is lost (SIGKILL of pg_autoctl and postgres); the standby is promoted; the old primary returns as a standby and never takes a write; concurrency limits hold",
+	outbox:  true, relayFaults: true, failover: "kill",
+	queues: map[string]int{limQueue: limWorkers},
+	setup: func(ctx context.Context, r *round) error {
+		if err := setupHA(ctx, r); err != nil {
+			return err
+		}
+		return setupLimits(ctx, r)
+	},
+	feed:   feedLimits,
+	inject: injectFailover,
+	verify: func(ctx context.Context, r *round, row *Row) error {
+		if err := verifyHA(ctx, r, row); err != nil {
+			return err
+		}
+		return verifyLimits(ctx, r, row)
+	},
+	recoverOn: "jobs",
+}
+
+// asyncKillScenario measures, rather than promises: with both nodes out of the
+// replication quorum, a lost primary takes with it what it had committed and not yet
+// sent. How many acknowledged commits that is (the RPO at the producer's rate) is
+// reported; each must be lost whole — its job, its business row and its event, never
+// one without the others — which the audit tables show. Not in the short profile.
+var asyncKillScenario = &scenario{
+	name:    "failover-async",
+	summary: "asynchronous replication, then the primary's machine is lost: measures the acknowledged commits lost (RPO), each lost whole",
+	outbox:  true, relayFaults: true, failover: "kill", async: true,
+	setup: func(ctx context.Context, r *round) error {
+		if _, err := r.h.ha.run(ctx, "async"); err != nil {
+			return err
+		}
+		return setupHA(ctx, r)
+	},
+	inject: injectFailover, verify: verifyAsync, recoverOn: "jobs",
+}
+
+// haRun watches a failover round: each node's role, the in-process components and
+// the failovers themselves.
+type haRun struct {
+	r      *round
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+	close  []func()
+
+	mu        sync.Mutex
+	state     map[string]string // node → "primary" (its commits return), "blocked", "standby" or "down"
+	changes   []nodeChange
+	probes    map[string][]probeResult // component → its probes, in order
+	failovers []*failoverRec
+}
+
+type nodeChange struct {
+	at          time.Time
+	node, state string
+}
+
+type probeResult struct {
+	start, end time.Time
+	ok         bool
+}
+
+// failoverRec is one failover: when it began, when the new primary was first seen
+// writable, when both nodes were primary and secondary again, and the writes the old
+// primary was sent (by when each began) and accepted.
+type failoverRec struct {
+	kind, old, new string
+	start          time.Time
+	oldLost        time.Time // the old primary first seen not writable
+	promoted       time.Time // the new primary first seen writable
+	healthy        time.Time
+	tries          int
+	accepted       []time.Time
+}
+
+// componentNames are the probed components, in report order.
+var componentNames = []string{"dashboard", "metrics", "readyz"}
+
+func setupHA(ctx context.Context, r *round) error {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	w := &haRun{r: r, cancel: cancel, state: map[string]string{}, probes: map[string][]probeResult{}}
+	r.ha = w
+	for _, n := range haNodes {
+		w.wg.Go(func() { w.watchNode(wctx, n) })
+	}
+	probes, err := w.components(ctx)
+	if err != nil {
+		return err
+	}
+	for name, probe := range probes {
+		w.wg.Go(func() { w.probeLoop(wctx, name, probe) })
+	}
+	// The round starts only once the watchers have seen the cluster.
+	_, err = w.waitPrimary(ctx, 30*time.Second)
+	return err
+}
+
+// stop ends the watchers and probers; later calls do nothing.
+func (w *haRun) stop() {
+	w.once.Do(func() {
+		w.cancel()
+		w.wg.Wait()
+		for _, c := range w.close {
+			c()
+		}
+		if w.r.s.async { // the next round's cluster is synchronous again
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if _, err := w.r.h.ha.run(ctx, "sync"); err != nil {
+				w.r.note("restoring synchronous replication: %v", err)
+			}
+		}
+	})
+}
+
+// watchNode records node's role every 50 ms over a connection to it alone.
+func (w *haRun) watchNode(ctx context.Context, node string) {
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			conn.Close(context.Background())
+		}
+	}()
+	url := w.r.h.ha.nodeURL(node)
+	for ctx.Err() == nil {
+		state := "down"
+		if conn == nil {
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			c, err := pgx.Connect(cctx, url)
+			cancel()
+			if err == nil {
+				conn = c
+			}
+		}
+		if conn != nil {
+			qctx, cancel := context.WithTimeout(ctx, time.Second)
+			var recovering bool
+			err := conn.QueryRow(qctx, "SELECT pg_is_in_recovery()").Scan(&recovering)
+			cancel()
+			switch {
+			case err != nil:
+				conn.Close(context.Background())
+				conn = nil
+			case recovering:
+				state = "standby"
+			default:
+				// Out of recovery is not writable yet: pg_auto_failover fences a primary it
+				// is demoting (draining), and one it is promoting until it has seen the old
+				// one go, with default_transaction_read_only; and a commit waits for the
+				// synchronous standbys it requires. The check is Client.CheckWritable's.
+				state = "blocked"
+				wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+				var readOnly bool
+				var xid int64
+				err := conn.QueryRow(wctx, "SELECT current_setting('transaction_read_only')::bool, txid_current()").Scan(&readOnly, &xid)
+				cancel()
+				switch {
+				case err == nil && !readOnly:
+					state = "primary"
+				case conn.IsClosed():
+					conn = nil
+				}
+			}
+		}
+		w.mu.Lock()
+		if w.state[node] != state {
+			w.state[node] = state
+			w.changes = append(w.changes, nodeChange{at: wallNow(), node: node, state: state})
+		}
+		w.mu.Unlock()
+		if pause(ctx, 50*time.Millisecond) != nil {
+			return
+		}
+	}
+}
+
+// waitPrimary waits until one node is primary and the other standby, and returns the primary.
+func (w *haRun) waitPrimary(ctx context.Context, within time.Duration) (string, error) {
+	deadline := wallNow().Add(within)
+	for {
+		w.mu.Lock()
+		var primary string
+		standbys := 0
+		for _, n := range haNodes {
+			switch w.state[n] {
+			case "primary":
+				primary = n
+			case "standby":
+				standbys++
+			}
+		}
+		w.mu.Unlock()
+		if primary != "" && standbys == 1 {
+			return primary, nil
+		}
+		if wallNow().After(deadline) {
+			return "", fmt.Errorf("no primary with a standby within %s (nodes: %v)", within, w.snapshotState())
+		}
+		if err := pause(ctx, 50*time.Millisecond); err != nil {
+			return "", err
+		}
+	}
+}
+
+// waitState waits until node is in state.
+func (w *haRun) waitState(ctx context.Context, node, state string, within time.Duration) error {
+	deadline := wallNow().Add(within)
+	for {
+		w.mu.Lock()
+		s := w.state[node]
+		w.mu.Unlock()
+		if s == state {
+			return nil
+		}
+		if wallNow().After(deadline) {
+			return fmt.Errorf("%s not %s within %s (nodes: %v)", node, state, within, w.snapshotState())
+		}
+		if err := pause(ctx, 50*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+func (w *haRun) snapshotState() map[string]string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]string{}
+	for k, v := range w.state {
+		out[k] = v
+	}
+	return out
+}
+
+// firstChange returns when node was first seen in (or, with not, out of) state at or
+// after from; zero if never.
+func (w *haRun) firstChange(node, state string, not bool, from time.Time) time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, c := range w.changes {
+		if c.node == node && !c.at.Before(from) && (c.state == state) != not {
+			return c.at
+		}
+	}
+	return time.Time{}
+}
+
+// components builds the in-process dashboard, metrics and /readyz of a client that
+// connects as users do (the multi-host URI), and returns their probes.
+func (w *haRun) components(ctx context.Context) (map[string]func(context.Context) bool, error) {
+	pool, err := openPool(ctx, w.r.h.ha.URI, fmt.Sprintf("chaos-r%02d-components", w.r.h.round), 6, time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("the components' pool: %w", err)
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: w.r.schema, Logger: quiet})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	ob, err := outbox.New(client, outbox.Config{})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	dash, err := dashboard.New(client, ob, dashboard.Options{Logger: quiet})
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	m := metrics.New(client, metrics.Options{MinInterval: 100 * time.Millisecond, Timeout: time.Second})
+	reg := prometheus.NewRegistry()
+	if err := reg.Register(m); err != nil {
+		m.Close()
+		pool.Close()
+		return nil, err
+	}
+	ready := health.Handler(client, health.Options{Timeout: time.Second})
+	w.close = append(w.close, func() { m.Close(); client.Close(); pool.Close() })
+	get := func(h http.Handler, path string) func(context.Context) bool {
+		return func(ctx context.Context) bool {
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodGet, path, nil))
+			return rec.Code == http.StatusOK
+		}
+	}
+	return map[string]func(context.Context) bool{
+		"dashboard": get(dash, "/"),
+		"readyz":    get(ready, "/readyz"),
+		"metrics": func(context.Context) bool {
+			mfs, err := reg.Gather()
+			if err != nil {
+				return false
+			}
+			for _, mf := range mfs {
+				if mf.GetName() == "skiplock_stats_up" && len(mf.GetMetric()) == 1 {
+					return mf.GetMetric()[0].GetGauge().GetValue() == 1
+				}
+			}
+			return false
+		},
+	}, nil
+}
+
+// probeLoop runs probe every 100 ms (each bounded by 2 s) and records the results.
+func (w *haRun) probeLoop(ctx context.Context, name string, probe func(context.Context) bool) {
+	for ctx.Err() == nil {
+		start := wallNow()
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		ok := probe(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		w.mu.Lock()
+		w.probes[name] = append(w.probes[name], probeResult{start: start, end: wallNow(), ok: ok})
+		w.mu.Unlock()
+		if pause(ctx, 100*time.Millisecond) != nil {
+			return
+		}
+	}
+}
+
+func otherNode(n string) string {
+	if n == "node1" {
+		return "node2"
+	}
+	return "node1"
+}
+
+// injectFailover fails over once (a soak: several times, each from the node the last
+// one promoted, so a switchover also switches back).
+func injectFailover(ctx context.Context, r *round) error {
+	began := wallNow()
+	n := 1
+	if r.h.cfg.Soak {
+		n = max(1, r.p.faults/2)
+	}
+	for i := 0; i < n; i++ {
+		if err := r.ha.failover(ctx, r.s.failover); err != nil {
+			return err
+		}
+	}
+	return finishPhase(ctx, r, began)
+}
+
+// failover runs one failover of kind ("switchover" or "kill") while probing the old
+// primary with writes, and returns once both nodes are primary and standby again.
+func (w *haRun) failover(ctx context.Context, kind string) error {
+	r := w.r
+	old, err := w.waitPrimary(ctx, 60*time.Second)
+	if err != nil {
+		return err
+	}
+	rec := &failoverRec{kind: kind, old: old, new: otherNode(old), start: wallNow()}
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	probeDone := make(chan struct{})
+	go func() { defer close(probeDone); w.probeOld(probeCtx, rec) }()
+	fail := func(err error) error {
+		stopProbe()
+		<-probeDone
+		return err
+	}
+	switch kind {
+	case "switchover":
+		if _, err := r.h.ha.run(ctx, "failover"); err != nil {
+			return fail(err)
+		}
+	case "kill":
+		if _, err := r.h.ha.run(ctx, "kill"); err != nil {
+			return fail(err)
+		}
+		if err := w.waitState(ctx, rec.new, "primary", 90*time.Second); err != nil {
+			return fail(fmt.Errorf("after the kill: %w", err))
+		}
+		// The lost machine comes back: its node starts again and must rejoin as a standby.
+		if _, err := r.h.ha.run(ctx, "start"); err != nil {
+			return fail(err)
+		}
+	default:
+		return fail(fmt.Errorf("unknown failover kind %q", kind))
+	}
+	if _, err := w.waitPrimary(ctx, 60*time.Second); err != nil {
+		return fail(err)
+	}
+	rec.healthy = wallNow()
+	// Keep writing to the old primary, a standby now, a little longer.
+	err = pause(ctx, 2*time.Second)
+	stopProbe()
+	<-probeDone
+	rec.oldLost = w.firstChange(old, "primary", true, rec.start)
+	rec.promoted = w.firstChange(rec.new, "primary", false, rec.start)
+	w.mu.Lock()
+	w.failovers = append(w.failovers, rec)
+	w.mu.Unlock()
+	r.mark(fmt.Sprintf("%s %s → %s", kind, old, rec.new), rec.start)
+	return err
+}
+
+// probeOld enqueues a job (with its business row, in one transaction) every 50 ms
+// through a pool connected to the old primary alone, recording when each accepted
+// one began. Its acknowledged jobs join the round's: they must exist at the end.
+func (w *haRun) probeOld(ctx context.Context, rec *failoverRec) {
+	r := w.r
+	pool, err := openPool(ctx, r.h.ha.nodeURL(rec.old), fmt.Sprintf("chaos-r%02d-old-primary-probe", r.h.round), 2, time.Second)
+	if err != nil {
+		r.note("the old primary's write probe could not start: %v", err)
+		return
+	}
+	defer pool.Close()
+	p, err := newProducer(pool, r.schema, false, mrand.New(mrand.NewPCG(r.h.cfg.Seed, uint64(r.h.round)<<32|7)), slog.New(slog.DiscardHandler))
+	if err != nil {
+		return
+	}
+	defer p.client.Close()
+	r.mu.Lock()
+	r.probes = append(r.probes, p)
+	r.mu.Unlock()
+	for ctx.Err() == nil {
+		began := wallNow()
+		ok := p.enqueueOne(ctx, false)
+		w.mu.Lock()
+		rec.tries++
+		if ok {
+			rec.accepted = append(rec.accepted, began)
+		}
+		w.mu.Unlock()
+		if pause(ctx, 50*time.Millisecond) != nil {
+			return
+		}
+	}
+}
+
+// verifyHA checks and measures the round's failovers (see the file's comment).
+func verifyHA(ctx context.Context, r *round, row *Row) error {
+	w := r.ha
+	w.stop()
+	q := ident.Quote(r.schema)
+	db := r.h.pool
+	if len(w.failovers) == 0 {
+		row.Violations = append(row.Violations, "no failover was completed")
+	}
+	var baseEnd time.Time
+	if len(w.failovers) > 0 {
+		baseEnd = w.failovers[0].start
+	}
+	pickups, err := r.pickups(ctx)
+	if err != nil {
+		return err
+	}
+	acks := func() []time.Time {
+		r.prod.mu.Lock()
+		defer r.prod.mu.Unlock()
+		return append([]time.Time(nil), r.prod.ackedAt...)
+	}()
+	_, firstDeliveries := r.h.consumer.snapshot()
+	sort.Slice(firstDeliveries, func(i, j int) bool { return firstDeliveries[i].Before(firstDeliveries[j]) })
+	workerIDs := map[string]bool{}
+	for _, p := range r.workers {
+		workerIDs[p.name] = true
+	}
+	row.HA = append(row.HA, fmt.Sprintf("baseline pickup (jobs enqueued before the first failover): %s", pickupSummary(pickups, time.Time{}, baseEnd)))
+	for i, f := range w.failovers {
+		label := fmt.Sprintf("%s #%d (%s → %s)", f.kind, i+1, f.old, f.new)
+		if f.promoted.IsZero() {
+			row.Violations = append(row.Violations, label+": the new primary was never seen writable")
+			continue
+		}
+		if f.tries == 0 {
+			row.Violations = append(row.Violations, label+": the old primary was never probed with a write")
+		}
+		after := 0
+		for _, t := range f.accepted {
+			if t.After(f.promoted) {
+				after++
+			}
+		}
+		if after > 0 {
+			row.Violations = append(row.Violations, fmt.Sprintf("%s: the old primary accepted %d skiplock writes begun after the standby's promotion", label, after))
+		}
+		r.note("%s: old primary probed %d times (every 50 ms until it was a standby again); %d writes accepted before the promotion, %d after",
+			label, f.tries, len(f.accepted)-after, after)
+		lost := f.oldLost
+		if lost.IsZero() || lost.After(f.promoted) {
+			lost = f.start
+		}
+		// /readyz while no node was a writable primary.
+		w.mu.Lock()
+		readyDuring, probedDuring := 0, 0
+		for _, p := range w.probes["readyz"] {
+			if !p.start.Before(lost) && !p.end.After(f.promoted) {
+				probedDuring++
+				if p.ok {
+					readyDuring++
+				}
+			}
+		}
+		w.mu.Unlock()
+		if readyDuring > 0 {
+			row.Violations = append(row.Violations, fmt.Sprintf("%s: /readyz said ready %d times of %d while no node was a writable primary", label, readyDuring, probedDuring))
+		}
+		parts := []string{
+			fmt.Sprintf("no writable primary for %s (primary lost +%s, standby writable +%s)", secs(f.promoted.Sub(lost)), secs(lost.Sub(f.start)), secs(f.promoted.Sub(f.start))),
+			"producer " + resumeAfter(acks, f),
+			"relay " + resumeAfter(firstDeliveries, f),
+			"workers " + r.workersResume(ctx, workerIDs, f),
+		}
+		for _, name := range componentNames {
+			parts = append(parts, name+" "+w.componentResume(name, f))
+		}
+		row.HA = append(row.HA, label+": "+strings.Join(parts, "; "))
+		row.HA = append(row.HA, fmt.Sprintf("%s: pickup of jobs enqueued from 1 s before it until it ended: %s; /readyz not ready in all %d probes while no primary",
+			label, pickupSummary(pickups, f.start.Add(-time.Second), f.healthy), probedDuring))
+	}
+
+	// Leases held at a failover are reclaimed, once (the token changes), and only
+	// after they expired.
+	var reclaims, early int64
+	if err := db.QueryRow(ctx, "SELECT count(*), count(*) FILTER (WHERE at < old_lease_until) FROM "+q+".chaos_transitions WHERE reclaim").Scan(&reclaims, &early); err != nil {
+		return fmt.Errorf("reading reclaims: %w", err)
+	}
+	r.note("%d expired leases reclaimed", reclaims)
+	if early > 0 {
+		row.Violations = append(row.Violations, fmt.Sprintf("%d leases were reclaimed before they expired", early))
+	}
+
+	// The periodic schedule: each fire time once, none missed.
+	var fires, twice, missed int64
+	var first, last *time.Time
+	err = db.QueryRow(ctx, `WITH f AS (
+  SELECT (metadata->>$2)::timestamptz AS t, count(*) AS n FROM `+q+`.jobs WHERE kind = $1 GROUP BY 1)
+SELECT count(*), count(*) FILTER (WHERE n > 1), min(t), max(t),
+  coalesce((SELECT count(*) FROM generate_series((SELECT min(t) FROM f), (SELECT max(t) FROM f), interval '1 second') AS g(t)
+            WHERE NOT EXISTS (SELECT 1 FROM f WHERE f.t = g.t)), 0)
+FROM f`, tickKind, skiplock.MetaFireTime).Scan(&fires, &twice, &first, &last, &missed)
+	if err != nil {
+		return fmt.Errorf("reading the periodic fires: %w", err)
+	}
+	r.note("periodic %s: %d fire times, %d fired twice, %d missed", tickSchedule, fires, twice, missed)
+	if fires == 0 {
+		row.Violations = append(row.Violations, "the periodic schedule never fired")
+	}
+	if twice > 0 {
+		row.Violations = append(row.Violations, fmt.Sprintf("%d fire times of the periodic schedule fired twice", twice))
+	}
+	if missed > 0 {
+		row.Violations = append(row.Violations, fmt.Sprintf("%d fire times of the periodic schedule never fired", missed))
+	}
+	r.checkLogsOnce(row, len(w.failovers))
+	return nil
+}
+
+func secs(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
+
+// resumeAfter says when, from the failover's start, the first of times at or after
+// the promotion was.
+func resumeAfter(times []time.Time, f *failoverRec) string {
+	i := sort.Search(len(times), func(i int) bool { return !times[i].Before(f.promoted) })
+	if i == len(times) {
+		return "never"
+	}
+	return "+" + secs(times[i].Sub(f.start))
+}
+
+// workersResume is when the last of the round's worker processes completed its first
+// job after the promotion, from the failover's start.
+func (r *round) workersResume(ctx context.Context, ids map[string]bool, f *failoverRec) string {
+	rows, err := r.h.pool.Query(ctx, "SELECT worker, min(at) FROM "+ident.Quote(r.schema)+".chaos_transitions WHERE new_status = 'succeeded' AND at >= $1 AND worker IS NOT NULL GROUP BY worker", f.promoted)
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	defer rows.Close()
+	var last time.Time
+	n := 0
+	for rows.Next() {
+		var worker string
+		var at time.Time
+		if rows.Scan(&worker, &at) != nil || !ids[worker] {
+			continue
+		}
+		n++
+		if at.After(last) {
+			last = at
+		}
+	}
+	if n == 0 {
+		return "never"
+	}
+	return fmt.Sprintf("+%s (the last of %d)", secs(last.Sub(f.start)), n)
+}
+
+// componentResume is when a probed component answered again after its last failed
+// probe of the failover, from the failover's start; "unaffected" if none failed. A
+// failure is the failover's when the probe began before the promotion had been
+// writable for failoverSlack; later ones (a read slow under load) are counted apart.
+func (w *haRun) componentResume(name string, f *failoverRec) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ps := w.probes[name]
+	lastFail, later := -1, 0
+	for i, p := range ps {
+		if p.start.Before(f.start) || p.ok {
+			continue
+		}
+		if p.start.After(f.healthy.Add(2 * time.Second)) {
+			break
+		}
+		if p.start.After(f.promoted.Add(failoverSlack)) {
+			later++
+			continue
+		}
+		lastFail = i
+	}
+	if lastFail < 0 {
+		return "unaffected"
+	}
+	for _, p := range ps[lastFail+1:] {
+		if p.ok {
+			s := "+" + secs(p.end.Sub(f.start))
+			if later > 0 {
+				s += fmt.Sprintf(" (%d failed probes later)", later)
+			}
+			return s
+		}
+	}
+	return "never"
+}
+
+// failoverSlack is how long after the new primary took writes a component's failure
+// still counts as the failover's.
+const failoverSlack = 10 * time.Second
+
+type pickup struct {
+	enqueued time.Time
+	wait     time.Duration
+}
+
+// pickups returns, for each job of the producer's queue (not the limited queue, whose
+// jobs wait behind its limits by design), when its business row was written and how
+// long until its first claim.
+func (r *round) pickups(ctx context.Context) ([]pickup, error) {
+	q := ident.Quote(r.schema)
+	rows, err := r.h.pool.Query(ctx, `SELECT e.at, min(t.claimed_at) - e.at FROM `+q+`.chaos_enqueued e
+JOIN `+q+`.jobs j ON j.id = e.job_id AND j.queue = $1
+JOIN `+q+`.chaos_transitions t ON t.job_id = e.job_id AND t.claimed_at IS NOT NULL
+GROUP BY e.job_id, e.at ORDER BY e.at`, skiplock.DefaultQueue)
+	if err != nil {
+		return nil, fmt.Errorf("reading pickups: %w", err)
+	}
+	defer rows.Close()
+	var out []pickup
+	for rows.Next() {
+		var p pickup
+		if err := rows.Scan(&p.enqueued, &p.wait); err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// pickupSummary is the p50, p99 and max pickup of the jobs enqueued in [from, to).
+func pickupSummary(ps []pickup, from, to time.Time) string {
+	var ws []time.Duration
+	for _, p := range ps {
+		if !p.enqueued.Before(from) && p.enqueued.Before(to) {
+			ws = append(ws, p.wait)
+		}
+	}
+	if len(ws) == 0 {
+		return "no jobs"
+	}
+	sort.Slice(ws, func(i, j int) bool { return ws[i] < ws[j] })
+	at := func(q float64) time.Duration { return ws[min(len(ws)-1, int(q*float64(len(ws))))] }
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
+	return fmt.Sprintf("%d jobs, p50 %s, p99 %s, max %s", len(ws), ms(at(0.50)), ms(at(0.99)), ms(ws[len(ws)-1]))
+}
+
+var (
+	warnLine = regexp.MustCompile(`level=WARN msg="([^"]*)"`)
+	// outageLine matches the lines an outage makes a process write — an operation
+	// failing and recovering (internal/failures), the listener's loss and return —
+	// which must come once per outage, not once per retry. Other warnings are about
+	// one job each (a lease lost, a claim undone) and are counted, not judged.
+	outageLine = regexp.MustCompile(` (failed|recovered)$|^notify: listener `)
+)
+
+// checkLogsOnce reads the round's worker and relay logs: an outage is logged once per
+// process and operation (its loss, its recovery), not once per retry. A failover
+// may cut a process off twice (the old primary's drain, then its shutdown), so each
+// such line may appear twice per failover; a line per retry would be dozens.
+func (r *round) checkLogsOnce(row *Row, failovers int) {
+	r.mu.Lock()
+	procs := append(append([]*proc(nil), r.workers...), r.relays...)
+	r.mu.Unlock()
+	worst, worstMsg, worstProc := 0, "", ""
+	perJob := map[string]int{}
+	for _, p := range procs {
+		f, err := os.Open(filepath.Join(r.h.logDir, p.name+".log"))
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(f)
+		f.Close()
+		counts := map[string]int{}
+		for _, m := range warnLine.FindAllStringSubmatch(string(b), -1) {
+			counts[m[1]]++
+		}
+		for msg, n := range counts {
+			if !outageLine.MatchString(msg) {
+				perJob[msg] += n
+				continue
+			}
+			if n > worst {
+				worst, worstMsg, worstProc = n, msg, p.name
+			}
+			if n > 2*max(failovers, 1) {
+				row.Violations = append(row.Violations, fmt.Sprintf("%s logged %q %d times over %d failovers: once per retry, not once per outage", p.name, msg, n, failovers))
+			}
+		}
+	}
+	if worst > 0 {
+		r.note("logs: the most repeated outage line was %q, %d times in %s, over %d failovers", worstMsg, worst, worstProc, failovers)
+	}
+	for msg, n := range perJob {
+		r.note("logs: %d per-job warnings %q", n, msg)
+	}
+}
+
+// verifyAsync is verifyHA, then the measure of what the lost primary took with it:
+// the acknowledged commits missing at the end, when each was acknowledged before the
+// kill, and that each is missing whole (no job, no event without its business row).
+func verifyAsync(ctx context.Context, r *round, row *Row) error {
+	if err := verifyHA(ctx, r, row); err != nil {
+		return err
+	}
+	q := ident.Quote(r.schema)
+	db := r.h.pool
+	r.prod.mu.Lock()
+	acked := append([]string(nil), r.prod.acked...)
+	ackedAt := append([]time.Time(nil), r.prod.ackedAt...)
+	r.prod.mu.Unlock()
+	rows, err := db.Query(ctx, "SELECT a.id::text FROM unnest($1::text[]) WITH ORDINALITY AS a(id, n) WHERE NOT EXISTS (SELECT 1 FROM "+q+".chaos_enqueued e WHERE e.job_id = a.id::uuid) ORDER BY a.n", acked)
+	if err != nil {
+		return fmt.Errorf("reading lost commits: %w", err)
+	}
+	lost := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return err
+		}
+		lost[id] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	var lostIDs []string
+	var earliest, latest time.Duration
+	// sinceKill is t from the start of the kill nearest to it.
+	sinceKill := func(t time.Time) time.Duration {
+		var best time.Duration
+		for i, f := range r.ha.failovers {
+			if d := t.Sub(f.start); i == 0 || d.Abs() < best.Abs() {
+				best = d
+			}
+		}
+		return best
+	}
+	for i, id := range acked {
+		if !lost[id] || i >= len(ackedAt) {
+			continue
+		}
+		lostIDs = append(lostIDs, id)
+		d := sinceKill(ackedAt[i])
+		if len(lostIDs) == 1 || d < earliest {
+			earliest = d
+		}
+		if len(lostIDs) == 1 || d > latest {
+			latest = d
+		}
+	}
+	var halfJobs, halfEvents, orphanEvents int64
+	err = db.QueryRow(ctx, `SELECT
+  (SELECT count(*) FROM `+q+`.jobs WHERE id::text = ANY($1)),
+  (SELECT count(*) FROM `+q+`.outbox WHERE aggregate_id = ANY($1)),
+  (SELECT count(*) FROM `+q+`.outbox o WHERE NOT EXISTS (SELECT 1 FROM `+q+`.chaos_enqueued e WHERE e.event_id = o.id))`, lostIDs).Scan(&halfJobs, &halfEvents, &orphanEvents)
+	if err != nil {
+		return fmt.Errorf("checking that lost commits are lost whole: %w", err)
+	}
+	if halfJobs > 0 || halfEvents > 0 || orphanEvents > 0 {
+		row.Violations = append(row.Violations, fmt.Sprintf("lost only in part: %d jobs and %d events of lost commits remain; %d events have no business row", halfJobs, halfEvents, orphanEvents))
+	}
+	rpo := fmt.Sprintf("asynchronous replication, primary lost: %d of %d acknowledged commits lost (%d jobs/s)", len(lostIDs), len(acked), r.p.rate)
+	if len(lostIDs) > 0 {
+		rpo += fmt.Sprintf(", acknowledged from %+.2fs to %+.2fs of their kill's start (the SIGKILL lands after `ha.sh kill` has asked the monitor which node is primary)",
+			earliest.Seconds(), latest.Seconds())
+	}
+	row.HA = append(row.HA, rpo+fmt.Sprintf("; lost whole: %d of their jobs and %d of their events remain, %d events without a business row", halfJobs, halfEvents, orphanEvents))
+	return nil
+}

@@ -1,0 +1,84 @@
+package chaos
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The failover scenarios' judgements, on records made up here: a component's resume
+// time is measured from its last failed probe, a log line per retry is a violation
+// while one per outage is not, and firstChange finds a node's first change of role.
+func TestFailoverJudgements(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	f := &failoverRec{start: at(0), promoted: at(3000), healthy: at(5000)}
+	w := &haRun{probes: map[string][]probeResult{
+		"dashboard": {{at(-100), at(-50), true}, {at(100), at(200), false}, {at(2900), at(3100), false}, {at(3200), at(3300), true}},
+		"metrics":   {{at(100), at(150), true}, {at(300), at(350), true}},
+		"readyz":    {{at(100), at(150), false}, {at(300), at(350), false}},
+		// A read that fails long after the promotion is not the failover's.
+		"slow": {{at(100), at(150), false}, {at(3100), at(3200), true}, {at(14000), at(15000), false}, {at(15100), at(15200), true}},
+	}}
+	f.healthy = at(20000)
+	if got := w.componentResume("slow", f); got != "+3.20s (1 failed probes later)" {
+		t.Errorf("slow resume %q; want +3.20s with one later failure", got)
+	}
+	if got := w.componentResume("dashboard", f); got != "+3.30s" {
+		t.Errorf("dashboard resume %q; want +3.30s (the first success after its last failure)", got)
+	}
+	if got := w.componentResume("metrics", f); got != "unaffected" {
+		t.Errorf("metrics resume %q; want unaffected", got)
+	}
+	if got := w.componentResume("readyz", f); got != "never" {
+		t.Errorf("readyz resume %q; want never", got)
+	}
+	if got := resumeAfter([]time.Time{at(1000), at(3500), at(4000)}, f); got != "+3.50s" {
+		t.Errorf("resumeAfter %q; want +3.50s (the first at or after the promotion)", got)
+	}
+	if got := resumeAfter([]time.Time{at(1000)}, f); got != "never" {
+		t.Errorf("resumeAfter with nothing after the promotion: %q", got)
+	}
+
+	w.changes = []nodeChange{{at(0), "node1", "primary"}, {at(800), "node1", "blocked"}, {at(1200), "node1", "down"},
+		{at(2000), "node2", "blocked"}, {at(3000), "node2", "primary"}}
+	if got := w.firstChange("node1", "primary", true, at(0)); !got.Equal(at(800)) {
+		t.Errorf("node1 first not primary at %v; want +800ms", got.Sub(t0))
+	}
+	if got := w.firstChange("node2", "primary", false, at(0)); !got.Equal(at(3000)) {
+		t.Errorf("node2 first primary at %v; want +3s (blocked is not writable)", got.Sub(t0))
+	}
+
+	ps := []pickup{{at(-500), 10 * time.Millisecond}, {at(100), 20 * time.Millisecond}, {at(200), 4 * time.Second}}
+	if got := pickupSummary(ps, at(0), at(5000)); got != "2 jobs, p50 4000 ms, p99 4000 ms, max 4000 ms" {
+		t.Errorf("pickupSummary %q", got)
+	}
+
+	dir := t.TempDir()
+	line := func(msg string) string { return `time=x level=WARN msg="` + msg + `" child=w` + "\n" }
+	once := line("notify: listener connection lost; reconnecting") + line("notify: listener reconnected")
+	if err := os.WriteFile(filepath.Join(dir, "w-once.log"), []byte(once), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	perRetry := strings.Repeat(line("notify: listener connection lost; reconnecting"), 5)
+	if err := os.WriteFile(filepath.Join(dir, "w-retry.log"), []byte(perRetry), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	perJob := strings.Repeat(line("skiplock: lease lost; outcome discarded"), 5) + line("skiplock: claim failed") + line("skiplock: claim recovered")
+	if err := os.WriteFile(filepath.Join(dir, "w-jobs.log"), []byte(perJob), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := &round{h: &harness{logDir: dir}, workers: []*proc{{name: "w-once"}, {name: "w-jobs"}}}
+	row := &Row{}
+	r.checkLogsOnce(row, 1)
+	if len(row.Violations) != 0 {
+		t.Errorf("an outage logged once (lost, reconnected), and per-job warnings: %q", row.Violations)
+	}
+	r.workers = append(r.workers, &proc{name: "w-retry"})
+	r.checkLogsOnce(row, 1)
+	if len(row.Violations) != 1 || !strings.Contains(row.Violations[0], "w-retry") {
+		t.Errorf("five lines for one failover: violations %q; want one naming w-retry", row.Violations)
+	}
+}
