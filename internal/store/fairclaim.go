@@ -13,6 +13,7 @@ package store
 // fair claim committed before it: two claims never read the same position.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -141,6 +142,15 @@ cand AS MATERIALIZED (
 )`
 }
 
+// fairOrder is the CTE po: the fair order (pos) of the jobs of relation pick (id,
+// pos) as one jsonb object, which the claim's RETURNING reads by id (as
+// successorMap): the engine runs a claim's jobs in the order they were chosen, so
+// that the job of a key enqueued after another key's backlog does not run after the
+// jobs of that backlog the same claim took.
+func fairOrder(pick string) string {
+	return `po AS MATERIALIZED (SELECT coalesce(jsonb_object_agg(p.id::text, p.pos), '{}') AS m FROM ` + pick + ` p)`
+}
+
 // fairKeyJobs is the first due jobs of key k (an expression naming one key value)
 // below the bypass priority, at most limit, in claim order and numbered (i): one
 // range of jobs_fair_idx.
@@ -192,15 +202,16 @@ WITH RECURSIVE
 ` + fairWalk(unlimited) + `,
 ` + fairCandidates() + `,
 pick AS MATERIALIZED (
-  SELECT c.id FROM cand c ORDER BY c.pos LIMIT $5
+  SELECT c.id, c.pos FROM cand c ORDER BY c.pos LIMIT $5
 ),
+` + fairOrder("pick") + `,
 claimed AS (
   UPDATE {{s}}.jobs AS j
   ` + claimSet + `,
     slot_of = NULL, slot_token = NULL
-  FROM t
+  FROM t, po
   WHERE j.id = ANY(ARRAY(SELECT id FROM pick)) AND ` + stillPending + ` AND t.async IS NOT NULL
-  RETURNING ` + claimReturns + `
+  RETURNING ` + claimReturns + `, (po.m ->> j.id::text)::bigint AS pos
 ),
 ` + fairAdvance("claimed") + `
 SELECT * FROM claimed`
@@ -236,13 +247,14 @@ runb AS MATERIALIZED (
 rated AS (
   SELECT id, scope, target, bkey, per_us FROM f_cb WHERE rate IS NOT NULL AND ` + limRated + `
 ),
+` + fairOrder("f_pick") + `,
 claimed AS (
   UPDATE {{s}}.jobs AS j
   ` + claimSet + `,
     slot_of = NULL, slot_token = NULL
-  FROM t
+  FROM t, po
   WHERE j.id = ANY(ARRAY(SELECT id FROM f_pick)) AND ` + stillPending + ` AND t.async IS NOT NULL
-  RETURNING ` + claimReturns + `, j.id IN (SELECT r.id FROM rated r) AS rated
+  RETURNING ` + claimReturns + `, (po.m ->> j.id::text)::bigint AS pos, j.id IN (SELECT r.id FROM rated r) AS rated
 ),
 logged AS (
   INSERT INTO {{s}}.limit_windows AS w (scope, target, key, per_us, starts, counts)
@@ -303,8 +315,8 @@ WHERE queue = $1 OR $1 IS NULL ORDER BY queue, key`),
 		// are due, counted up to a cap ($3), and the oldest run_at among those counted
 		// — the key's oldest due job when it has at most $3 due jobs, or when they
 		// share one priority (the range is in claim order: priority, then run_at). The
-		// $5 keys with the most due jobs come back one row each (ties by key), the
-		// others summed in one row whose key is NULL. Its cost: one descent per key
+		// $5 keys with the most due jobs come back one row each (ties by key), then
+		// the others summed in one row whose key is NULL. Its cost: one descent per key
 		// plus at most $3 index entries per key, whatever the backlog.
 		keys: b.addGuarded(planGuardOn, "fair_keys", `
 WITH RECURSIVE
@@ -335,11 +347,11 @@ c AS MATERIALIZED (
 r AS MATERIALIZED (
   SELECT c.key, c.due, c.oldest, row_number() OVER (ORDER BY c.due DESC, c.key) AS rank FROM c
 )
-SELECT r.key, 1::bigint, r.due, r.oldest, (SELECT now FROM t) FROM r WHERE r.rank <= $5::int
+SELECT r.key, 1::bigint, r.due, r.oldest, (SELECT now FROM t), false AS other FROM r WHERE r.rank <= $5::int
 UNION ALL
-SELECT NULL, count(*), coalesce(sum(r.due), 0)::bigint, min(r.oldest), (SELECT now FROM t) FROM r WHERE r.rank > $5::int
+SELECT NULL, count(*), coalesce(sum(r.due), 0)::bigint, min(r.oldest), (SELECT now FROM t), true FROM r WHERE r.rank > $5::int
 HAVING count(*) > 0
-ORDER BY 3 DESC, 1`),
+ORDER BY 6, 3 DESC, 1`),
 	}
 }
 
@@ -352,9 +364,8 @@ type FairClaim struct {
 }
 
 // ClaimFair is Claim for a fair queue (fairClaimSQL; limited: fairLimitedClaimSQL,
-// for a queue some limit may govern). Rows come back in claim order (priority, then
-// run_at, then id) — not the fair order they were chosen in, which only decides which
-// jobs a claim takes. p.After, p.Lag and p.Preds are not used.
+// for a queue some limit may govern). Rows come back in the fair order they were
+// chosen in (fairOrder), not in claim order. p.After, p.Lag and p.Preds are not used.
 func (s *Store) ClaimFair(ctx context.Context, db Batcher, now *time.Time, p ClaimParams, limited bool) (FairClaim, error) {
 	var out FairClaim
 	claim := s.fair.claim
@@ -382,8 +393,12 @@ func (s *Store) ClaimFair(ctx context.Context, db Batcher, now *time.Time, p Cla
 		}
 	}
 	rows, err := br.Query()
+	// Each row's pos is scanned before the next row appends to pos, so a pointer into
+	// its current backing array is safe.
+	var pos []int64
 	jobs, err := collectJobRows(rows, err, func(d []any, j *Job) []any {
-		d = append(d, &j.Unblocks)
+		pos = append(pos, 0)
+		d = append(d, &j.Unblocks, &pos[len(pos)-1])
 		if limited {
 			d = append(d, &j.Rated)
 		}
@@ -400,7 +415,11 @@ func (s *Store) ClaimFair(ctx context.Context, db Batcher, now *time.Time, p Cla
 	if err := pl.end(br); err != nil {
 		return FairClaim{}, err
 	}
-	SortClaimOrder(jobs)
+	order := make(map[*Job]int64, len(jobs))
+	for i, j := range jobs {
+		order[j] = pos[i]
+	}
+	sortBatch(jobs, func(a, b *Job) int { return cmp.Compare(order[a], order[b]) })
 	out.Jobs = jobs
 	return out, nil
 }
@@ -486,7 +505,8 @@ func (s *Store) FairKeys(ctx context.Context, db DBTX, now *time.Time, p FairKey
 	return guarded(ctx, db, s.fair.keys, func(rows pgx.Rows, err error) ([]FairKey, error) {
 		return collectValues(rows, err, func(r pgx.Row) (FairKey, error) {
 			var k FairKey
-			err := r.Scan(&k.Key, &k.Keys, &k.Due, &k.Oldest, &k.Now)
+			var other bool
+			err := r.Scan(&k.Key, &k.Keys, &k.Due, &k.Oldest, &k.Now, &other)
 			return k, err
 		})
 	}, Now(now), p.Queue, p.Cap, p.MaxKeys, p.Top)

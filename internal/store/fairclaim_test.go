@@ -110,6 +110,14 @@ func TestFairClaimSharesOneClaimRoundRobin(t *testing.T) {
 	if got := keyCounts(jobs); got != "a=4 b=4 c=1" {
 		t.Fatalf("claim of 9 took %s, want a=4 b=4 c=1", got)
 	}
+	// In the order chosen, which the engine runs them in: round by round.
+	var order []string
+	for _, j := range jobs {
+		order = append(order, j.ConcurrencyKey)
+	}
+	if got := strings.Join(order, ""); got != "abcababab" {
+		t.Fatalf("claim order %s, want abcababab", got)
+	}
 	if err := s.FairWeightSet(ctx, pool, nil, "default", "a", 3); err != nil {
 		t.Fatal(err)
 	}
