@@ -42,9 +42,20 @@ func (e *Engine) refreshFair(ctx context.Context) error {
 // not short, whatever it took: keys it did not reach may have due jobs. A short
 // limited claim is reported throttled, so that a slot this client frees wakes the
 // producer (the fair claim does not tell jobs a limit held back from no jobs).
-func (e *Engine) claimFair(ctx context.Context, p *producer, n int) ([]*store.Job, claimResult, error) {
+func (e *Engine) claimFair(ctx context.Context, p *producer, reserved int) ([]*store.Job, claimResult, error) {
+	n := reserved
 	p.handoff.Store(false) // no successors: a queue that was limited before it was made fair
+	if reserved <= 0 {
+		return nil, claimResult{short: true}, nil // a claim of successors, asked before the store above
+	}
 	limited := e.limited(p.queue)
+	// A short prefetch: the jobs a process holds run in the order they were claimed,
+	// so a prefetch filled with one key's backlog would make a job of another key,
+	// claimed a moment later, wait behind all of it (W11 in docs/benchmarks.md). A fair
+	// queue claims for its idle workers and a quarter of its workers more; the places
+	// reserved beyond that are given back by settle.
+	idle := p.cap.workers - (int(p.cap.active.Load()) - n)
+	n = max(min(n, idle+p.cap.workers/4), 1)
 	res, err := e.cfg.Store.ClaimFair(ctx, e.cfg.Pool, e.now(), store.ClaimParams{
 		Queue: p.queue, WorkerID: e.cfg.WorkerID, Limit: n, Lease: e.cfg.LeaseDuration,
 	}, limited)

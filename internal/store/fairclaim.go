@@ -153,32 +153,40 @@ func fairOrder(pick string) string {
 
 // fairKeyJobs is the first due jobs of key k (an expression naming one key value)
 // below the bypass priority, at most limit, in claim order and numbered (i): one
-// range of jobs_fair_idx.
+// range of jobs_fair_idx. The key is named as the range from k to k, and leads the
+// ORDER BY: an order only jobs_fair_idx yields without a sort. With an equality the
+// planner drops the key from the ORDER BY (it is constant), and the generic plan of a
+// table whose statistics knew few keys ranged over jobs_ready_idx and filtered the
+// key: a read that grows with the other keys' backlog. (On Citus, where the key will
+// distribute the table, this range becomes the router statement's
+// concurrency_key = $k: docs/fairness.md.)
 func fairKeyJobs(k, limit string) string {
 	return `
     SELECT x.*, row_number() OVER (ORDER BY x.priority DESC, x.run_at, x.id) AS i FROM (
       SELECT jobs.id, jobs.queue, jobs.kind, jobs.concurrency_key AS ckey, jobs.priority, jobs.run_at
       FROM {{s}}.jobs
-      WHERE jobs.status = 'pending' AND jobs.queue = $2 AND jobs.concurrency_key = ` + k + `
+      WHERE jobs.status = 'pending' AND jobs.queue = $2 AND jobs.concurrency_key >= ` + k + ` AND jobs.concurrency_key <= ` + k + `
         AND jobs.run_at <= (SELECT now FROM t)
         AND (jobs.priority < (SELECT bypass FROM t) OR (SELECT bypass FROM t) IS NULL)
         AND ` + sequenceReady("jobs") + `
-      ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
+      ORDER BY jobs.concurrency_key, jobs.priority DESC, jobs.run_at, jobs.id
       LIMIT ` + limit + `
     ) x`
 }
 
 // fairAdvance is the CTE rot that moves the rotation on: to the key of the last
-// fair-lane job taken (the relation taken: id, in the claim's order pos, with cand's
-// columns), or, when none was, to the last key the walk visited, so that keys whose
-// jobs are all scheduled or blocked cannot hold the rotation in place. It records
-// whether the walk stopped for want of room (more): keys it did not reach may have
-// due jobs.
+// fair-lane candidate up to the last job chosen (the relation taken: id, pos), or,
+// when there is none, to the last key the walk visited, so that keys whose jobs are
+// all scheduled or blocked cannot hold the rotation in place. It records whether the
+// walk stopped for want of room (more): keys it did not reach may have due jobs. It
+// reads cand and taken once each (a join of the two under the plan guard was a
+// nested loop, quadratic in the claim: 88 ms of a claim of 600).
 func fairAdvance(taken string) string {
 	return `rot AS (
   INSERT INTO {{s}}.fair_rotation AS r (queue, last_key, more, turns, updated_at)
   SELECT $2, coalesce(
-           (SELECT c.ckey FROM cand c JOIN ` + taken + ` k ON k.id = c.id WHERE c.wpos > 0 ORDER BY c.pos DESC LIMIT 1),
+           (SELECT c.ckey FROM cand c WHERE c.wpos > 0 AND c.pos <= (SELECT max(k.pos) FROM ` + taken + ` k)
+            ORDER BY c.pos DESC LIMIT 1),
            (SELECT w.key FROM walk w ORDER BY w.n DESC LIMIT 1)),
          (SELECT max(w.n) >= $5 OR max(w.wsum) >= $5 FROM walk w), 1, t.now
   FROM t
@@ -213,7 +221,7 @@ claimed AS (
   WHERE j.id = ANY(ARRAY(SELECT id FROM pick)) AND ` + stillPending + ` AND t.async IS NOT NULL
   RETURNING ` + claimReturns + `, (po.m ->> j.id::text)::bigint AS pos
 ),
-` + fairAdvance("claimed") + `
+` + fairAdvance("pick") + `
 SELECT * FROM claimed`
 }
 
@@ -269,7 +277,7 @@ logged AS (
                    WHERE x.at > excluded.starts[1] - ` + rateWindow("excluded.per_us") + ` ORDER BY x.at) || excluded.counts
   RETURNING 1
 ),
-` + fairAdvance("claimed") + `
+` + fairAdvance("f_pick") + `
 SELECT * FROM claimed`
 }
 
@@ -337,9 +345,9 @@ c AS MATERIALIZED (
   SELECT k.key, d.due, d.oldest FROM k CROSS JOIN LATERAL (
     SELECT count(*) AS due, min(x.run_at) AS oldest FROM (
       SELECT jobs.run_at FROM {{s}}.jobs
-      WHERE jobs.status = 'pending' AND jobs.queue = $2 AND jobs.concurrency_key = k.key
+      WHERE jobs.status = 'pending' AND jobs.queue = $2 AND jobs.concurrency_key >= k.key AND jobs.concurrency_key <= k.key
         AND jobs.run_at <= (SELECT now FROM t)
-      ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
+      ORDER BY jobs.concurrency_key, jobs.priority DESC, jobs.run_at, jobs.id
       LIMIT $3::int
     ) x
   ) d

@@ -294,6 +294,11 @@ SELECT 'k', '{}', 'idle' || g, 'succeeded' FROM generate_series(1, $1) g`, idle)
 				if n["Node Type"] == "Seq Scan" || n["Node Type"] == "Bitmap Heap Scan" {
 					t.Errorf("fair claim scans jobs: %v", n["Node Type"])
 				}
+				// The claim order of the whole queue is the express lane's only (none
+				// here): a key's jobs are read from jobs_fair_idx, not filtered from it.
+				if n["Index Name"] == "jobs_ready_idx" && n["Actual Rows"].(float64) > 0 {
+					t.Errorf("fair claim reads %v jobs through jobs_ready_idx (%v)", n["Actual Rows"], n["Filter"])
+				}
 				blocks += nodeBlocks(n)
 			}
 			if n["Node Type"] == "ModifyTable" && n["Relation Name"] == "jobs" {

@@ -109,6 +109,8 @@ func All() []Workload {
 		{"W10", "800 jobs/s while an idle REPEATABLE READ session pins the xmin horizon for 10 min (60 s of warm-up and 30 s of baseline before, 90 s after)", isolated(runW10), true},
 		{"W10C", "W10's timeline with no pin: a control for W10's rule (what the machine alone does)", isolated(runW10Control), true},
 		{"W10L", "W10 on a queue under a limit that never binds: the limited claim under the pin", isolated(runW10Limited), true},
+		{"W11", "fair queue, noisy neighbour: key A enqueues 1,000,000 jobs at once, keys B…K one every 10 ms each; B…K's pickup without and with the burst", isolated(runW11), false},
+		{"W12", "fair queue throughput, pre-inserted jobs over 1, 100 and 10,000 keys, best concurrency, each beside the plain queue (W5's shape)", isolated(runW12), false},
 		{"F1", "enqueue flows of 1,000 children (one statement each), 2 goroutines", isolated(runF1), false},
 		{"D1", "the dashboard on 1,000,000 jobs: every page and filter through its http.Handler", isolated(runD1), false},
 	}
@@ -137,7 +139,7 @@ func Select(spec string) ([]Workload, error) {
 			found = found || w.Name == name
 		}
 		if !found {
-			return nil, fmt.Errorf("unknown workload %q (B0, B1, W1…W10, W10C, W10L, F1, D1 or all)", name)
+			return nil, fmt.Errorf("unknown workload %q (B0, B1, W1…W12, W10C, W10L, F1, D1 or all)", name)
 		}
 	}
 	if want["W1"] || want["W2"] {
@@ -146,10 +148,10 @@ func Select(spec string) ([]Workload, error) {
 	if want["F1"] {
 		want["W3"] = true
 	}
-	if want["W9"] {
-		want["W5"] = true // W9's target is a share of W5 in the same run
+	if want["W9"] || want["W12"] {
+		want["W5"] = true // W9's and W12's targets are shares of W5 in the same run
 	}
-	if want["W4"] || want["W5"] || want["W7"] || want["W9"] {
+	if want["W4"] || want["W5"] || want["W7"] || want["W9"] || want["W12"] {
 		want["B1"] = true
 	}
 	var out []Workload
