@@ -30,17 +30,17 @@ const (
 
 // w11Run is the state W11's handler and enqueuers share.
 type w11Run struct {
-	burst   int            // A's jobs carry indexes [0, burst); B…K's the rest
-	sent    []atomic.Int64 // by index: when B…K's job was enqueued (Unix ns), 0 for A's
-	back    []atomic.Int64 // by index: when its Enqueue call returned
-	window  []*latencies   // by phase: 0 warm-up, 1 without the burst, 2 with it
+	burst  int            // A's jobs carry indexes [0, burst); B…K's the rest
+	sent   []atomic.Int64 // by index: when B…K's job was enqueued (Unix ns), 0 for A's
+	back   []atomic.Int64 // by index: when its Enqueue call returned
+	window []*latencies   // by phase: 0 warm-up, 1 without the burst, 2 with it
 	// stages splits each window's pickups: the Enqueue call, from its return to the
 	// claim (the job's UpdatedAt, the claim statement's database time: one clock with
 	// the host's on the benchmark machine), and from the claim to the handler.
-	stages [3][3]*latencies
-	ticks   [3]int         // by phase: the jobs each key enqueues
-	base    [3]int         // by phase: the first index
-	aDone   atomic.Int64   // A's jobs run
+	stages  [3][3]*latencies
+	ticks   [3]int       // by phase: the jobs each key enqueues
+	base    [3]int       // by phase: the first index
+	aDone   atomic.Int64 // A's jobs run
 	tr      *tracker
 	trStart skiplock.HandlerFunc
 }
