@@ -38,8 +38,8 @@ func (e *Engine) refreshFair(ctx context.Context) error {
 }
 
 // claimFair is the producer's claim for a fair queue: the fair claim, limited when a
-// limit may govern the queue. A claim that stopped for want of room (res.More) is
-// not short, whatever it took: keys it did not reach may have due jobs. A short
+// limit may govern the queue. A claim that took jobs and stopped for want of room
+// (res.More) is not short, whatever it took: keys it did not reach may have due jobs. A short
 // limited claim is reported throttled, so that a slot this client frees wakes the
 // producer (the fair claim does not tell jobs a limit held back from no jobs).
 func (e *Engine) claimFair(ctx context.Context, p *producer, reserved int) ([]*store.Job, claimResult, error) {
@@ -62,7 +62,11 @@ func (e *Engine) claimFair(ctx context.Context, p *producer, reserved int) ([]*s
 	if err != nil {
 		return nil, claimResult{}, err
 	}
-	out := claimResult{short: len(res.Jobs) < n && !res.More}
+	// A claim that found nothing is short even when it stopped for want of room: its
+	// keys had only scheduled or blocked jobs, and claiming again at once would walk
+	// the rotation round and round while nothing is due. The next claim, at the next
+	// notification or poll, goes on where this one stopped.
+	out := claimResult{short: len(res.Jobs) == 0 || (len(res.Jobs) < n && !res.More)}
 	out.throttled = limited && out.short
 	return res.Jobs, out, nil
 }
