@@ -151,6 +151,21 @@ func fairOrder(pick string) string {
 	return `po AS MATERIALIZED (SELECT coalesce(jsonb_object_agg(p.id::text, p.pos), '{}') AS m FROM ` + pick + ` p)`
 }
 
+// fairClaimed is the CTE claimed: the fair claim's UPDATE, which leases the jobs of
+// relation pick (id) that are still pending (stillPending) and returns each with its
+// fair order (po: fairOrder) and then extra. This is where the fair claims set status
+// 'running' (claimSet).
+func fairClaimed(pick, extra string) string {
+	return `claimed AS (
+  UPDATE {{s}}.jobs AS j
+  ` + claimSet + `,
+    slot_of = NULL, slot_token = NULL
+  FROM t, po
+  WHERE j.id = ANY(ARRAY(SELECT id FROM ` + pick + `)) AND ` + stillPending + ` AND t.async IS NOT NULL
+  RETURNING ` + claimReturns + `, (po.m ->> j.id::text)::bigint AS pos` + extra + `
+)`
+}
+
 // fairKeyJobs is the first due jobs of key k (an expression naming one key value)
 // below the bypass priority, at most limit, in claim order and numbered (i): one
 // range of jobs_fair_idx. The key is named as the range from k to k, and leads the
@@ -202,8 +217,8 @@ func fairAdvance(taken string) string {
 // queue's advisory lock (fair_lock) serialises fair claims, and the update re-checks
 // that each chosen job is still pending (stillPending), so a plain claim of a client
 // that has not heard of the queue's fairness yet, or an operator's cancel, cannot
-// make it take a job twice. The UPDATE below is where the fair claim sets status
-// 'running' (claimSet).
+// make it take a job twice. Its UPDATE (fairClaimed) is where the fair claim sets
+// status 'running' (claimSet).
 func fairClaimSQL() string {
 	return `
 WITH RECURSIVE
@@ -213,14 +228,7 @@ pick AS MATERIALIZED (
   SELECT c.id, c.pos FROM cand c ORDER BY c.pos LIMIT $5
 ),
 ` + fairOrder("pick") + `,
-claimed AS (
-  UPDATE {{s}}.jobs AS j
-  ` + claimSet + `,
-    slot_of = NULL, slot_token = NULL
-  FROM t, po
-  WHERE j.id = ANY(ARRAY(SELECT id FROM pick)) AND ` + stillPending + ` AND t.async IS NOT NULL
-  RETURNING ` + claimReturns + `, (po.m ->> j.id::text)::bigint AS pos
-),
+` + fairClaimed("pick", "") + `,
 ` + fairAdvance("pick") + `
 SELECT * FROM claimed`
 }
@@ -239,44 +247,15 @@ lim AS MATERIALIZED (
   SELECT scope, target, key, max_running, rate, per_us FROM {{s}}.limits
   WHERE (scope = 'queue' AND target = $2) OR scope = 'kind'
 ),
-held AS MATERIALIZED (
-  SELECT r.queue, r.kind, r.concurrency_key AS ckey FROM {{s}}.jobs r WHERE ` + holdsSlot("r") + `
-),
-runb AS MATERIALIZED (
-  SELECT v.scope, v.target, v.bkey, count(*) AS n
-  FROM held g
-  CROSS JOIN LATERAL (VALUES ('queue', g.queue, '', true), ('queue', g.queue, g.ckey, false),
-                             ('kind', g.kind, '', true), ('kind', g.kind, g.ckey, false)) AS v(scope, target, bkey, wide)
-  WHERE v.wide OR g.ckey <> ''
-  GROUP BY 1, 2, 3
-),
+` + slotsHeld + `,
 ` + fairCandidates() + `,
 ` + limitEval("f", "cand") + `,
 rated AS (
   SELECT id, scope, target, bkey, per_us FROM f_cb WHERE rate IS NOT NULL AND ` + limRated + `
 ),
 ` + fairOrder("f_pick") + `,
-claimed AS (
-  UPDATE {{s}}.jobs AS j
-  ` + claimSet + `,
-    slot_of = NULL, slot_token = NULL
-  FROM t, po
-  WHERE j.id = ANY(ARRAY(SELECT id FROM f_pick)) AND ` + stillPending + ` AND t.async IS NOT NULL
-  RETURNING ` + claimReturns + `, (po.m ->> j.id::text)::bigint AS pos, j.id IN (SELECT r.id FROM rated r) AS rated
-),
-logged AS (
-  INSERT INTO {{s}}.limit_windows AS w (scope, target, key, per_us, starts, counts)
-  SELECT r.scope, r.target, r.bkey, max(r.per_us), ARRAY[(SELECT now FROM t)], ARRAY[count(*)::int]
-  FROM rated r JOIN claimed c ON c.id = r.id
-  GROUP BY r.scope, r.target, r.bkey
-  ON CONFLICT (scope, target, key) DO UPDATE SET
-    per_us = excluded.per_us,
-    starts = ARRAY(SELECT x.at FROM unnest(w.starts, w.counts) AS x(at, n)
-                   WHERE x.at > excluded.starts[1] - ` + rateWindow("excluded.per_us") + ` ORDER BY x.at) || excluded.starts,
-    counts = ARRAY(SELECT x.n FROM unnest(w.starts, w.counts) AS x(at, n)
-                   WHERE x.at > excluded.starts[1] - ` + rateWindow("excluded.per_us") + ` ORDER BY x.at) || excluded.counts
-  RETURNING 1
-),
+` + fairClaimed("f_pick", ", j.id IN (SELECT r.id FROM rated r) AS rated") + `,
+` + startsLogged + `,
 ` + fairAdvance("f_pick") + `
 SELECT * FROM claimed`
 }
