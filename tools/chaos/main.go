@@ -3,7 +3,7 @@
 // of fault per scenario and checks the invariants. It is a test rig, kept out of the
 // skiplock binary; the worker and relay processes are this binary re-executed.
 //
-//	go run ./tools/chaos                              # the short profile (about 5½ minutes)
+//	go run ./tools/chaos                              # the short profile (about 6 minutes)
 //	go run ./tools/chaos --scenario rate-limit        # one scenario (--scenarios a,b for several)
 //	go run ./tools/chaos --soak --duration 30m        # randomized rounds from a seed
 //	go run ./tools/chaos --soak --seed N              # replay a seed
