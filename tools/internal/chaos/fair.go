@@ -6,13 +6,14 @@ package chaos
 //	      tenant's burst, enqueued at once) while ten light keys each enqueue a job
 //	      every 100 ms and workers are SIGKILLed. Besides the usual invariants (no
 //	      lost job, no double success, no stale write), the audit checks the fairness
-//	      bound: once a light job's enqueue has returned (its commit is visible), at
-//	      most fairBound claims take hot jobs before the light job's first claim. A
-//	      claim whose snapshot predates the commit cannot take it, and the rotation
-//	      reaches the light key within one turn of the hot key after that: with claims
-//	      serialised per queue, 2 is the bound the design promises; one more allows for
-//	      a claim whose time (its attempted_at, read just after its snapshot) lands
-//	      after the enqueue returned while its snapshot did not. A light job whose first
+//	      bound: once a light job's enqueue has returned (its commit is visible), the
+//	      claims that take hot jobs before the light job's first claim number at most
+//	      fairBound more than the turns its own key had meanwhile (each serving an
+//	      earlier job of the key). A claim whose snapshot predates the commit cannot
+//	      take it, and between two turns of a key the rotation gives the hot key at most
+//	      one: with claims serialised per queue, 2 is the bound the design promises; one
+//	      more allows for a claim whose time (its attempted_at, read just after its
+//	      snapshot) lands after the enqueue returned while its snapshot did not. A light job whose first
 //	      claimer was SIGKILLed is judged by that first claim, not by the reclaim that
 //	      follows the lease's expiry. Light jobs are judged only when their batch's
 //	      enqueue call is known to have returned.
@@ -131,7 +132,11 @@ hot AS (
 ),
 batches AS (SELECT * FROM unnest($4::timestamptz[], $5::timestamptz[]) AS b(began, committed)),
 waits AS (
-  SELECT f.job_id, (SELECT count(*) FROM hot h WHERE h.claimed_at > b.committed AND h.claimed_at < f.claimed_at) AS claims
+  SELECT f.job_id,
+         (SELECT count(*) FROM hot h WHERE h.claimed_at > b.committed AND h.claimed_at < f.claimed_at)
+         - (SELECT count(DISTINCT (o.claimed_at, t.worker)) FROM firsts o
+            JOIN `+q+`.chaos_transitions t ON t.job_id = o.job_id AND t.claimed_at = o.claimed_at
+            WHERE o.key = f.key AND o.claimed_at > b.committed AND o.claimed_at < f.claimed_at) AS claims
   FROM firsts f JOIN `+q+`.chaos_enqueued e ON e.job_id = f.job_id
   JOIN LATERAL (SELECT b.committed FROM batches b WHERE e.at BETWEEN b.began AND b.committed LIMIT 1) b ON true
   WHERE f.key <> $2
@@ -145,13 +150,13 @@ SELECT (SELECT count(*) FROM `+q+`.jobs WHERE queue = $1 AND concurrency_key <> 
 	if err != nil {
 		return fmt.Errorf("fairness audit: %w", err)
 	}
-	row.Flow = append(row.Flow, fmt.Sprintf("fair: %d light jobs judged of %d; at most %d claims of the hot key before a light job's first claim (bound %d); %d claims took hot jobs",
+	row.Flow = append(row.Flow, fmt.Sprintf("fair: %d light jobs judged of %d; at most %d claims of the hot key beyond the light key's own turns before a light job's first claim (bound %d); %d claims took hot jobs",
 		judged, light, worst, fairBound, hotClaims))
 	switch {
 	case judged == 0 || hotClaims == 0:
 		row.Violations = append(row.Violations, fmt.Sprintf("fair: %d light jobs claimed, %d claims of hot jobs: the round proves nothing", judged, hotClaims))
 	case over > 0:
-		row.Violations = append(row.Violations, fmt.Sprintf("fair: %d light jobs waited more than %d claims of the hot key (worst %d, job %s)",
+		row.Violations = append(row.Violations, fmt.Sprintf("fair: %d light jobs waited more than %d claims of the hot key beyond their key's own turns (worst %d, job %s)",
 			over, fairBound, worst, deref(worstJob)))
 		var detail string
 		if err := r.h.pool.QueryRow(ctx, `
