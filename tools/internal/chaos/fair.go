@@ -42,7 +42,7 @@ const (
 
 var fairScenario = &scenario{
 	name:    "fair",
-	summary: "a fair queue: one key's burst of 6,000 jobs, ten light keys at 10 jobs/s each, workers SIGKILLed; no light job waits more than 3 claims of the hot key",
+	summary: "a fair queue: one key's burst of 6,000 jobs, ten light keys at 10 jobs/s each, workers SIGKILLed; no light job waits for more than 3 claims of the hot key beyond its own key's turns",
 	queues:  map[string]int{fairQueue: fairWorkers},
 	setup:   setupFair, feed: feedFair, inject: injectFairKills, verify: verifyFair, recoverOn: "jobs",
 }
