@@ -120,6 +120,8 @@
 //     [Client.QueueResume].
 //   - Limits: [Client.LimitSet], [Client.LimitDelete], [Client.LimitList],
 //     [Client.LimitUsages].
+//   - Fair queues (docs/fairness.md): [Client.QueueSetFair], [Client.QueueUnsetFair],
+//     [Client.FairWeightSet], [Client.FairWeights], [Client.FairKeys].
 //   - Schedules: [Client.ScheduleAdd], [Client.ScheduleUpdate], [Client.ScheduleGet],
 //     [Client.ScheduleList], [Client.SchedulePause], [Client.ScheduleResume],
 //     [Client.ScheduleTrigger], [Client.ScheduleDelete].

@@ -41,7 +41,9 @@ func (m *Manual) LeaseDuration() time.Duration { return m.c.cfg.LeaseDuration }
 // Config.LeaseDuration, each under a fresh lease token. A context made with
 // ContextWithJob for one of them carries the client too (ClientFromContext). Jobs come back in claim order:
 // priority (high first), then run_at, then id. Two claimers never receive the same job.
-// Limits apply (LimitSet): Claim leaves pending the jobs they hold back.
+// Limits apply (LimitSet): Claim leaves pending the jobs they hold back. From a fair
+// queue (QueueSetFair) Claim takes the jobs of the queue's keys in turn, from the
+// queue's one rotation, and returns them in that order.
 func (m *Manual) Claim(ctx context.Context, queue string, limit int) ([]*Job, error) {
 	c := m.c
 	if ctx == nil {
@@ -57,13 +59,23 @@ func (m *Manual) Claim(ctx context.Context, queue string, limit int) ([]*Job, er
 	if err != nil {
 		return nil, fmt.Errorf("claiming jobs from queue %q: reading limits: %w", queue, wrapPgError(err))
 	}
+	fair, err := c.store.FairQueues(ctx, c.pool)
+	if err != nil {
+		return nil, fmt.Errorf("claiming jobs from queue %q: reading fair queues: %w", queue, wrapPgError(err))
+	}
 	p := store.ClaimParams{Queue: queue, WorkerID: c.cfg.ID, Limit: limit, Lease: c.cfg.LeaseDuration}
 	var rows []*store.Job
-	if anyKind || slices.Contains(qs, queue) {
+	limited := anyKind || slices.Contains(qs, queue)
+	switch {
+	case slices.ContainsFunc(fair, func(f store.FairQueue) bool { return f.Name == queue }):
+		var res store.FairClaim
+		res, err = c.store.ClaimFair(ctx, c.pool, store.NowParam(c.cfg.Clock), p, limited)
+		rows = res.Jobs
+	case limited:
 		var res store.LimitedClaim
 		res, err = c.store.ClaimLimited(ctx, c.pool, store.NowParam(c.cfg.Clock), p)
 		rows = res.Jobs
-	} else {
+	default:
 		rows, err = c.store.Claim(ctx, c.pool, store.NowParam(c.cfg.Clock), p)
 	}
 	if err != nil {

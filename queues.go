@@ -18,6 +18,11 @@ type QueueInfo struct {
 	PausedAt time.Time `json:"paused_at,omitzero"`
 	// UpdatedAt is when its settings last changed.
 	UpdatedAt time.Time `json:"updated_at"`
+	// Fair is true when claims take the due jobs of the queue's concurrency keys in
+	// turn (QueueSetFair, docs/fairness.md).
+	Fair bool `json:"fair,omitempty"`
+	// FairBypassPriority is the fair queue's bypass priority (FairOpts), nil for none.
+	FairBypassPriority *int `json:"fair_bypass_priority,omitempty"`
 }
 
 // ErrQueueNotFound is returned by QueuePause and QueueResume for a queue that
@@ -84,7 +89,7 @@ func (c *Client) checkKnownQueue(ctx context.Context, queue, verb string) error 
 	return nil
 }
 
-// QueueList lists the queues that have settings (today: that were ever paused),
+// QueueList lists the queues that have settings (that were ever paused or made fair),
 // paused or not, by name. A queue that is not listed is active.
 func (c *Client) QueueList(ctx context.Context) ([]QueueInfo, error) {
 	if ctx == nil {
@@ -96,7 +101,7 @@ func (c *Client) QueueList(ctx context.Context) ([]QueueInfo, error) {
 	}
 	out := make([]QueueInfo, len(rows))
 	for i, r := range rows {
-		out[i] = QueueInfo{Name: r.Name, UpdatedAt: r.UpdatedAt}
+		out[i] = QueueInfo{Name: r.Name, UpdatedAt: r.UpdatedAt, Fair: r.Fair, FairBypassPriority: r.FairBypassPriority}
 		if r.PausedAt != nil {
 			out[i].Paused, out[i].PausedAt = true, *r.PausedAt
 		}

@@ -88,7 +88,7 @@ func browserWidths(t *testing.T, browserCtx context.Context) {
 		"overview": "/", "jobs": "/jobs", "jobs-failed": "/jobs?state=failed", "queues": "/queues",
 		"schedules": "/schedules", "outbox": "/outbox?state=dead", "job": "/jobs/" + f.webhook,
 		"lineage": "/tx/" + strconv.FormatInt(f.lineageTx, 10), "event": "/outbox/" + f.events[outbox.StateDead],
-		"batches": "/batches", "limits": "/limits", "flows": "/flows",
+		"batches": "/batches", "limits": "/limits", "flows": "/flows", "fair": "/fair",
 	}
 	for _, size := range []struct {
 		name          string

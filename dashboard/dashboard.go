@@ -27,6 +27,8 @@
 //	/batches               batches, newest first, with their counts and callbacks
 //	/flows                 jobs waiting on others (flow parents, batch callbacks)
 //	/limits                concurrency and rate limits with their use; set and delete
+//	/fair                  fair queues: each one's keys with the most due jobs, the age
+//	                       of each one's oldest due job, and their weights
 //	/schedules             periodic schedules with pause, resume and trigger
 //	/outbox                outbox events by state (pending, dead, published), lag, requeue
 //	/outbox/{id}           one event
@@ -59,7 +61,7 @@
 // attempt-row its number in data-attempt):
 //
 //	layout     nav-overview nav-jobs nav-queues nav-schedules nav-batches nav-flows
-//	           nav-limits nav-outbox flash error
+//	           nav-limits nav-fair nav-outbox flash error
 //	           live-region (the part live refresh replaces; also id="live")
 //	           live-toggle (checkbox shown by the script) live-status logout read-only
 //	overview   overview queues-table queue-row queue-name queue-paused queue-pending
@@ -89,6 +91,7 @@
 //	           (rows as on jobs)
 //	limits     limits limits-table limit-row (data-limit) limit-usage limit-delete
 //	           limits-empty limit-form limit-scope limit-name limit-key
+//	fair       fair fair-queue (data-queue) fair-keys fair-key (data-key) fair-empty
 //	           limit-max-running limit-rate limit-per limit-submit
 //	schedules  schedules schedules-table schedule-row schedule-state schedule-pause
 //	           schedule-resume schedule-trigger schedule-last-job schedules-empty

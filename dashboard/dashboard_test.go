@@ -1112,3 +1112,29 @@ func TestQueuesListsIdleQueues(t *testing.T) {
 		t.Errorf("queues: the queue paused ahead of its first job is not listed")
 	}
 }
+
+// TestFairPage: the fair queues page lists each fair queue with its keys (escaped),
+// their due jobs and weights, and says so when no queue is fair.
+func TestFairPage(t *testing.T) {
+	t.Parallel()
+	f := seed(t)
+	b := serve(t, f.handler(dashboard.Options{}), "", false)
+	if r := b.get("/fair"); testids(r.body, "fair-empty") != 1 {
+		t.Fatalf("fair: want the empty page:\n%s", r.body)
+	}
+	for key, n := range map[string]int{"<acme>": 3, "globex": 1} {
+		for range n {
+			_, err := f.client.EnqueueRaw(f.ctx, "k", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "tenants", ConcurrencyKey: key})
+			must(t, err)
+		}
+	}
+	must(t, f.client.QueueSetFair(f.ctx, "tenants", nil))
+	must(t, f.client.FairWeightSet(f.ctx, "tenants", "globex", 4))
+	r := b.get("/fair")
+	wantStatus(t, "fair", r, http.StatusOK)
+	if testids(r.body, "fair-queue") != 1 || testids(r.body, "fair-key") != 2 ||
+		!strings.Contains(r.body, `data-key="&lt;acme&gt;"`) || !strings.Contains(r.body, `<td class="num">4</td>`) {
+		t.Fatalf("fair: want queue tenants with its two keys and globex's weight:\n%s", r.body)
+	}
+	wantStatus(t, "fair, POST", b.act("/fair", url.Values{}), http.StatusMethodNotAllowed)
+}

@@ -54,12 +54,14 @@ func (h *handler) route(q *request) {
 		h.limits(q)
 	case seg[0] == "limits" && len(seg) == 2 && !get:
 		h.limitAct(q, seg[1])
+	case seg[0] == "fair" && len(seg) == 1 && get:
+		h.fair(q)
 	case seg[0] == "tx" && len(seg) == 2 && get:
 		h.lineage(q, seg[1])
 	case q.path == "/logout" && !get:
 		h.logout(q)
 	default:
-		if !get && len(seg) > 0 && slices.Contains([]string{"", "jobs", "queues", "schedules", "outbox", "tx", "batches", "flows", "limits"}, seg[0]) && len(seg) <= 1 {
+		if !get && len(seg) > 0 && slices.Contains([]string{"", "jobs", "queues", "schedules", "outbox", "tx", "batches", "flows", "limits", "fair"}, seg[0]) && len(seg) <= 1 {
 			q.w.Header().Set("Allow", "GET, HEAD")
 			h.fail(q, http.StatusMethodNotAllowed, "This page takes no POST.")
 			return

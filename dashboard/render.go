@@ -19,7 +19,7 @@ import (
 
 // pageNames are the templates in templates/, each executed through layout.html.
 var pageNames = []string{"overview", "jobs", "job", "confirm", "queues", "schedules", "outbox", "event", "lineage", "login", "error",
-	"batches", "flows", "limits"}
+	"batches", "flows", "limits", "fair"}
 
 var funcs = template.FuncMap{
 	"ts": formatTime,
@@ -30,6 +30,7 @@ var funcs = template.FuncMap{
 		return t.UTC().Format(time.RFC3339)
 	},
 	"dur":  formatDuration,
+	"age":  ageOf,
 	"line": oneLine,
 	"num":  thousands,
 	"jobsurl": func(prefix, queue, state string) string {

@@ -23,6 +23,7 @@ func newMetricsCmd(db *dbFlags) *cobra.Command {
 		maxOldestDue time.Duration
 		maxOutboxLag time.Duration
 		depthQueues  []string
+		fairTop      int
 	)
 	cmd := &cobra.Command{
 		Use:   "metrics [--addr :9187]",
@@ -40,10 +41,14 @@ metrics with skiplock_stats_up 0.`,
 	durationFlag(cmd, &maxOldestDue, "max-oldest-due", 5*time.Minute, "/readyz fails when a queue's oldest due job is older (0: the default, 5m)")
 	durationFlag(cmd, &maxOutboxLag, "max-outbox-lag", 0, "/readyz fails when the oldest unpublished outbox event is older (0: not checked)")
 	fs.StringSliceVar(&depthQueues, "depth-queues", nil, "also export skiplock_queue_depth (the capped due count, read every second at most) for these queues, comma-separated; \"\" is all queues together")
+	fs.IntVar(&fairTop, "fair-top", 10, "fair queues: keys with series of their own (skiplock_fair_key_*), the rest summed under key \"*\"; 0: no fair-queue metrics")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
 		if _, err := listenHost(cmd, "addr", addr); err != nil {
 			return err
+		}
+		if fairTop < 0 {
+			return usagef(cmd, "--fair-top %d: want 0 or more", fairTop)
 		}
 		for _, q := range depthQueues {
 			if q == "" {
@@ -76,6 +81,9 @@ metrics with skiplock_stats_up 0.`,
 		reg.MustRegister(m, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 		if len(depthQueues) > 0 {
 			reg.MustRegister(metrics.NewDepthCollector(c, metrics.DepthOptions{Queues: depthQueues, ConstLabels: prometheus.Labels{"schema": schema}}))
+		}
+		if fairTop > 0 {
+			reg.MustRegister(metrics.NewFairCollector(c, metrics.FairOptions{Top: fairTop, ConstLabels: prometheus.Labels{"schema": schema}}))
 		}
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

@@ -12,8 +12,9 @@ import (
 )
 
 func newQueuesCmd(db *dbFlags) *cobra.Command {
-	return group("queues", "list queues with their state, pause or resume them (for every client at once)",
-		newQueuesListCmd(db), newQueuePauseCmd(db, true), newQueuePauseCmd(db, false), newQueueDepthCmd(db))
+	return group("queues", "list queues with their state, pause or resume them, make them fair (for every client at once)",
+		newQueuesListCmd(db), newQueuePauseCmd(db, true), newQueuePauseCmd(db, false), newQueueDepthCmd(db),
+		newQueueFairCmd(db), newQueueWeightCmd(db), newQueueKeysCmd(db))
 }
 
 func newQueuesListCmd(db *dbFlags) *cobra.Command {

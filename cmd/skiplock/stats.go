@@ -61,8 +61,11 @@ type statsJSON struct {
 	} `json:"vacuum_horizon"`
 	// Limits is each limit's use per bucket (limits usage), absent when there is no
 	// limit.
-	Limits      []limitUsageJSON `json:"limits,omitempty"`
-	TookSeconds float64          `json:"took_seconds"`
+	Limits []limitUsageJSON `json:"limits,omitempty"`
+	// Fair is each fair queue's top keys by due jobs (queues keys), absent when
+	// no queue is fair.
+	Fair        []fairQueueJSON `json:"fair,omitempty"`
+	TookSeconds float64         `json:"took_seconds"`
 }
 
 func statsToJSON(s *skiplock.Stats, lim *limitsRead, took time.Duration) statsJSON {
@@ -87,20 +90,27 @@ func statsToJSON(s *skiplock.Stats, lim *limitsRead, took time.Duration) statsJS
 	for _, u := range lim.usage {
 		j.Limits = append(j.Limits, limitUsageToJSON(u))
 	}
+	j.Fair = fairToJSON(lim.fair)
 	j.TookSeconds = took.Seconds()
 	return j
 }
 
-// limitsRead is what stats shows of the limits: every limit and its buckets' use.
+// limitsRead is what stats shows besides the queues' figures: every limit and its
+// buckets' use, and the fair queues' keys (fair.go).
 type limitsRead struct {
 	limits []skiplock.Limit
 	usage  []skiplock.LimitUsage
+	fair   []fairRead
 }
 
-// readLimits reads the limits and, when there are any, their usage.
+// readLimits reads the limits and, when there are any, their usage, and the fair
+// queues' keys.
 func readLimits(cmd *cobra.Command, c *skiplock.Client) (*limitsRead, error) {
 	var r limitsRead
 	var err error
+	if r.fair, err = readFair(cmd, c); err != nil {
+		return &r, err
+	}
 	if r.limits, err = c.LimitList(cmd.Context()); err != nil || len(r.limits) == 0 {
 		return &r, err
 	}
@@ -115,7 +125,7 @@ func newStatsCmd(db *dbFlags) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "stats [--watch 2s] [--exact]",
-		Short: "print per-queue counts, the oldest due job's age, the outbox lag, the limits' use and what holds back vacuum",
+		Short: "print per-queue counts, the oldest due job's age, the outbox lag, the limits' use, fair queues' top keys and what holds back vacuum",
 		Args:  noArgs,
 	}
 	durationFlag(cmd, &watch, "watch", 0, "repeat every interval (e.g. 2s) until interrupted (0: print once)")
@@ -214,6 +224,7 @@ func printStats(w io.Writer, s *skiplock.Stats, lim *limitsRead, took time.Durat
 	}
 	fmt.Fprintf(w, "vacuum horizon: %s; jobs: %d dead tuples\n", s.Horizon, s.Horizon.DeadJobTuples)
 	printLimits(w, lim.limits, lim.usage)
+	printFair(w, lim.fair)
 	if s.FinishedEstimated {
 		fmt.Fprintln(w, "~ estimated from a sample of the table (--exact to count)")
 	}

@@ -175,6 +175,7 @@ type Engine struct {
 	abandon     chan struct{} // closed when a stopper gives up on running handlers
 
 	limits        atomic.Pointer[limitView] // which claims run limited (limits.go)
+	fairQueues    atomic.Pointer[fairView]  // which claims run fair (fair.go)
 	limitsChanged chan struct{}             // a limits NOTIFY arrived
 	idle          chan struct{}             // a producer began waiting for jobs (warmer.go)
 	began         chan struct{}             // a job claimed to wait began to run (heartbeater.go)

@@ -23,7 +23,8 @@ func (v *limitView) covers(queue string) bool { return v != nil && (v.anyKind ||
 // limited reports whether the producer of queue must run the limited claim.
 func (e *Engine) limited(queue string) bool { return e.limits.Load().covers(queue) }
 
-// refreshLimits reloads the view and wakes the producers whose claim changes.
+// refreshLimits reloads the view and wakes the producers whose claim changes, and
+// reloads which queues are fair (fair.go).
 func (e *Engine) refreshLimits(ctx context.Context) error {
 	qs, anyKind, err := e.cfg.Store.LimitScopes(ctx, e.cfg.Pool)
 	if err != nil {
@@ -39,7 +40,7 @@ func (e *Engine) refreshLimits(ctx context.Context) error {
 			signal(p.wake)
 		}
 	}
-	return nil
+	return e.refreshFair(ctx)
 }
 
 // watchLimits refreshes the view on every limits NOTIFY and every PollInterval.

@@ -182,9 +182,12 @@ func (e *Engine) claim(p *producer, n, waiting int, successors bool) claimResult
 	var rows []*store.Job
 	var err error
 	res := claimResult{}
-	if e.limited(p.queue) {
+	switch {
+	case e.fair(p.queue):
+		rows, res, err = e.claimFair(ctx, p, n, waiting)
+	case e.limited(p.queue):
 		rows, res, err = e.claimLimited(ctx, p, n, waiting, successors)
-	} else {
+	default:
 		after, gen := p.cursor.get()
 		rows, err = e.cfg.Store.Claim(ctx, e.cfg.Pool, e.now(), store.ClaimParams{
 			Queue: p.queue, WorkerID: e.cfg.WorkerID, Limit: n, Waiting: waiting, Lease: e.cfg.LeaseDuration,

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-type benchStatements struct{ fill stmt }
+type benchStatements struct{ fill, burst stmt }
 
 func newBenchStatements(b *builder) benchStatements {
 	return benchStatements{
@@ -36,7 +36,21 @@ FROM (SELECT g, t.now, (ARRAY['mail', 'reports', 'webhooks'])[1 + g % 3] AS q,
              CASE WHEN g % 1000 < 9 THEN 'pending' WHEN g % 1000 = 9 THEN 'running'
                   WHEN g % 10 < 8 THEN 'succeeded' WHEN g % 10 = 8 THEN 'failed' ELSE 'cancelled' END AS s
       FROM t, generate_series(1, $1::int) g) AS x`),
+
+		// The fair queue's noisy neighbour (skiplock bench W11): $5 due jobs of kind $2
+		// in queue $1 under concurrency key $3, with payloads {"i": $4 + 0 … $5 − 1},
+		// in one statement, so that they appear at once.
+		burst: b.add("bench_burst", `
+INSERT INTO {{s}}.jobs (queue, kind, payload, concurrency_key)
+SELECT $1, $2, jsonb_build_object('i', $4::int + g), $3 FROM generate_series(0, $5::int - 1) g`),
 	}
+}
+
+// BenchBurst inserts n due jobs of kind in queue under key in one statement, their
+// payloads {"i": first + 0 … n − 1}, and returns how many it wrote.
+func (s *Store) BenchBurst(ctx context.Context, db DBTX, queue, kind, key string, first, n int) (int64, error) {
+	tag, err := db.Exec(ctx, s.bench.burst.sql, queue, kind, key, first, n)
+	return tag.RowsAffected(), err
 }
 
 // BenchFillJobs inserts n synthetic jobs (see benchStatements), the last of them at

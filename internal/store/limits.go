@@ -204,17 +204,7 @@ func limitedClaimSQL() string {
 	return `
 WITH RECURSIVE
 ` + limitPrologue + `,
-held AS MATERIALIZED (
-  SELECT r.queue, r.kind, r.concurrency_key AS ckey FROM {{s}}.jobs r WHERE ` + holdsSlot("r") + `
-),
-runb AS MATERIALIZED (
-  SELECT v.scope, v.target, v.bkey, count(*) AS n
-  FROM held g
-  CROSS JOIN LATERAL (VALUES ('queue', g.queue, '', true), ('queue', g.queue, g.ckey, false),
-                             ('kind', g.kind, '', true), ('kind', g.kind, g.ckey, false)) AS v(scope, target, bkey, wide)
-  WHERE v.wide OR g.ckey <> ''
-  GROUP BY 1, 2, 3
-),
+` + slotsHeld + `,
 ` + limitHead("$6") + `,
 ` + limitEval("h", "head") + `,
 fb AS MATERIALIZED (
@@ -283,7 +273,29 @@ claimed AS (
   WHERE j.id = ANY(ARRAY(SELECT id FROM pick UNION ALL SELECT id FROM succ)) AND ` + stillPending + ` AND t.async IS NOT NULL
   RETURNING ` + claimReturns + `, j.slot_of, j.slot_token, j.id IN (SELECT r.id FROM rated r) AS rated
 ),
-logged AS (
+` + startsLogged + `
+SELECT * FROM claimed`
+}
+
+// slotsHeld is the limited claims' CTEs held (the jobs holding limit slots: queue,
+// kind, ckey) and runb (how many per bucket), which limitEval reads.
+var slotsHeld = `held AS MATERIALIZED (
+  SELECT r.queue, r.kind, r.concurrency_key AS ckey FROM {{s}}.jobs r WHERE ` + holdsSlot("r") + `
+),
+runb AS MATERIALIZED (
+  SELECT v.scope, v.target, v.bkey, count(*) AS n
+  FROM held g
+  CROSS JOIN LATERAL (VALUES ('queue', g.queue, '', true), ('queue', g.queue, g.ckey, false),
+                             ('kind', g.kind, '', true), ('kind', g.kind, g.ckey, false)) AS v(scope, target, bkey, wide)
+  WHERE v.wide OR g.ckey <> ''
+  GROUP BY 1, 2, 3
+)`
+
+// startsLogged is the limited claims' CTE logged: the starts of the claimed jobs
+// (claimed: id) that a rate limit counts (rated: id, scope, target, bkey, per_us),
+// appended to their buckets' windows at the claim's time, the window trimmed as it
+// slides.
+var startsLogged = `logged AS (
   INSERT INTO {{s}}.limit_windows AS w (scope, target, key, per_us, starts, counts)
   SELECT r.scope, r.target, r.bkey, max(r.per_us), ARRAY[(SELECT now FROM t)], ARRAY[count(*)::int]
   FROM rated r JOIN claimed c ON c.id = r.id
@@ -295,9 +307,7 @@ logged AS (
     counts = ARRAY(SELECT x.n FROM unnest(w.starts, w.counts) AS x(at, n)
                    WHERE x.at > excluded.starts[1] - ` + rateWindow("excluded.per_us") + ` ORDER BY x.at) || excluded.counts
   RETURNING 1
-)
-SELECT * FROM claimed`
-}
+)`
 
 // RateStartSlack is how late after its claim a job under a rate limit may start its
 // handler: a claim counts the starts of the limit's period plus this slack, and the

@@ -34,7 +34,7 @@ u AS (
 )
 SELECT count(*), (SELECT pg_notify($3, $2)) IS NULL FROM u`),
 
-		list: b.add("queue_list", `SELECT name, paused_at, updated_at FROM {{s}}.queues ORDER BY name`),
+		list: b.add("queue_list", `SELECT name, paused_at, updated_at, fair, fair_bypass_priority FROM {{s}}.queues ORDER BY name`),
 
 		// A queue is known when something names it: a setting, a schedule, a limit,
 		// or a job that is not finished yet. Each probe reads an index (the running
@@ -55,6 +55,9 @@ type QueueSetting struct {
 	Name      string
 	PausedAt  *time.Time
 	UpdatedAt time.Time
+	// Fair and FairBypassPriority: fairclaim.go.
+	Fair               bool
+	FairBypassPriority *int
 }
 
 // QueuePause pauses a queue and returns when it was first paused.
@@ -82,7 +85,7 @@ func (s *Store) QueueSettings(ctx context.Context, db DBTX) ([]QueueSetting, err
 	var out []QueueSetting
 	for rows.Next() {
 		var q QueueSetting
-		if err := rows.Scan(&q.Name, &q.PausedAt, &q.UpdatedAt); err != nil {
+		if err := rows.Scan(&q.Name, &q.PausedAt, &q.UpdatedAt, &q.Fair, &q.FairBypassPriority); err != nil {
 			return nil, err
 		}
 		out = append(out, q)

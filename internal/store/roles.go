@@ -79,6 +79,9 @@ func (s *Store) RolesSQL(n RoleNames) (string, error) {
 		// Every claim reads the limits; Config.Limits and the operator write them; a
 		// limited claim logs its starts in the rate windows, which the sweeper prunes.
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON "+t("limits")+", "+t("limit_windows"),
+		// A fair claim reads the weights and moves its queue's rotation; the operator
+		// sets the weights (docs/fairness.md).
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON "+t("fair_weights")+", "+t("fair_rotation"),
 		"GRANT INSERT ON "+t("jobs"),
 		// Stats and batch listings read batches; a handler may open and add to one.
 		"GRANT SELECT, INSERT, UPDATE (sealed_at) ON "+t("batches"),
@@ -91,7 +94,8 @@ func (s *Store) RolesSQL(n RoleNames) (string, error) {
 		"GRANT UPDATE (available_at, attempts, relay_until, relay_token, published_at, dead_at, last_error) ON "+t("outbox"))
 	section(n.Dashboard, "reads everything, changes nothing (stats, job and outbox listings, metrics).",
 		"GRANT SELECT ON "+strings.Join([]string{t("jobs"), t("outbox"), t("inbox"), t("job_dedup"), t("partitioning"),
-			t("schema_migrations"), t("queues"), t("schedules"), t("tx_lineage"), t("limits"), t("limit_windows"), t("batches")}, ", "),
+			t("schema_migrations"), t("queues"), t("schedules"), t("tx_lineage"), t("limits"), t("limit_windows"), t("batches"),
+			t("fair_weights"), t("fair_rotation")}, ", "),
 		queueDepthGrant(t))
 	return b.String(), nil
 }

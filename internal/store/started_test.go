@@ -120,3 +120,25 @@ func TestLimitedClaimWritesWaitingJobsClaimed(t *testing.T) {
 		t.Fatalf("successor claim: %+v, want one successor, not started", succ)
 	}
 }
+
+// The fair claim writes started for the first jobs in its fair order, as the others do.
+func TestFairClaimWritesWaitingJobsClaimed(t *testing.T) {
+	t.Parallel()
+	s, pool := fairStore(t, nil)
+	for i, k := range []string{"a", "b", "c"} {
+		addJobs(t, s, pool, k, 2, 0, i)
+	}
+	for _, limited := range []bool{false, true} {
+		res, err := s.ClaimFair(context.Background(), pool, nil, ClaimParams{Queue: "default", WorkerID: "w", Limit: 3, Waiting: 2, Lease: time.Minute}, limited)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []bool
+		for _, j := range res.Jobs {
+			got = append(got, j.Started)
+		}
+		if len(got) != 3 || !got[0] || got[1] || got[2] {
+			t.Fatalf("fair claim (limited %v): started %v in fair order, want [true false false]", limited, got)
+		}
+	}
+}

@@ -54,6 +54,8 @@ type round struct {
 	// The rate-limit scenario: its first start and when it lifted the limit (the
 	// database's clock).
 	rateFirst, rateFreed time.Time
+	// The fair scenario: each light batch's enqueue call, [start, end] (fair.go).
+	fairBatches [][2]time.Time
 	// The mvcc-pin scenario's windows (pin.go).
 	pin     *pinRun
 	stopped bool

@@ -78,6 +78,7 @@ var allScenarios = []*scenario{
 	{name: "migrators", summary: "10 migrator processes start at once against the live system", inject: injectMigrators, recoverOn: "jobs"},
 	limitsScenario,
 	rateScenario,
+	fairScenario,
 	{name: "relay-kill", summary: "relays SIGKILLed between publish and mark", outbox: true, relayFaults: true, holdOnly: true, inject: injectRelayKill, recoverOn: "events"},
 	{name: "broker-restart", summary: "RabbitMQ stopped (stop_app) and started again under load", outbox: true, broker: true, relayFaults: true, inject: injectBrokerRestart, recoverOn: "events"},
 	switchoverScenario,

@@ -112,6 +112,8 @@ func All() []Workload {
 		{"W10C", "W10's timeline with no pin: a control for W10's rule (what the machine alone does)", isolated(runW10Control), true},
 		{"W10L", "W10 on a queue under a limit that never binds: the limited claim under the pin", isolated(runW10Limited), true},
 		{"W5PY", "W5's jobs worked by the Python client on the SQL worker protocol, concurrency 100", isolated(runW5PY), true},
+		{"W11", "fair queue, noisy neighbour: key A enqueues 1,000,000 jobs at once, keys B…K one every 10 ms each; B…K's pickup without and with the burst", isolated(runW11), false},
+		{"W12", "fair queue throughput, pre-inserted jobs over 1, 100 and 10,000 keys, best concurrency, each beside the plain queue (W5's shape)", isolated(runW12), false},
 		{"F1", "enqueue flows of 1,000 children (one statement each), 2 goroutines", isolated(runF1), false},
 		{"D1", "the dashboard on 1,000,000 jobs: every page and filter through its http.Handler", isolated(runD1), false},
 	}
@@ -140,7 +142,7 @@ func Select(spec string) ([]Workload, error) {
 			found = found || w.Name == name
 		}
 		if !found {
-			return nil, fmt.Errorf("unknown workload %q (B0, B1, W1…W10, W10C, W10L, W5PY, F1, D1, G1 or all)", name)
+			return nil, fmt.Errorf("unknown workload %q (B0, B1, W1…W12, W10C, W10L, W5PY, F1, D1, G1 or all)", name)
 		}
 	}
 	if want["W1"] || want["W2"] {
@@ -149,10 +151,10 @@ func Select(spec string) ([]Workload, error) {
 	if want["F1"] {
 		want["W3"] = true
 	}
-	if want["W9"] || want["G1"] || want["W5PY"] {
-		want["W5"] = true // W9's, G1's and W5PY's targets are shares of W5 in the same run
+	if want["W9"] || want["G1"] || want["W5PY"] || want["W12"] {
+		want["W5"] = true // W9's, G1's, W5PY's and W12's targets are shares of W5 in the same run
 	}
-	if want["W4"] || want["W5"] || want["W7"] || want["W9"] {
+	if want["W4"] || want["W5"] || want["W7"] || want["W9"] || want["W12"] {
 		want["B1"] = true
 	}
 	var out []Workload

@@ -15,7 +15,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // The workloads run end to end at a tiny scale and verify their own results; the
 // figures themselves are not asserted (speed targets live in `skiplock bench`).
 func TestWorkloadsRunAndVerify(t *testing.T) {
-	ws, err := Select("W1,W3,W4,W5,W6,W8,W9,F1,G1")
+	ws, err := Select("W1,W3,W4,W5,W6,W8,W9,W11,W12,F1,G1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ type workOpts struct {
 	keys            int              // concurrency keys the jobs are spread over (0: none)
 	limits          []skiplock.Limit // set before the client starts
 	jobTime         time.Duration    // each handler's duration (0: returns at once)
+	fair            bool             // the queue is fair by concurrency key (docs/fairness.md)
 }
 
 // work works o.n pre-inserted jobs with one client and reports the rate, and the
@@ -59,6 +60,11 @@ func work(ctx context.Context, e *Env, o workOpts) (*Result, map[float64]time.Du
 		Limits: o.limits, Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: o.workers}}})
 	if err != nil {
 		return nil, nil, err
+	}
+	if o.fair {
+		if err := c.QueueSetFair(ctx, skiplock.DefaultQueue, nil); err != nil {
+			return nil, nil, err
+		}
 	}
 	done := func() int64 { return c.Counters().Succeeded }
 	stopProgress := e.progress(o.name, o.n, done)

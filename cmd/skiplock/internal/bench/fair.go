@@ -1,0 +1,300 @@
+package bench
+
+// The fair queue's workloads (docs/fairness.md): W11, the noisy neighbour — key A
+// enqueues a million jobs at once while keys B…K each enqueue one job every 10 ms,
+// B…K's pickup measured without the burst and then with it, in the same run — and
+// W12, the fair claim's throughput with 1, 100 and 10,000 keys against W5's.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/store"
+)
+
+const (
+	w11Keys     = 10                    // B…K
+	w11Every    = 10 * time.Millisecond // each of them enqueues one job this often
+	w11Seconds  = 10                    // each measured window, at Scale 1
+	w11WarmTick = 100                   // the warm-up trickle: one second
+	w11Conns    = 8                     // the working client's pool, as W5's
+	w11AppConns = 12                    // the enqueuers' pool: one per key, and spare
+)
+
+// w11Run is the state W11's handler and enqueuers share.
+type w11Run struct {
+	burst  int            // A's jobs carry indexes [0, burst); B…K's the rest
+	sent   []atomic.Int64 // by index: when B…K's job was enqueued (Unix ns), 0 for A's
+	back   []atomic.Int64 // by index: when its Enqueue call returned
+	window []*latencies   // by phase: 0 warm-up, 1 without the burst, 2 with it
+	// stages splits each window's pickups: the Enqueue call, from its return to the
+	// claim (the job's UpdatedAt, the claim statement's database time: one clock with
+	// the host's on the benchmark machine), and from the claim to the handler.
+	stages  [3][3]*latencies
+	ticks   [3]int       // by phase: the jobs each key enqueues
+	base    [3]int       // by phase: the first index
+	aDone   atomic.Int64 // A's jobs run
+	tr      *tracker
+	trStart skiplock.HandlerFunc
+}
+
+func (r *w11Run) phase(i int) int {
+	for p := 2; p >= 0; p-- {
+		if i >= r.base[p] {
+			return p
+		}
+	}
+	return -1
+}
+
+func (r *w11Run) handle(ctx context.Context, job *skiplock.Job) error {
+	now := time.Now().UnixNano()
+	if i, ok := noopIndex(job.Payload); ok {
+		if i < r.burst {
+			r.aDone.Add(1)
+		} else if i < len(r.sent) {
+			if at := r.sent[i].Load(); at != 0 {
+				p := r.phase(i)
+				r.window[p].add(time.Duration(now - at))
+				if back := r.back[i].Load(); back != 0 {
+					claimed := job.UpdatedAt.UnixNano()
+					r.stages[p][0].add(time.Duration(back - at))
+					r.stages[p][1].add(time.Duration(claimed - back))
+					r.stages[p][2].add(time.Duration(now - claimed))
+				}
+			}
+		}
+	}
+	return r.trStart(ctx, job)
+}
+
+// trickle runs phase p: each of B…K enqueues ticks jobs, one every w11Every, on a
+// schedule (a late enqueue does not shift the ones after it).
+func (r *w11Run) trickle(ctx context.Context, app *skiplock.Client, p int) error {
+	var wg sync.WaitGroup
+	errs := make([]error, w11Keys)
+	start := time.Now()
+	for k := range w11Keys {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := string(rune('B' + k))
+			for t := range r.ticks[p] {
+				if d := time.Until(start.Add(time.Duration(t) * w11Every)); d > 0 {
+					select {
+					case <-ctx.Done():
+						errs[k] = ctx.Err()
+						return
+					case <-time.After(d):
+					}
+				}
+				i := r.base[p] + t*w11Keys + k
+				r.sent[i].Store(time.Now().UnixNano())
+				if _, err := app.Enqueue(ctx, noop{I: i}, &skiplock.EnqueueOpts{ConcurrencyKey: key}); err != nil {
+					errs[k] = err
+					return
+				}
+				r.back[i].Store(time.Now().UnixNano())
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// runW11 is the noisy neighbour. A working client (MaxWorkers W5Workers) works a fair
+// queue. After a second of warm-up, keys B…K enqueue one job each every 10 ms for
+// w11Seconds (the window without the burst); then key A's million jobs are inserted
+// in one statement, and B…K enqueue again for w11Seconds while A's backlog drains
+// (the window with the burst). Each of B…K's jobs is timed from just before its
+// Enqueue call to its handler's first line. The target: p99 with the burst at most
+// twice p99 without it. Then everything drains, and each job is checked to have
+// succeeded exactly once.
+func runW11(ctx context.Context, e *Env) (*Result, error) {
+	schema, err := e.schema(ctx, "bench_w11")
+	if err != nil {
+		return nil, err
+	}
+	pool, err := e.pool(ctx, w11Conns)
+	if err != nil {
+		return nil, err
+	}
+	defer pool.Close()
+	appPool, err := e.pool(ctx, w11AppConns)
+	if err != nil {
+		return nil, err
+	}
+	defer appPool.Close()
+	st, err := store.New(schema)
+	if err != nil {
+		return nil, err
+	}
+	ticks := max(int(float64(w11Seconds*time.Second/w11Every)*min(e.Scale, 1)), 20)
+	if e.Scale <= 0 {
+		ticks = w11Seconds * int(time.Second/w11Every)
+	}
+	r := &w11Run{burst: e.n(1_000_000), window: []*latencies{{}, {}, {}}, ticks: [3]int{w11WarmTick, ticks, ticks}}
+	r.base[0] = r.burst
+	r.base[1] = r.base[0] + w11WarmTick*w11Keys
+	r.base[2] = r.base[1] + ticks*w11Keys
+	total := r.base[2] + ticks*w11Keys
+	r.sent, r.back = make([]atomic.Int64, total), make([]atomic.Int64, total)
+	for p := range r.stages {
+		for k := range r.stages[p] {
+			r.stages[p][k] = &latencies{}
+		}
+	}
+	r.tr = newTracker(total)
+	r.trStart = r.tr.handler()
+
+	ws := skiplock.NewWorkers()
+	if err := ws.AddHandler("noop", r.handle, nil); err != nil {
+		return nil, err
+	}
+	qc := skiplock.QueueConfig{MaxWorkers: W5Workers}
+	worker, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema, Workers: ws,
+		Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: qc}})
+	if err != nil {
+		return nil, err
+	}
+	app, err := skiplock.NewClient(appPool, skiplock.Config{Schema: schema})
+	if err != nil {
+		return nil, err
+	}
+	if err := worker.QueueSetFair(ctx, skiplock.DefaultQueue, nil); err != nil {
+		return nil, err
+	}
+	if err := worker.Start(ctx); err != nil {
+		return nil, err
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = worker.Stop(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := waitWarmed(ctx, "W11", worker, w11Conns); err != nil {
+		return nil, err
+	}
+	for p := range 2 {
+		if err := r.trickle(ctx, app, p); err != nil {
+			return nil, fmt.Errorf("W11: enqueueing B…K: %w", err)
+		}
+	}
+	insertStart := time.Now()
+	if _, err := st.BenchBurst(ctx, e.Pool, skiplock.DefaultQueue, "noop", "A", 0, r.burst); err != nil {
+		return nil, fmt.Errorf("W11: inserting A's burst: %w", err)
+	}
+	burstAt := time.Now()
+	if err := r.trickle(ctx, app, 2); err != nil {
+		return nil, fmt.Errorf("W11: enqueueing B…K: %w", err)
+	}
+	windowEnd := time.Now()
+	aLeft := int64(r.burst) - r.aDone.Load()
+	stopProgress := e.progress("W11", total, func() int64 { return r.tr.runs.Load() })
+	for r.tr.runs.Load() < int64(total) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	drained := time.Now()
+	stopProgress()
+	stopped = true
+	if err := worker.Stop(ctx); err != nil {
+		return nil, err
+	}
+	verified, err := r.tr.verify(ctx, e.Pool, schema, total, false)
+	if err != nil {
+		return nil, fmt.Errorf("W11: %w", err)
+	}
+	res := &Result{Workload: "W11", N: total, Seconds: drained.Sub(insertStart).Seconds(),
+		JobsPerSec: float64(r.burst+ticks*w11Keys) / drained.Sub(burstAt).Seconds(), Settings: e.Settings, Verified: verified,
+		Extra: map[string]any{}}
+	var without, with Result
+	r.window[1].fill(&without)
+	r.window[2].fill(&with)
+	res.P50ms, res.P95ms, res.P99ms = with.P50ms, with.P95ms, with.P99ms
+	res.Extra["pickup_without_burst_ms"] = fmt.Sprintf("p50 %.2f p95 %.2f p99 %.2f (%d jobs of B…K)", without.P50ms, without.P95ms, without.P99ms, ticks*w11Keys)
+	res.Extra["pickup_with_burst_ms"] = fmt.Sprintf("p50 %.2f p95 %.2f p99 %.2f (%d jobs of B…K)", with.P50ms, with.P95ms, with.P99ms, ticks*w11Keys)
+	res.Extra["p99_without_burst_ms"] = without.P99ms
+	for p, name := range map[int]string{1: "stages_without_burst", 2: "stages_with_burst"} {
+		var parts []string
+		for k, stage := range []string{"enqueue call", "to claim", "claim to handler"} {
+			var x Result
+			r.stages[p][k].fill(&x)
+			parts = append(parts, fmt.Sprintf("%s p50 %.2f p99 %.2f", stage, x.P50ms, x.P99ms))
+		}
+		res.Extra[name] = strings.Join(parts, "; ")
+	}
+	res.Extra["burst"] = fmt.Sprintf("%d jobs of key A inserted in %s; %d of them still pending when the window with the burst ended (%s)",
+		r.burst, burstAt.Sub(insertStart).Round(time.Millisecond), aLeft, windowEnd.Sub(burstAt).Round(time.Millisecond))
+	res.Extra["a_drain_seconds"] = fmt.Sprintf("%.1f (without fairness, a job of B…K enqueued after the burst would wait about this long)",
+		drained.Sub(burstAt).Seconds())
+	res.Extra["keys"] = strconv.Itoa(w11Keys) + " (B…K), one job every " + w11Every.String() + " each, and A"
+	if without.P99ms > 0 {
+		res.Limit, res.Ratio = "p99 without burst", with.P99ms/without.P99ms
+	}
+	res.judgeBy("p99 with burst ≤ 2 × without", func(x *Result) bool {
+		base, ok := number(x.Extra["p99_without_burst_ms"])
+		return ok && base > 0 && x.P99ms <= 2*base
+	})
+	if aLeft <= 0 {
+		// A drained within the window: the window did not measure a burst throughout.
+		res.Extra["warning"] = "key A's backlog drained before the window with the burst ended: raise --scale"
+	}
+	return res, nil
+}
+
+// w12Keys are the numbers of keys W12 spreads its jobs over.
+var w12Keys = []int{1, 100, 10000}
+
+// runW12 is W5 on a fair queue, the jobs spread over 1, 100 and 10,000 concurrency
+// keys: what the fair claim costs against the plain one. Each key count runs twice,
+// the plain queue first (W5's shape with the same keyed jobs: the control) and then
+// the fair queue, so that each ratio compares runs a few seconds apart on a machine
+// whose speed drifts; W5 of the same run is reported beside them. The result's rate
+// and ratio are those of the key count whose ratio is lowest.
+func runW12(ctx context.Context, e *Env) (*Result, error) {
+	res := &Result{Workload: "W12", Settings: e.Settings, Extra: map[string]any{"concurrency": W5Workers}}
+	for i, keys := range w12Keys {
+		var rates [2]float64
+		var batches string
+		for k, fair := range []bool{false, true} {
+			name := "W12_" + strconv.Itoa(keys) + map[bool]string{false: "_plain", true: ""}[fair]
+			r, _, err := work(ctx, e, workOpts{name: name, n: e.n(50000), workers: W5Workers, keys: keys, fair: fair})
+			if err != nil {
+				return nil, err
+			}
+			res.N += r.N
+			res.Seconds += r.Seconds
+			rates[k] = r.JobsPerSec
+			if fair {
+				batches, _ = r.Extra["batches"].(string)
+			}
+		}
+		ratio := rates[1] / rates[0]
+		if i == 0 || ratio < res.Ratio {
+			res.JobsPerSec, res.Ratio = rates[1], ratio
+		}
+		res.Extra[fmt.Sprintf("keys_%05d", keys)] = fmt.Sprintf("fair %.0f jobs/s, plain %.0f jobs/s: %.2f×; fair %s",
+			rates[1], rates[0], ratio, batches)
+	}
+	res.Limit = "plain queue"
+	if e.w5 > 0 {
+		res.Extra["vs_w5"] = fmt.Sprintf("%.2f× W5 (%.0f jobs/s, earlier in the run)", res.JobsPerSec/e.w5, e.w5)
+	}
+	// work fails unless every job of its run succeeded exactly once.
+	res.Verified = "ok: at each key count, fair and plain, every job succeeded, each ran exactly once"
+	res.judgeBy("≥ 0.85 × the plain queue (W5's shape, same keys, run just before), at each key count",
+		func(x *Result) bool { return x.Ratio >= 0.85 })
+	return res, nil
+}

@@ -1,0 +1,116 @@
+package skiplock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/skiplock/skiplock"
+)
+
+// A fair queue is fair for every client: with one key's backlog of 2,000 jobs
+// enqueued first, the jobs of ten other keys enqueued after it start among the first
+// jobs two clients run, not after the backlog. The setting shows in QueueGet, the
+// backlog in FairKeys.
+func TestFairQueueAcrossClients(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{Clock: realClock{}})
+	if err := e.client.QueueSetFair(e.ctx, "t", nil); !errors.Is(err, skiplock.ErrQueueNotFound) {
+		t.Fatalf("QueueSetFair of a queue nothing names: %v, want ErrQueueNotFound", err)
+	}
+	const burst = 2000
+	e.must(execSQL(e, `INSERT INTO `+e.q("jobs")+` (queue, kind, payload, concurrency_key)
+SELECT 't', 'k', '{}', 'a' FROM generate_series(1, $1)`, burst))
+	e.must(e.client.QueueSetFair(e.ctx, "t", nil))
+	others := []string{"b", "c", "d", "e", "f", "g", "h", "i", "j", "k"}
+	for _, key := range others {
+		_, err := e.client.EnqueueRaw(e.ctx, "k", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "t", ConcurrencyKey: key})
+		e.must(err)
+	}
+	info, err := e.client.QueueGet(e.ctx, "t")
+	e.must(err)
+	if !info.Fair || info.FairBypassPriority != nil {
+		t.Fatalf("QueueGet: %+v, want fair without a bypass priority", info)
+	}
+	keys, err := e.client.FairKeys(e.ctx, "t", &skiplock.FairKeysOpts{Top: 1})
+	e.must(err)
+	if len(keys) != 2 || keys[0].Key != "a" || keys[0].Due != burst || !keys[1].Other || keys[1].Keys != 10 || keys[1].Due != 10 ||
+		keys[0].OldestDue <= 0 {
+		t.Fatalf("FairKeys: %+v", keys)
+	}
+
+	for range 2 {
+		ws := skiplock.NewWorkers()
+		e.must(ws.AddHandler("k", func(context.Context, *skiplock.Job) error { return nil }, nil))
+		startClient(t, e.newClient(skiplock.Config{Workers: ws, Clock: realClock{},
+			Queues: map[string]skiplock.QueueConfig{"t": {MaxWorkers: 2}}}))
+	}
+	waitFor(t, 60*time.Second, "the queue to drain", func() bool {
+		return scalar[int64](e, "SELECT count(*) FROM "+e.q("jobs")+" WHERE queue = 't' AND status = 'succeeded'") == burst+10
+	})
+	// Each claim goes round the 11 keys (a claim's jobs share its time, attempted_at,
+	// and run in the order it chose them): the others' jobs are claimed before or with
+	// the first claims of a's, not after the backlog.
+	for _, key := range others {
+		before := scalar[int64](e, `SELECT count(*) FROM `+e.q("jobs")+` a WHERE a.concurrency_key = 'a'
+  AND a.attempted_at < (SELECT attempted_at FROM `+e.q("jobs")+` WHERE concurrency_key = $1)`, key)
+		if before > 100 {
+			t.Errorf("key %s's job was claimed after %d jobs of key a: want at most 100", key, before)
+		}
+	}
+}
+
+// The fair verbs refuse bad input with a *ValidationError, and QueueUnsetFair turns
+// fairness off (keeping weights).
+func TestFairQueueVerbs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{})
+	_, err := e.client.EnqueueRaw(e.ctx, "k", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "t"}) // so that something names t
+	e.must(err)
+	var verr *skiplock.ValidationError
+	for name, err := range map[string]error{
+		"weight 0":       e.client.FairWeightSet(e.ctx, "t", "a", 0),
+		"weight 1001":    e.client.FairWeightSet(e.ctx, "t", "a", skiplock.MaxFairWeight+1),
+		"key *":          e.client.FairWeightSet(e.ctx, "t", "*", 2),
+		"queue bad":      e.client.FairWeightSet(e.ctx, "no such queue!", "a", 2),
+		"set bad queue":  e.client.QueueSetFair(e.ctx, "", nil),
+		"keys negative":  func() error { _, err := e.client.FairKeys(e.ctx, "t", &skiplock.FairKeysOpts{Top: -1}); return err }(),
+		"keys bad queue": func() error { _, err := e.client.FairKeys(e.ctx, "", nil); return err }(),
+	} {
+		if !errors.As(err, &verr) {
+			t.Errorf("%s: %v, want a *ValidationError", name, err)
+		}
+	}
+	seven := 7
+	e.must(e.client.QueueSetFair(e.ctx, "t", &skiplock.FairOpts{BypassPriority: &seven}))
+	e.must(e.client.FairWeightSet(e.ctx, "t", "a", 5))
+	e.must(e.client.FairWeightSet(e.ctx, "t", "", 2))
+	e.must(e.client.FairWeightSet(e.ctx, "t", "b", 3))
+	e.must(e.client.FairWeightSet(e.ctx, "t", "b", 1)) // back to the default: no row
+	ws, err := e.client.FairWeights(e.ctx, "t")
+	e.must(err)
+	if got := fmt.Sprint(len(ws)); got != "2" || ws[0].Key != "" || ws[0].Weight != 2 || ws[1].Key != "a" || ws[1].Weight != 5 {
+		t.Fatalf("FairWeights: %+v", ws)
+	}
+	info, err := e.client.QueueGet(e.ctx, "t")
+	e.must(err)
+	if !info.Fair || info.FairBypassPriority == nil || *info.FairBypassPriority != 7 {
+		t.Fatalf("QueueGet: %+v", info)
+	}
+	e.must(e.client.QueueUnsetFair(e.ctx, "t"))
+	info, err = e.client.QueueGet(e.ctx, "t")
+	e.must(err)
+	if info.Fair || info.FairBypassPriority != nil {
+		t.Fatalf("QueueGet after QueueUnsetFair: %+v", info)
+	}
+	if ws, err := e.client.FairWeights(e.ctx, ""); err != nil || len(ws) != 2 {
+		t.Fatalf("FairWeights after QueueUnsetFair: %+v, %v (weights are kept)", ws, err)
+	}
+}
+
+func execSQL(e *env, sql string, args ...any) error {
+	_, err := e.pool.Exec(e.ctx, sql, args...)
+	return err
+}

@@ -1,0 +1,502 @@
+package store
+
+// The fair claim (docs/fairness.md): the claim of a queue made fair by concurrency
+// key, which takes the due jobs of the queue's keys in turn.
+//
+// A fair claim is a pipeline of three statements in one implicit transaction (one
+// round trip), as the limited claim is (limits.go): a transaction-scoped advisory lock
+// per queue, which serialises the fair claims of the queue across the cluster; the
+// claim, which reads the rotation's position, steps through the keys from there,
+// takes their jobs and moves the rotation on; and a read of the rotation's row,
+// which says whether the claim stopped for want of room rather than of keys. The lock
+// is its own statement so that the claim's snapshot, taken when it starts, sees every
+// fair claim committed before it: two claims never read the same position.
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// FairChanged is the NOTIFY payload (on the jobs channel) that announces a change of
+// a queue's fairness. It is the limits' payload: both change which claim statement a
+// client runs for a queue, and a client reloads both when it hears it.
+const FairChanged = LimitsChanged
+
+type fairStatements struct {
+	lock, claim, more, limitedClaim stmt
+	set, weight, unweight, weights  stmt
+	scopes, keys                    stmt
+}
+
+// fairWalk is the fair claim's rotation: the CTEs t (now, the rotation's position
+// last, the queue's bypass priority, open: paused or governed claims take nothing),
+// s0 and walk. walk(key, wrapped, n, wsum, weight) holds the queue's keys that have
+// pending jobs, in rotation order from the first key after last (wrapping past the
+// last key to the first, and stopping before last is passed again), until the keys'
+// weights add up to $5 (the claim's size) or $5 keys were visited.
+//
+// Each step is one descent of jobs_fair_idx: the first pending job of the queue whose
+// key sorts after the current one. A key with no pending job is not in the index, so
+// idle keys cost nothing; a key whose pending jobs are all scheduled for later costs
+// its descent (and its candidates' probe finds nothing).
+func fairWalk(open string) string {
+	return `t AS MATERIALIZED (
+  SELECT n.now,
+         (SELECT r.last_key FROM {{s}}.fair_rotation r WHERE r.queue = $2) AS last,
+         (SELECT q.fair_bypass_priority FROM {{s}}.queues q WHERE q.name = $2) AS bypass,
+         NOT EXISTS (SELECT 1 FROM {{s}}.queues p WHERE p.name = $2 AND p.paused_at IS NOT NULL)
+           AND ` + open + ` AS open,
+         ` + asyncCommit + `, ` + claimToken + `
+  FROM (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now) n
+),
+s0 AS MATERIALIZED (
+  SELECT k.key, k.wrapped FROM (
+    (SELECT g.concurrency_key AS key, false AS wrapped FROM {{s}}.jobs g
+     WHERE g.status = 'pending' AND g.queue = $2 AND g.concurrency_key > (SELECT last FROM t) AND (SELECT open FROM t)
+     ORDER BY g.concurrency_key LIMIT 1)
+    UNION ALL
+    (SELECT g.concurrency_key, true FROM {{s}}.jobs g
+     WHERE g.status = 'pending' AND g.queue = $2 AND g.concurrency_key >= '' AND (SELECT open FROM t)
+     ORDER BY g.concurrency_key LIMIT 1)
+  ) k LIMIT 1
+),
+walk(key, wrapped, n, wsum, weight) AS (
+  SELECT s0.key, s0.wrapped, 1, w.weight, w.weight
+  FROM s0 CROSS JOIN LATERAL (SELECT ` + fairWeight("s0.key") + ` AS weight) w
+  UNION ALL
+  SELECT nx.key, nx.wrapped, p.n + 1, p.wsum + nx.weight, nx.weight
+  FROM walk p CROSS JOIN LATERAL (
+    SELECT k.key, k.wrapped, ` + fairWeight("k.key") + ` AS weight FROM (
+      (SELECT g.concurrency_key AS key, p.wrapped FROM {{s}}.jobs g
+       WHERE g.status = 'pending' AND g.queue = $2 AND g.concurrency_key > p.key
+       ORDER BY g.concurrency_key LIMIT 1)
+      UNION ALL
+      (SELECT g.concurrency_key, true FROM {{s}}.jobs g
+       WHERE NOT p.wrapped AND g.status = 'pending' AND g.queue = $2 AND g.concurrency_key >= ''
+       ORDER BY g.concurrency_key LIMIT 1)
+    ) k LIMIT 1
+  ) nx
+  WHERE p.wsum < $5::int AND p.n < $5::int
+    AND (NOT nx.wrapped OR (SELECT last FROM t) IS NULL OR nx.key <= (SELECT last FROM t))
+)`
+}
+
+// fairWeight is the weight of key k in queue $2: its fair_weights row, else 1.
+func fairWeight(k string) string {
+	return `coalesce((SELECT fw.weight FROM {{s}}.fair_weights fw WHERE fw.queue = $2 AND fw.key = ` + k + `), 1)`
+}
+
+// fairCandidates is the CTEs fc and cand: the jobs a fair claim chooses among, in the
+// order it takes them (pos). First the express lane — due jobs of priority at least
+// the queue's bypass priority, in plain claim order over jobs_ready_idx — then, for
+// every key of the walk, its first due jobs below the bypass priority in claim order
+// (priority, run_at, id), as one range of jobs_fair_idx that names the key
+// (concurrency_key = w.key: fairKeyJobs). A key of weight w gets w jobs per round, and
+// as many rounds as the claim's size allows when the walk went round every key
+// (ceil($5 / wsum)); the candidates are ordered by round, then by the key's place in
+// the walk, then by claim order within the key: round-robin, weighted.
+//
+// Work-conserving: when keys had fewer due jobs than their share, the room they left
+// (spare) goes to the keys that filled theirs, in further rounds — a second read of
+// each such key, up to its share plus the room. So a burst of one key still fills
+// whole claims while the other keys have little to do.
+func fairCandidates() string {
+	return `ex AS MATERIALIZED (
+  SELECT jobs.id, jobs.queue, jobs.kind, jobs.concurrency_key AS ckey, jobs.priority, jobs.run_at
+  FROM {{s}}.jobs
+  WHERE jobs.status = 'pending' AND jobs.queue = $2 AND jobs.priority >= (SELECT bypass FROM t)
+    AND jobs.run_at <= (SELECT now FROM t) AND (SELECT open FROM t) AND ` + sequenceReady("jobs") + `
+  ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
+  LIMIT $5
+),
+rounds AS MATERIALIZED (
+  SELECT greatest(1, ceil($5::numeric / max(w.wsum)))::int AS r FROM walk w
+),
+fc1 AS MATERIALIZED (
+  SELECT c.*, w.n AS wpos, w.weight, w.weight * (SELECT r FROM rounds) AS lim,
+         ceil(c.i::numeric / w.weight)::int AS round
+  FROM walk w CROSS JOIN LATERAL (` + fairKeyJobs("w.key", "w.weight * (SELECT r FROM rounds)") + `) c
+),
+spare AS MATERIALIZED (
+  SELECT $5::int - (SELECT count(*) FROM ex) - (SELECT count(*) FROM fc1) AS n
+),
+fc AS MATERIALIZED (
+  SELECT f.id, f.queue, f.kind, f.ckey, f.priority, f.run_at, f.wpos, f.round, f.i FROM fc1 f
+  UNION ALL
+  SELECT c.id, c.queue, c.kind, c.ckey, c.priority, c.run_at, s.wpos, ceil(c.i::numeric / s.weight)::int, c.i
+  FROM fc1 s CROSS JOIN LATERAL (` + fairKeyJobs("s.ckey", "s.lim + (SELECT n FROM spare)") + `) c
+  WHERE s.i = s.lim AND (SELECT n FROM spare) > 0 AND c.i > s.lim
+),
+cand AS MATERIALIZED (
+  SELECT u.id, u.queue, u.kind, u.ckey, u.priority, u.run_at, u.wpos, u.round,
+         row_number() OVER (ORDER BY u.lane, u.p, u.round, u.wpos, u.i, u.run_at, u.id) AS pos
+  FROM (
+    SELECT e.id, e.queue, e.kind, e.ckey, e.priority, e.run_at, 0 AS lane, -e.priority AS p, 0 AS round, 0 AS wpos, 0::bigint AS i FROM ex e
+    UNION ALL
+    SELECT f.id, f.queue, f.kind, f.ckey, f.priority, f.run_at, 1, 0, f.round, f.wpos, f.i FROM fc f
+  ) u
+)`
+}
+
+// fairOrder is the CTE po: the fair order (pos) of the jobs of relation pick (id,
+// pos) as one jsonb object, which the claim's RETURNING reads by id (as
+// successorMap): the engine runs a claim's jobs in the order they were chosen, so
+// that the job of a key enqueued after another key's backlog does not run after the
+// jobs of that backlog the same claim took.
+func fairOrder(pick string) string {
+	return `po AS MATERIALIZED (SELECT coalesce(jsonb_object_agg(p.id::text, p.pos), '{}') AS m FROM ` + pick + ` p),
+` + startMap(pick, "pos", "$6")
+}
+
+// fairClaimed is the CTE claimed: the fair claim's UPDATE, which leases the jobs of
+// relation pick (id) that are still pending (stillPending) and returns each with its
+// fair order (po: fairOrder) and then extra. This is where the fair claims set status
+// 'running' (claimSet).
+func fairClaimed(pick, extra string) string {
+	return `claimed AS (
+  UPDATE {{s}}.jobs AS j
+  ` + claimSet + `,
+    slot_of = NULL, slot_token = NULL,
+    ` + claimStarted + `
+  FROM t, po, st
+  WHERE j.id = ANY(ARRAY(SELECT id FROM ` + pick + `)) AND ` + stillPending + ` AND t.async IS NOT NULL
+  RETURNING ` + claimReturns + `, (po.m ->> j.id::text)::bigint AS pos` + extra + `
+)`
+}
+
+// fairKeyJobs is the first due jobs of key k (an expression naming one key value)
+// below the bypass priority, at most limit, in claim order and numbered (i): one
+// range of jobs_fair_idx. The key is named as the range from k to k, and leads the
+// ORDER BY: an order only jobs_fair_idx yields without a sort. With an equality the
+// planner drops the key from the ORDER BY (it is constant), and the generic plan of a
+// table whose statistics knew few keys ranged over jobs_ready_idx and filtered the
+// key: a read that grows with the other keys' backlog. (On Citus, where the key will
+// distribute the table, this range becomes the router statement's
+// concurrency_key = $k: docs/fairness.md.)
+func fairKeyJobs(k, limit string) string {
+	return `
+    SELECT x.*, row_number() OVER (ORDER BY x.priority DESC, x.run_at, x.id) AS i FROM (
+      SELECT jobs.id, jobs.queue, jobs.kind, jobs.concurrency_key AS ckey, jobs.priority, jobs.run_at
+      FROM {{s}}.jobs
+      WHERE jobs.status = 'pending' AND jobs.queue = $2 AND jobs.concurrency_key >= ` + k + ` AND jobs.concurrency_key <= ` + k + `
+        AND jobs.run_at <= (SELECT now FROM t)
+        AND (jobs.priority < (SELECT bypass FROM t) OR (SELECT bypass FROM t) IS NULL)
+        AND ` + sequenceReady("jobs") + `
+      ORDER BY jobs.concurrency_key, jobs.priority DESC, jobs.run_at, jobs.id
+      LIMIT ` + limit + `
+    ) x`
+}
+
+// fairAdvance is the CTE rot that moves the rotation on: to the key of the last
+// fair-lane candidate up to the last job chosen (the relation taken: id, pos), or,
+// when there is none, to the last key the walk visited, so that keys whose jobs are
+// all scheduled or blocked cannot hold the rotation in place. It records whether the
+// walk stopped for want of room (more): keys it did not reach may have due jobs. It
+// reads cand and taken once each (a join of the two under the plan guard was a
+// nested loop, quadratic in the claim: 88 ms of a claim of 600).
+func fairAdvance(taken string) string {
+	return `rot AS (
+  INSERT INTO {{s}}.fair_rotation AS r (queue, last_key, more, turns, updated_at)
+  SELECT $2, coalesce(
+           (SELECT c.ckey FROM cand c WHERE c.wpos > 0 AND c.pos <= (SELECT max(k.pos) FROM ` + taken + ` k)
+            ORDER BY c.pos DESC LIMIT 1),
+           (SELECT w.key FROM walk w ORDER BY w.n DESC LIMIT 1)),
+         (SELECT max(w.n) >= $5 OR max(w.wsum) >= $5 FROM walk w), 1, t.now
+  FROM t
+  WHERE EXISTS (SELECT 1 FROM walk)
+  ON CONFLICT (queue) DO UPDATE SET last_key = excluded.last_key, more = excluded.more,
+    turns = r.turns + 1, updated_at = excluded.updated_at
+  RETURNING 1
+)`
+}
+
+// fairClaimSQL is the fair claim of a queue no limit governs ($1 now, $2 queue, $3
+// worker, $4 lease µs, $5 how many). It locks nothing before its update: the
+// queue's advisory lock (fair_lock) serialises fair claims, and the update re-checks
+// that each chosen job is still pending (stillPending), so a plain claim of a client
+// that has not heard of the queue's fairness yet, or an operator's cancel, cannot
+// make it take a job twice. Its UPDATE (fairClaimed) is where the fair claim sets
+// status 'running' (claimSet).
+func fairClaimSQL() string {
+	return `
+WITH RECURSIVE
+` + fairWalk(unlimited) + `,
+` + fairCandidates() + `,
+pick AS MATERIALIZED (
+  SELECT c.id, c.pos FROM cand c ORDER BY c.pos LIMIT $5
+),
+` + fairOrder("pick") + `,
+` + fairClaimed("pick", "") + `,
+` + fairAdvance("pick") + `
+SELECT * FROM claimed`
+}
+
+// fairLimitedClaimSQL is the fair claim of a queue some limit governs: the fair
+// candidates, in their fair order, go through the limited claim's evaluation
+// (limitEval), which keeps those every limit admits. It runs after the limits' lock
+// as well as the queue's, so it is serialised with every limited claim. Parameters
+// as fairClaimSQL's. It takes no successors (no slot handoff): a slot freed by a job
+// of a fair queue goes back through the database.
+func fairLimitedClaimSQL() string {
+	return `
+WITH RECURSIVE
+` + fairWalk("true") + `,
+lim AS MATERIALIZED (
+  SELECT scope, target, key, max_running, rate, per_us FROM {{s}}.limits
+  WHERE (scope = 'queue' AND target = $2) OR scope = 'kind'
+),
+` + slotsHeld + `,
+` + fairCandidates() + `,
+` + limitEval("f", "cand") + `,
+rated AS (
+  SELECT id, scope, target, bkey, per_us FROM f_cb WHERE rate IS NOT NULL AND ` + limRated + `
+),
+` + fairOrder("f_pick") + `,
+` + fairClaimed("f_pick", ", j.id IN (SELECT r.id FROM rated r) AS rated") + `,
+` + startsLogged + `,
+` + fairAdvance("f_pick") + `
+SELECT * FROM claimed`
+}
+
+func newFairStatements(b *builder) fairStatements {
+	return fairStatements{
+		// The lock also makes the claim that follows run its generic plan (as the
+		// limits' lock does): planning it anew at each claim costs more than running it.
+		lock: b.add("fair_lock", `SELECT pg_advisory_xact_lock(hashtextextended('skiplock.fair.{{s}}.' || $1, 0)),
+       set_config('plan_cache_mode', 'force_generic_plan', true)`),
+		claim:        b.addGuarded(planGuardOn, "fair_claim", fairClaimSQL()),
+		limitedClaim: b.addGuarded(planGuardScans, "fair_limit_claim", fairLimitedClaimSQL()),
+		more:         b.add("fair_more", `SELECT coalesce((SELECT more FROM {{s}}.fair_rotation WHERE queue = $1), false)`),
+
+		// Turning fairness on or off (and setting the bypass priority) announces it on
+		// the jobs channel ($5) so that clients switch claims at once (they also
+		// refresh on every poll).
+		set: b.add("fair_set", `
+WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
+INSERT INTO {{s}}.queues AS q (name, fair, fair_bypass_priority, updated_at)
+SELECT $2, $3, $4, t.now FROM t
+ON CONFLICT (name) DO UPDATE SET fair = excluded.fair, fair_bypass_priority = excluded.fair_bypass_priority,
+  updated_at = excluded.updated_at
+RETURNING q.updated_at, (SELECT pg_notify($5, '`+FairChanged+`')) IS NULL`),
+
+		weight: b.add("fair_weight_set", `
+WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
+INSERT INTO {{s}}.fair_weights AS w (queue, key, weight, updated_at)
+SELECT $2, $3, $4, t.now FROM t
+ON CONFLICT (queue, key) DO UPDATE SET weight = excluded.weight, updated_at = excluded.updated_at
+RETURNING w.updated_at`),
+
+		unweight: b.add("fair_weight_delete", `DELETE FROM {{s}}.fair_weights WHERE queue = $1 AND key = $2`),
+
+		weights: b.add("fair_weight_list", `
+SELECT queue, key, weight, updated_at FROM {{s}}.fair_weights
+WHERE queue = $1 OR $1 IS NULL ORDER BY queue, key`),
+
+		// Which queues are fair, with their bypass priority.
+		scopes: b.add("fair_scopes", `SELECT name, fair_bypass_priority FROM {{s}}.queues WHERE fair ORDER BY name`),
+
+		// The keys of a fair queue: for each key with pending jobs (a skip scan of
+		// jobs_fair_idx, one descent per key, at most $4 keys), how many of its jobs
+		// are due, counted up to a cap ($3), and the oldest run_at among those counted
+		// — the key's oldest due job when it has at most $3 due jobs, or when they
+		// share one priority (the range is in claim order: priority, then run_at). The
+		// $5 keys with the most due jobs come back one row each (ties by key), then
+		// the others summed in one row whose key is NULL. Its cost: one descent per key
+		// plus at most $3 index entries per key, whatever the backlog.
+		keys: b.addGuarded(planGuardOn, "fair_keys", `
+WITH RECURSIVE
+t AS MATERIALIZED (SELECT coalesce($1::timestamptz, now()) AS now),
+k(key, n) AS (
+  (SELECT g.concurrency_key, 1 FROM {{s}}.jobs g
+   WHERE g.status = 'pending' AND g.queue = $2 AND g.concurrency_key >= ''
+   ORDER BY g.concurrency_key LIMIT 1)
+  UNION ALL
+  SELECT nx.key, k.n + 1 FROM k CROSS JOIN LATERAL (
+    SELECT g.concurrency_key AS key FROM {{s}}.jobs g
+    WHERE g.status = 'pending' AND g.queue = $2 AND g.concurrency_key > k.key
+    ORDER BY g.concurrency_key LIMIT 1
+  ) nx
+  WHERE k.n < $4::int
+),
+c AS MATERIALIZED (
+  SELECT k.key, d.due, d.oldest FROM k CROSS JOIN LATERAL (
+    SELECT count(*) AS due, min(x.run_at) AS oldest FROM (
+      SELECT jobs.run_at FROM {{s}}.jobs
+      WHERE jobs.status = 'pending' AND jobs.queue = $2 AND jobs.concurrency_key >= k.key AND jobs.concurrency_key <= k.key
+        AND jobs.run_at <= (SELECT now FROM t)
+      ORDER BY jobs.concurrency_key, jobs.priority DESC, jobs.run_at, jobs.id
+      LIMIT $3::int
+    ) x
+  ) d
+),
+r AS MATERIALIZED (
+  SELECT c.key, c.due, c.oldest, row_number() OVER (ORDER BY c.due DESC, c.key) AS rank FROM c
+)
+SELECT r.key, 1::bigint, r.due, r.oldest, (SELECT now FROM t), false AS other FROM r WHERE r.rank <= $5::int
+UNION ALL
+SELECT NULL, count(*), coalesce(sum(r.due), 0)::bigint, min(r.oldest), (SELECT now FROM t), true FROM r WHERE r.rank > $5::int
+HAVING count(*) > 0
+ORDER BY 6, 3 DESC, 1`),
+	}
+}
+
+// FairClaim is the outcome of ClaimFair.
+type FairClaim struct {
+	Jobs []*Job
+	// More: the claim stopped for want of room, not of keys: keys it did not reach
+	// may have due jobs, so a short claim does not mean the queue has none.
+	More bool
+}
+
+// ClaimFair is Claim for a fair queue (fairClaimSQL; limited: fairLimitedClaimSQL,
+// for a queue some limit may govern). Rows come back in the fair order they were
+// chosen in (fairOrder), not in claim order. p.After, p.Lag and p.Preds are not used.
+func (s *Store) ClaimFair(ctx context.Context, db Batcher, now *time.Time, p ClaimParams, limited bool) (FairClaim, error) {
+	var out FairClaim
+	claim := s.fair.claim
+	if limited {
+		claim = s.fair.limitedClaim
+	}
+	pl := newPipeline(db, claim.guard)
+	pl.add(s.fair.lock, p.Queue)
+	if limited {
+		pl.add(s.limits.lock)
+	}
+	pl.add(claim, Now(now), p.Queue, p.WorkerID, micros(p.Lease), p.Limit, p.ready())
+	pl.add(s.fair.more, p.Queue)
+	br, err := pl.send(ctx)
+	if err != nil {
+		return out, err
+	}
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return out, fmt.Errorf("fair lock: %w", err)
+	}
+	if limited {
+		if _, err := br.Exec(); err != nil {
+			return out, fmt.Errorf("limit lock: %w", err)
+		}
+	}
+	rows, err := br.Query()
+	// Each row's pos is scanned before the next row appends to pos, so a pointer into
+	// its current backing array is safe.
+	var pos []int64
+	jobs, err := collectJobRows(rows, err, func(d []any, j *Job) []any {
+		pos = append(pos, 0)
+		d = append(d, &j.Unblocks, &pos[len(pos)-1])
+		if limited {
+			d = append(d, &j.Rated)
+		}
+		return d
+	})
+	if err != nil {
+		return out, err
+	}
+	if err := br.QueryRow().Scan(&out.More); err != nil {
+		return out, fmt.Errorf("fair rotation: %w", err)
+	}
+	// Jobs read before a failed commit were never claimed: none are returned with
+	// the error (pipeline.end).
+	if err := pl.end(br); err != nil {
+		return FairClaim{}, err
+	}
+	order := make(map[*Job]int64, len(jobs))
+	for i, j := range jobs {
+		order[j] = pos[i]
+	}
+	sortBatch(jobs, func(a, b *Job) int { return cmp.Compare(order[a], order[b]) })
+	out.Jobs = jobs
+	return out, nil
+}
+
+// FairQueue is a fair queue's setting: its name and bypass priority (nil: none).
+type FairQueue struct {
+	Name           string
+	BypassPriority *int
+}
+
+// FairSet turns fairness on or off for queue, with its bypass priority, and
+// announces the change on channel.
+func (s *Store) FairSet(ctx context.Context, db DBTX, now *time.Time, queue string, fair bool, bypass *int, channel string) (time.Time, error) {
+	var at time.Time
+	var notified bool
+	err := db.QueryRow(ctx, s.fair.set.sql, Now(now), queue, fair, bypass, channel).Scan(&at, &notified)
+	return at, err
+}
+
+// FairQueues lists the fair queues.
+func (s *Store) FairQueues(ctx context.Context, db DBTX) ([]FairQueue, error) {
+	rows, err := db.Query(ctx, s.fair.scopes.sql)
+	return collectValues(rows, err, func(r pgx.Row) (FairQueue, error) {
+		var q FairQueue
+		err := r.Scan(&q.Name, &q.BypassPriority)
+		return q, err
+	})
+}
+
+// FairWeight is a key's weight in a fair queue.
+type FairWeight struct {
+	Queue, Key string
+	Weight     int
+	UpdatedAt  time.Time
+}
+
+// FairWeightSet sets key's weight in queue (1 to 1000).
+func (s *Store) FairWeightSet(ctx context.Context, db DBTX, now *time.Time, queue, key string, weight int) error {
+	var at time.Time
+	return db.QueryRow(ctx, s.fair.weight.sql, Now(now), queue, key, weight).Scan(&at)
+}
+
+// FairWeightDelete removes key's weight in queue (it weighs 1 again) and reports
+// whether it had one.
+func (s *Store) FairWeightDelete(ctx context.Context, db DBTX, queue, key string) (bool, error) {
+	tag, err := db.Exec(ctx, s.fair.unweight.sql, queue, key)
+	return tag.RowsAffected() > 0, err
+}
+
+// FairWeights lists the weights of queue's keys (every queue's when queue is nil).
+func (s *Store) FairWeights(ctx context.Context, db DBTX, queue *string) ([]FairWeight, error) {
+	rows, err := db.Query(ctx, s.fair.weights.sql, queue)
+	return collectValues(rows, err, func(r pgx.Row) (FairWeight, error) {
+		var w FairWeight
+		err := r.Scan(&w.Queue, &w.Key, &w.Weight, &w.UpdatedAt)
+		return w, err
+	})
+}
+
+// FairKey is one row of FairKeys: a key of a fair queue, or (Key nil) the keys
+// beyond the top ones, summed.
+type FairKey struct {
+	Key *string
+	// Keys is how many keys the row stands for (1 for a key's own row).
+	Keys int64
+	// Due counts the due jobs, each key's counted up to the cap.
+	Due int64
+	// Oldest is the run_at of the oldest due job counted (nil: none due).
+	Oldest *time.Time
+	// Now is the database time the figures were taken at.
+	Now time.Time
+}
+
+// FairKeysParams bound FairKeys: the due jobs counted per key (Cap), the keys read
+// (MaxKeys), and the keys reported one by one (Top).
+type FairKeysParams struct {
+	Queue             string
+	Cap, MaxKeys, Top int
+}
+
+// FairKeys returns the top keys of a fair queue by due jobs, and the rest summed.
+func (s *Store) FairKeys(ctx context.Context, db DBTX, now *time.Time, p FairKeysParams) ([]FairKey, error) {
+	return guarded(ctx, db, s.fair.keys, func(rows pgx.Rows, err error) ([]FairKey, error) {
+		return collectValues(rows, err, func(r pgx.Row) (FairKey, error) {
+			var k FairKey
+			var other bool
+			err := r.Scan(&k.Key, &k.Keys, &k.Due, &k.Oldest, &k.Now, &other)
+			return k, err
+		})
+	}, Now(now), p.Queue, p.Cap, p.MaxKeys, p.Top)
+}
