@@ -98,8 +98,11 @@
 //   - tracing: one OpenTelemetry trace from the enqueue through every attempt to the
 //     broker.
 //   - dashboard: the web dashboard, an http.Handler.
+//   - gateway: the HTTP worker gateway, an http.Handler: workers in any language
+//     claim (long poll), renew and finish jobs as JSON, fenced by lease tokens;
+//     push mode for serverless workers.
 //   - cmd/skiplock: the command-line tool (migrations, relay, jobs, schedules, limits,
-//     the dashboard, the benchmarks).
+//     the dashboard, the worker gateway, the benchmarks).
 //
 // # The Client's methods
 //

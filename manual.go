@@ -32,6 +32,11 @@ type Manual struct{ c *Client }
 // Manual returns the client's low-level lifecycle API (see Manual).
 func (c *Client) Manual() *Manual { return &Manual{c: c} }
 
+// LeaseDuration is how long Claim and Heartbeat lease a job for from the database's
+// now (Config.LeaseDuration): a worker renews its jobs well within it (a third is
+// the client's own default heartbeat interval).
+func (m *Manual) LeaseDuration() time.Duration { return m.c.cfg.LeaseDuration }
+
 // Claim leases up to limit due jobs of queue to this client (worker id Config.ID) for
 // Config.LeaseDuration, each under a fresh lease token. A context made with
 // ContextWithJob for one of them carries the client too (ClientFromContext). Jobs come back in claim order:
@@ -104,8 +109,7 @@ func (m *Manual) Heartbeat(ctx context.Context, jobs ...*Job) (lost []*Job, err 
 
 // Complete marks a running job succeeded. ErrLeaseLost means nothing was written.
 func (m *Manual) Complete(ctx context.Context, job *Job) error {
-	c := m.c
-	_, err := c.finishOne(ctx, job, store.Outcome{Action: store.ActionComplete})
+	_, err := m.finishOne(ctx, Finish{Job: job, Action: FinishComplete})
 	return err
 }
 
@@ -113,33 +117,164 @@ func (m *Manual) Complete(ctx context.Context, job *Job) error {
 // its attempts are exhausted. A negative delay uses the kind's retry policy. It
 // returns the state the job is now in.
 func (m *Manual) Retry(ctx context.Context, job *Job, cause error, delay time.Duration) (JobState, error) {
-	c := m.c
-	if delay < 0 {
-		delay = c.retryPolicy(job.Kind).Delay(job.Attempt)
-	}
-	return c.finishOne(ctx, job, store.Outcome{Action: store.ActionRetry, Delay: delay, Error: safetext.Error(cause)})
+	return m.finishOne(ctx, Finish{Job: job, Action: FinishRetry, Cause: cause, Delay: delay})
 }
 
 // Fail marks a running job failed now, whatever attempts remain.
 func (m *Manual) Fail(ctx context.Context, job *Job, cause error) error {
-	c := m.c
-	_, err := c.finishOne(ctx, job, store.Outcome{Action: store.ActionFail, Error: safetext.Error(cause)})
+	_, err := m.finishOne(ctx, Finish{Job: job, Action: FinishFail, Cause: cause})
 	return err
 }
 
 // Snooze makes a running job pending again at now+d and gives back the attempt its
 // claim counted.
 func (m *Manual) Snooze(ctx context.Context, job *Job, d time.Duration) error {
-	c := m.c
-	_, err := c.finishOne(ctx, job, store.Outcome{Action: store.ActionSnooze, Delay: d})
+	_, err := m.finishOne(ctx, Finish{Job: job, Action: FinishSnooze, Delay: d})
 	return err
 }
 
 // Cancel moves a running job this worker holds to 'cancelled'.
 func (m *Manual) Cancel(ctx context.Context, job *Job, cause error) error {
-	c := m.c
-	_, err := c.finishOne(ctx, job, store.Outcome{Action: store.ActionCancel, Error: safetext.Error(cause)})
+	_, err := m.finishOne(ctx, Finish{Job: job, Action: FinishCancel, Cause: cause})
 	return err
+}
+
+// Handle rebuilds a claimed job from its id and lease token, for a claim made
+// elsewhere — a worker in another process or language that holds the pair, as the
+// HTTP gateway's workers do (package gateway) — so that Heartbeat, Complete, Fail,
+// Snooze, Cancel and FinishMany can renew or finish it. It reads nothing: every
+// write stays fenced by the token, so a stale or made-up pair writes nothing and
+// returns ErrLeaseLost. Both must be UUIDs (ErrInvalid otherwise).
+//
+// The handle knows only its ID and LeaseToken (and the client, for
+// ClientFromContext): Retry with a negative delay, which needs the job's kind and
+// attempt for the retry policy, refuses it; read the job with Client.JobGet for that.
+func (m *Manual) Handle(id, leaseToken string) (*Job, error) {
+	if !isUUID(id) {
+		return nil, invalid("id", "%q is not a job id (a UUID)", id)
+	}
+	if !isUUID(leaseToken) {
+		return nil, invalid("lease_token", "%q is not a lease token (a UUID)", leaseToken)
+	}
+	return &Job{ID: id, LeaseToken: leaseToken, State: StateRunning, client: m.c}, nil
+}
+
+// FinishAction is what FinishMany does with a job: the verbs of Complete, Retry,
+// Fail, Snooze and Cancel.
+type FinishAction string
+
+// The finishing actions.
+const (
+	FinishComplete FinishAction = "complete" // succeeded, with the output SetOutput recorded
+	FinishRetry    FinishAction = "retry"    // pending after Delay (negative: the kind's retry policy), or failed when attempts are exhausted
+	FinishFail     FinishAction = "fail"     // failed now, whatever attempts remain
+	FinishSnooze   FinishAction = "snooze"   // pending at now+Delay, the attempt given back
+	FinishCancel   FinishAction = "cancel"   // cancelled
+)
+
+// Finish is one write of FinishMany.
+type Finish struct {
+	Job    *Job
+	Action FinishAction
+	// Cause is recorded as the attempt's error by FinishRetry, FinishFail and
+	// FinishCancel (through the text policy: valid UTF-8, no NUL, at most 16 KiB).
+	Cause error
+	// Delay is FinishRetry's wait (negative: the kind's retry policy) and
+	// FinishSnooze's; clamped to [0, MaxSchedule].
+	Delay time.Duration
+}
+
+// FinishMany writes finishes in one statement, each as Complete, Retry, Fail, Snooze
+// or Cancel would write it alone (and fenced the same way), for a caller that
+// finishes many jobs at once. It returns, in the order given, the state each job is
+// now in, or "" for a job whose lease was lost: nothing was written for it, and
+// that is not an error. An invalid finish — a nil job, an unknown action, a job
+// given twice — fails the call with ErrInvalid before anything is written.
+func (m *Manual) FinishMany(ctx context.Context, finishes []Finish) ([]JobState, error) {
+	c := m.c
+	if ctx == nil {
+		return nil, invalid("ctx", "must not be nil")
+	}
+	if len(finishes) == 0 {
+		return nil, nil
+	}
+	outs := make([]store.Outcome, len(finishes))
+	seen := make(map[store.Lease]int, len(finishes))
+	for i, f := range finishes {
+		o, err := c.outcomeOf(f)
+		if err != nil {
+			if len(finishes) > 1 {
+				err = fmt.Errorf("finish %d: %w", i, err)
+			}
+			return nil, err
+		}
+		if j, dup := seen[o.Lease]; dup {
+			return nil, invalid("finishes", "finishes %d and %d are for the same claim of job %s", j, i, o.ID)
+		}
+		seen[o.Lease] = i
+		outs[i] = o
+	}
+	res, err := c.writeOutcomes(ctx, c.pool, outs)
+	if err != nil {
+		if len(outs) == 1 {
+			return nil, fmt.Errorf("finishing job %s (%s): %w", outs[0].ID, outs[0].Action, wrapPgError(err))
+		}
+		return nil, fmt.Errorf("finishing %d jobs: %w", len(outs), wrapPgError(err))
+	}
+	states := make([]JobState, len(outs))
+	for i, o := range outs {
+		st, ok := res[o.Lease]
+		if !ok {
+			c.metrics.leaseLost.Add(1)
+			continue
+		}
+		c.count(o.Action, st)
+		states[i] = JobState(st)
+	}
+	return states, nil
+}
+
+// finishOne is FinishMany of one finish, its lost lease an ErrLeaseLost.
+func (m *Manual) finishOne(ctx context.Context, f Finish) (JobState, error) {
+	states, err := m.FinishMany(ctx, []Finish{f})
+	if err != nil {
+		return "", err
+	}
+	if states[0] == "" {
+		return "", fmt.Errorf("finishing job %s (%s): %w", f.Job.ID, f.Action, ErrLeaseLost)
+	}
+	return states[0], nil
+}
+
+// outcomeOf checks one finish and turns it into the outcome the store writes.
+func (c *Client) outcomeOf(f Finish) (store.Outcome, error) {
+	job := f.Job
+	if job == nil {
+		return store.Outcome{}, invalid("job", "must not be nil")
+	}
+	o := store.Outcome{Lease: job.lease()}
+	switch f.Action {
+	case FinishComplete:
+		o.Action, o.Output = store.ActionComplete, job.output
+	case FinishRetry:
+		o.Action, o.Error = store.ActionRetry, safetext.Error(f.Cause)
+		if f.Delay < 0 {
+			if job.Attempt < 1 {
+				return store.Outcome{}, invalid("delay", "job %s knows no attempt (a Manual.Handle): its retry policy cannot be applied; give a delay of 0 or more, or read the job with JobGet", job.ID)
+			}
+			f.Delay = c.retryPolicy(job.Kind).Delay(job.Attempt)
+		}
+	case FinishFail:
+		o.Action, o.Error = store.ActionFail, safetext.Error(f.Cause)
+	case FinishSnooze:
+		o.Action = store.ActionSnooze
+	case FinishCancel:
+		o.Action, o.Error = store.ActionCancel, safetext.Error(f.Cause)
+	default:
+		return store.Outcome{}, invalid("action", "unknown finishing action %q (complete, retry, fail, snooze or cancel)", f.Action)
+	}
+	o.Delay = clampDelay(f.Delay)
+	return o, nil
 }
 
 // Reclaim returns every job whose lease has expired to the queue after its kind's
@@ -153,28 +288,4 @@ func (m *Manual) Reclaim(ctx context.Context) (ReclaimResult, error) {
 	}
 	res, err := c.reclaimer().Reclaim(ctx, c.pool)
 	return ReclaimResult(res), wrapPgError(err)
-}
-
-func (c *Client) finishOne(ctx context.Context, job *Job, o store.Outcome) (JobState, error) {
-	if ctx == nil {
-		return "", invalid("ctx", "must not be nil")
-	}
-	if job == nil {
-		return "", invalid("job", "must not be nil")
-	}
-	o.Lease, o.Delay = job.lease(), clampDelay(o.Delay)
-	if o.Action == store.ActionComplete {
-		o.Output = job.output
-	}
-	res, err := c.writeOutcomes(ctx, c.pool, []store.Outcome{o})
-	if err != nil {
-		return "", fmt.Errorf("finishing job %s (%s): %w", o.ID, o.Action, wrapPgError(err))
-	}
-	st, ok := res[o.Lease]
-	if !ok {
-		c.metrics.leaseLost.Add(1)
-		return "", fmt.Errorf("finishing job %s (%s): %w", o.ID, o.Action, ErrLeaseLost)
-	}
-	c.count(o.Action, st)
-	return JobState(st), nil
 }

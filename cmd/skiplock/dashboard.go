@@ -66,12 +66,8 @@ the worker role's grants, outbox requeues the relay role's.`,
 				return usagef(cmd, "dashboard: --basic-auth wants user:password")
 			}
 		}
-		host, err := listenHost(cmd, "listen", listen)
-		if err != nil {
+		if err := refuseOpenListener(cmd, "listen", listen, token != "" || basicAuth != "", "--token or --basic-auth"); err != nil {
 			return err
-		}
-		if token == "" && basicAuth == "" && !loopback(host) {
-			return usagef(cmd, "dashboard: --listen %s is reachable beyond this host: give --token or --basic-auth (or listen on 127.0.0.1)", listen)
 		}
 		if basePath != "" && !strings.HasPrefix(basePath, "/") {
 			return usagef(cmd, "dashboard: --base-path %q must start with /", basePath)
@@ -136,6 +132,22 @@ the worker role's grants, outbox requeues the relay role's.`,
 		return serveUntilDone(ctx, srv, ln)
 	}
 	return cmd
+}
+
+// refuseOpenListener is the rule of every command that serves HTTP with
+// authentication (dashboard, serve): listening beyond this host needs it. addr is
+// the --flag's host:port; authed says whether the command line gave credentials,
+// how names the flags that give them. A malformed address and an unauthenticated
+// one beyond loopback are usage errors.
+func refuseOpenListener(cmd *cobra.Command, flag, addr string, authed bool, how string) error {
+	host, err := listenHost(cmd, flag, addr)
+	if err != nil {
+		return err
+	}
+	if !authed && !loopback(host) {
+		return usagef(cmd, "%s: --%s %s is reachable beyond this host: give %s (or listen on 127.0.0.1)", pathOf(cmd), flag, addr, how)
+	}
+	return nil
 }
 
 // loopback reports whether host names only this machine: a loopback IP or
