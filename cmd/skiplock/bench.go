@@ -23,12 +23,14 @@ func newBenchCmd(db *dbFlags) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--workload W1,W5] [--runs 3] [-o json] [--scale 0.1]",
-		Short: "run the benchmark workloads (B0, B1, W1…W10, W10C, W10L, F1, D1) and print the figures",
-		Long: `Run the benchmark workloads (B0, B1, W1…W10, W10C, W10L, F1, D1) and print the figures,
+		Short: "run the benchmark workloads (B0, B1, W1…W11, W10C, W10L, F1, D1) and print the figures",
+		Long: `Run the benchmark workloads (B0, B1, W1…W11, W10C, W10L, F1, D1) and print the figures,
 each job checked for exactly-once success (D1 times the dashboard's pages on
 1,000,000 jobs instead). W10, its control W10C (the same timeline
 with no pin) and W10L (W10 on a queue under a limit that never binds) take 13 minutes
-each and run only when named. Without --database-url or DATABASE_URL it starts a
+each and run only when named, as does W11 (the Node client's worker against the Go
+worker: it needs node and clients/node built, found from the working directory or
+$SKIPLOCK_NODE_CLIENT). Without --database-url or DATABASE_URL it starts a
 durable throwaway PostgreSQL (fsync=on, synchronous_commit=on). With -o json it prints
 one JSON object per workload as each finishes.
 

@@ -77,6 +77,7 @@ export class Job {
   /** @internal */ _client: PoolClient | null = null;
   /** @internal */ _inTx = false;
   /** @internal */ _completedInTx: "committed" | "pending" | "external" | null = null;
+  /** @internal */ _finishing = false;
   /** @internal */ readonly _schema: string;
 
   /** @internal */
@@ -128,6 +129,7 @@ export class Job {
       await c.query("COMMIT");
       if (this._completedInTx === "pending") {
         this._completedInTx = "committed";
+        this._finishing = true; // done: a heartbeat now finds the lease ended, not lost
       }
       return result;
     } catch (e) {
@@ -453,10 +455,15 @@ export class Worker {
 
   private async claimLoop(): Promise<void> {
     const kinds = [...this.handlers.keys()].sort();
+    // Under a backlog (the last claim was full), claim once a quarter of the slots are
+    // free rather than once per finished job: a claim is a commit, and one per job
+    // would bound the worker at the database's commit rate.
+    const batch = Math.max(1, Math.floor(this.concurrency / 4));
+    let backlog = false;
     let backoff = 0.1;
     while (!this.stopping) {
       const free = this.concurrency - this.running.size;
-      if (free <= 0) {
+      if (free <= 0 || (backlog && free < batch)) {
         await this.sleep(this.pollInterval);
         continue;
       }
@@ -469,6 +476,7 @@ export class Worker {
           [this.queue, this.name, free, interval(this.lease), kinds],
         );
         rows = res.rows;
+        backlog = rows.length === free;
         backoff = 0.1;
       } catch (e) {
         if (transient(e)) {
@@ -551,7 +559,8 @@ export class Worker {
           job.leaseToken,
           interval(this.lease),
         ]);
-        if (res.rows[0]?.r === "lost") {
+        // A job whose outcome is being recorded meanwhile is lost to its heartbeat, not to its handler.
+        if (res.rows[0]?.r === "lost" && !job._finishing && this.running.has(job.id)) {
           job._abort.abort(new LeaseLost(`skiplock: lease lost for job ${job.id}`));
           this.log.warn(`skiplock: lease lost for job ${job.id} (${job.kind}): its outcome will not be kept`);
         }
@@ -621,6 +630,7 @@ export class Worker {
     } finally {
       job._client = null;
     }
+    job._finishing = true;
     if (job._completedInTx === "committed") {
       this.report(job, "succeeded");
       return;
@@ -654,6 +664,7 @@ export class Worker {
    * the lease would have run out (a retry after a lost reply says lost).
    */
   private async finish(client: PoolClient, job: Job, fn: string, args: string, params: unknown[]): Promise<void> {
+    job._finishing = true;
     const q = `SELECT ${this.s}.${fn}($1, $2, ${args}) AS r`;
     const deadline = Date.now() + this.lease * 1000;
     let backoff = 100;

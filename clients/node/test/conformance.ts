@@ -5,6 +5,7 @@
 import { createInterface } from "node:readline";
 
 import { Cancel, Job, Permanent, Retry, Snooze, Worker } from "../src/index";
+import { runToExit } from "./exit";
 
 const schema = process.env.SKIPLOCK_CONFORMANCE_SCHEMA!;
 const releases = new Map<string, { wait: Promise<void>; open: () => void }>();
@@ -58,19 +59,11 @@ async function handle(job: Job): Promise<unknown> {
 }
 
 const quiet = { debug() {}, info() {}, warn: (m: string) => console.error(m), error: (m: string) => console.error(m) };
-new Worker(process.env.SKIPLOCK_CONFORMANCE_DSN!, { conformance: handle }, {
+runToExit(new Worker(process.env.SKIPLOCK_CONFORMANCE_DSN!, { conformance: handle }, {
   queue: process.env.SKIPLOCK_CONFORMANCE_QUEUE,
   schema,
   concurrency: 1,
   pollInterval: 0.05,
   reclaim: false,
   logger: quiet,
-})
-  .run()
-  .then(
-    () => process.exit(0),
-    (e) => {
-      console.error(e);
-      process.exit(1);
-    },
-  );
+}));

@@ -111,6 +111,7 @@ func All() []Workload {
 		{"W10L", "W10 on a queue under a limit that never binds: the limited claim under the pin", isolated(runW10Limited), true},
 		{"F1", "enqueue flows of 1,000 children (one statement each), 2 goroutines", isolated(runF1), false},
 		{"D1", "the dashboard on 1,000,000 jobs: every page and filter through its http.Handler", isolated(runD1), false},
+		{"W11", "the Node client's worker on the SQL worker protocol against the Go worker, both at concurrency 16: 20,000 pre-inserted jobs, then pickup at 100 jobs/s (needs node and a built clients/node; run only when named)", isolated(runW11), true},
 	}
 }
 
