@@ -8,6 +8,7 @@ package clienttest
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,6 +28,25 @@ const PythonInterpreter = "/usr/bin/python3"
 func Root() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// Track reads every file under paths, so that go test's cache, which knows only the
+// files the test process opens, runs the test again when one of them changes (the
+// clients' sources are read by node and python, not by the test process).
+func Track(t testing.TB, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		err := filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			_, err = os.ReadFile(path)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("clienttest: reading %s: %v", p, err)
+		}
+	}
 }
 
 // missing skips t, or fails it when CI=true or env=1 requires the client.
@@ -67,6 +87,7 @@ func Node(t testing.TB) string {
 		}
 	}
 	dir := filepath.Join(Root(), "clients", "node")
+	Track(t, filepath.Join(dir, "src"), filepath.Join(dir, "test"), filepath.Join(dir, "package.json"))
 	nodeOnce.Do(func() { nodeOut, nodeErr = buildNode(dir) })
 	if nodeErr != nil {
 		t.Fatalf("building clients/node: %v\n%s", nodeErr, nodeOut)
