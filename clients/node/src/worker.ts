@@ -268,6 +268,14 @@ function transient(e: unknown): boolean {
 
 class OutputRefused extends Error {}
 
+/** One outcome, as finish_jobs takes it (docs/sql_workers.md). */
+interface Outcome {
+  action: "complete" | "retry" | "fail" | "snooze" | "cancel";
+  delay?: string | null;
+  error?: string | null;
+  output?: string | null;
+}
+
 /**
  * Claims jobs of one queue through the SQL protocol and runs them, up to `concurrency`
  * at once, each on its own pooled connection. Heartbeats (every lease/3) and reclaims
@@ -304,6 +312,8 @@ export class Worker {
   private beating = false;
   private lastReclaim = 0;
   private runPromise: Promise<void> | null = null;
+  private outcomes: { job: Job; o: Outcome; resolve: (s: OutcomeStatus | undefined) => void }[] = [];
+  private flushing = false;
   private abandoned = false;
 
   constructor(connectionString: string, handlers: Record<string, Handler>, opts: WorkerOptions = {}) {
@@ -611,13 +621,13 @@ export class Worker {
     } catch (e) {
       job._client = null;
       if (e instanceof Snooze) {
-        return this.finish(client, job, "snooze_job", "$3::interval", [interval(e.delay)]);
+        return this.finish(client, job, { action: "snooze", delay: interval(e.delay) });
       }
       if (e instanceof Cancel) {
-        return this.finish(client, job, "cancel_job", "$3", [errorText(e)]);
+        return this.finish(client, job, { action: "cancel", error: errorText(e) });
       }
       if (e instanceof Permanent) {
-        return this.finish(client, job, "fail_job", "$3, permanent => true", [errorText(e)]);
+        return this.finish(client, job, { action: "fail", error: errorText(e) });
       }
       if (e instanceof LeaseLost) {
         this.log.warn(`skiplock: job ${job.id} (${job.kind}): ${e.message}`);
@@ -626,7 +636,7 @@ export class Worker {
       }
       this.log.info(`skiplock: job ${job.id} (${job.kind}) attempt ${job.attempt} failed: ${errorText(e)}`);
       const delay = e instanceof Retry && e.delay !== undefined ? interval(e.delay) : null;
-      return this.finish(client, job, "fail_job", "$3, delay => $4::interval", [errorText(e), delay]);
+      return this.finish(client, job, { action: "retry", error: errorText(e), delay });
     } finally {
       job._client = null;
     }
@@ -639,15 +649,93 @@ export class Worker {
     try {
       output = result === undefined || result === null ? null : JSON.stringify(result);
     } catch (e) {
-      return this.finish(client, job, "fail_job", "$3", [cleanText(`the handler's output was refused: not JSON: ${(e as Error).message}`)]);
+      return this.finish(client, job, { action: "retry", error: cleanText(`the handler's output was refused: not JSON: ${(e as Error).message}`) });
     }
     try {
-      await this.finish(client, job, "complete_job", "$3::jsonb", [output]);
+      await this.finish(client, job, { action: "complete", output });
     } catch (e) {
       if (!(e instanceof OutputRefused)) {
         throw e;
       }
-      await this.finish(client, job, "fail_job", "$3", [cleanText(`the handler's output was refused: ${e.message}`)]);
+      await this.finish(client, job, { action: "retry", error: cleanText(`the handler's output was refused: ${e.message}`) });
+    }
+  }
+
+  private finishSQL(): string {
+    return (
+      `SELECT status FROM ${this.s}.finish_jobs($1::uuid[], $2::uuid[], $3::text[], $4::interval[], $5::text[], $6::jsonb[])`
+    );
+  }
+
+  private static params(batch: { job: Job; o: Outcome }[]): unknown[] {
+    return [
+      batch.map((b) => b.job.id),
+      batch.map((b) => b.job.leaseToken),
+      batch.map((b) => b.o.action),
+      batch.map((b) => b.o.delay ?? null),
+      batch.map((b) => b.o.error ?? null),
+      batch.map((b) => b.o.output ?? null),
+    ];
+  }
+
+  /** Queues o for the next batch; resolves to its status, or undefined if the batch failed. */
+  private finishBatched(job: Job, o: Outcome): Promise<OutcomeStatus | undefined> {
+    return new Promise((resolve) => {
+      this.outcomes.push({ job, o, resolve });
+      if (!this.flushing) {
+        void this.flush();
+      }
+    });
+  }
+
+  private async flush(): Promise<void> {
+    this.flushing = true;
+    try {
+      while (this.outcomes.length > 0) {
+        const batch = this.outcomes.splice(0, 1000);
+        try {
+          const res = await this.pool!.query<{ status: OutcomeStatus }>(this.finishSQL(), Worker.params(batch));
+          batch.forEach((b, i) => b.resolve(res.rows[i]?.status ?? "lost"));
+        } catch (e) {
+          if (batch.length > 1 || transient(e)) {
+            this.log.debug(`skiplock: writing ${batch.length} outcome(s) at once failed (writing each alone): ${(e as Error).message}`);
+          }
+          for (const b of batch) {
+            b.resolve(undefined);
+          }
+        }
+      }
+    } finally {
+      this.flushing = false;
+    }
+  }
+
+  /** Writes o alone on the job's connection; undefined when it was refused or gave up. */
+  private async finishAlone(client: PoolClient, job: Job, o: Outcome): Promise<OutcomeStatus | undefined> {
+    const deadline = Date.now() + this.lease * 1000;
+    let backoff = 100;
+    let c: Queryable = client;
+    for (;;) {
+      try {
+        const res = await c.query<{ status: OutcomeStatus }>(this.finishSQL(), Worker.params([{ job, o }]));
+        return res.rows[0]?.status ?? "lost";
+      } catch (e) {
+        if (e instanceof DatabaseError && e.code === "22023") {
+          if (o.action === "complete" && e.column === "output") {
+            throw new OutputRefused(e.message);
+          }
+          this.log.error(`skiplock: job ${job.id}: its ${o.action} was refused: ${e.message}`);
+          return undefined;
+        }
+        if (!transient(e) || Date.now() > deadline) {
+          this.log.error(`skiplock: job ${job.id}: recording its outcome failed; it will run again: ${(e as Error).message}`);
+          return undefined;
+        }
+        this.log.warn(`skiplock: job ${job.id}: recording its outcome failed (retrying): ${(e as Error).message}`);
+        await new Promise((r) => setTimeout(r, backoff)); // a pause before retrying
+        backoff = Math.min(backoff * 2, 2000);
+        c = this.pool!; // any healthy connection will do
+      }
     }
   }
 
@@ -660,41 +748,23 @@ export class Worker {
   }
 
   /**
-   * Records one outcome, fenced by the job's token; retried on connection errors until
-   * the lease would have run out (a retry after a lost reply says lost).
+   * Records one outcome, fenced by the job's token. Outcomes of jobs that finish
+   * together are written together, in one finish_jobs call (as the Go completer batches
+   * them); should that call fail, each is written alone on its job's connection,
+   * retried on connection errors until the lease would have run out (a retry after a
+   * lost reply says lost).
    */
-  private async finish(client: PoolClient, job: Job, fn: string, args: string, params: unknown[]): Promise<void> {
+  private async finish(client: PoolClient, job: Job, o: Outcome): Promise<void> {
     job._finishing = true;
-    const q = `SELECT ${this.s}.${fn}($1, $2, ${args}) AS r`;
-    const deadline = Date.now() + this.lease * 1000;
-    let backoff = 100;
-    let c: Queryable = client;
-    let status: OutcomeStatus;
     if (client.getTransactionStatus() !== "I") {
       this.log.warn("skiplock: a handler left a transaction open on job.client; rolling it back");
       await client.query("ROLLBACK");
     }
-    for (;;) {
-      try {
-        const res = await c.query<{ r: OutcomeStatus }>(q, [job.id, job.leaseToken, ...params]);
-        status = res.rows[0]?.r ?? "lost";
-        break;
-      } catch (e) {
-        if (e instanceof DatabaseError && e.code === "22023") {
-          if (fn === "complete_job" && e.column === "output") {
-            throw new OutputRefused(e.message);
-          }
-          this.log.error(`skiplock: job ${job.id}: ${fn} refused: ${e.message}`);
-          return;
-        }
-        if (!transient(e) || Date.now() > deadline) {
-          this.log.error(`skiplock: job ${job.id}: recording its outcome failed; it will run again: ${(e as Error).message}`);
-          return;
-        }
-        this.log.warn(`skiplock: job ${job.id}: recording its outcome failed (retrying): ${(e as Error).message}`);
-        await new Promise((r) => setTimeout(r, backoff)); // a pause before retrying
-        backoff = Math.min(backoff * 2, 2000);
-        c = this.pool!; // any healthy connection will do
+    let status = await this.finishBatched(job, o);
+    if (status === undefined) {
+      status = await this.finishAlone(client, job, o);
+      if (status === undefined) {
+        return;
       }
     }
     if (status === "lost") {
