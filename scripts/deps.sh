@@ -54,6 +54,13 @@ if [ "${SKIPLOCK_DEPS:-all}" = all ] && ! /usr/bin/python3 -c 'import psycopg' >
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends python3 python3-psycopg >/dev/null
 fi
+# The Node client's tests (clients/node, TestNodeClient, the conformance suite) run on
+# Debian's nodejs and npm; the Go test runs `npm ci`, which needs the npm registry.
+if [ "${SKIPLOCK_DEPS:-all}" = all ] && ! { command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1; }; then
+  echo "deps: installing nodejs and npm (the Node client's tests)" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
 # Headless Chromium drives the dashboard's browser tests (dashboard/browser_test.go).
 # It is installed on its own: should it be unavailable, the rest of the suite still
 # runs and those tests skip, loudly.

@@ -116,6 +116,7 @@ func All() []Workload {
 		{"W12", "fair queue throughput, pre-inserted jobs over 1, 100 and 10,000 keys, best concurrency, each beside the plain queue (W5's shape)", isolated(runW12), false},
 		{"F1", "enqueue flows of 1,000 children (one statement each), 2 goroutines", isolated(runF1), false},
 		{"D1", "the dashboard on 1,000,000 jobs: every page and filter through its http.Handler", isolated(runD1), false},
+		{"W13", "the Node client's worker on the SQL worker protocol against the Go worker, both at concurrency 16: 20,000 pre-inserted jobs, then pickup at 100 jobs/s (needs node and a built clients/node; run only when named)", isolated(runW13), true},
 	}
 }
 
