@@ -9,28 +9,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skiplock/skiplock/internal/clienttest"
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
 
-// pythonForClient is the interpreter the Python client's tests run with: Debian's,
-// which has python3-psycopg (scripts/deps.sh installs it); a python3 earlier on PATH
-// (pyenv, a virtualenv) may not.
-const pythonForClient = "/usr/bin/python3"
-
 // TestPythonClient runs the Python client's unit tests (clients/python/tests) against
 // a freshly migrated schema: enqueue, every outcome, completion in the handler's
-// transaction, a stale completion, SIGTERM and a SIGKILLed worker's job reclaimed.
-// Without python3-psycopg it skips, unless CI=true or SKIPLOCK_REQUIRE_PYTHON=1
-// (.ci/run), where it fails.
+// transaction, a stale completion, SIGTERM and a SIGKILLed worker's job reclaimed. It
+// runs on Debian's python3, which has python3-psycopg (scripts/deps.sh installs it):
+// without it the test skips, unless CI=true or SKIPLOCK_REQUIRE_PYTHON=1 (.ci/run),
+// where it fails (clienttest.Python).
 func TestPythonClient(t *testing.T) {
 	t.Parallel()
-	if out, err := exec.Command(pythonForClient, "-c", "import psycopg").CombinedOutput(); err != nil {
-		msg := "the Python client's tests need " + pythonForClient + " with psycopg 3 (apt-get install python3-psycopg; make deps): " + err.Error() + ": " + string(out)
-		if os.Getenv("CI") == "true" || os.Getenv("SKIPLOCK_REQUIRE_PYTHON") == "1" {
-			t.Fatal(msg + " (CI=true or SKIPLOCK_REQUIRE_PYTHON=1, so this is a failure)")
-		}
-		t.Skip(msg)
-	}
+	python := clienttest.Python(t)
+	clienttest.Track(t, "clients/python") // go test's cache does not see the files python reads
 	schema := pgtest.Schema(t)
 	dir, err := filepath.Abs(filepath.Join("clients", "python"))
 	if err != nil {
@@ -38,7 +30,7 @@ func TestPythonClient(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, pythonForClient, "-m", "unittest", "discover", "-s", "tests", "-v")
+	cmd := exec.CommandContext(ctx, python, "-m", "unittest", "discover", "-s", "tests", "-v")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "SKIPLOCK_TEST_DSN="+pgtest.URL(t), "SKIPLOCK_TEST_SCHEMA="+schema,
 		"PYTHONPATH="+dir, "PYTHONDONTWRITEBYTECODE=1")

@@ -229,8 +229,11 @@ func writeError(w http.ResponseWriter, status int, code, msg, field string) {
 func (g *Gateway) writeFailure(w http.ResponseWriter, r *http.Request, err error) {
 	var ve *skiplock.ValidationError
 	switch {
-	case r.Context().Err() != nil && errors.Is(err, r.Context().Err()):
-		return // the client left: nobody reads an answer
+	case r.Context().Err() != nil:
+		// The client left (a worker stopped during a long poll): nobody reads an
+		// answer, and whatever failed failed because of it.
+		g.log.Debug("gateway: request ended by its client", "path", r.URL.Path, "error", err)
+		return
 	case errors.As(err, &ve):
 		writeError(w, http.StatusBadRequest, CodeInvalidRequest, ve.Reason, ve.Field)
 	case errors.Is(err, skiplock.ErrLeaseLost):

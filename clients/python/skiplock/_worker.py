@@ -418,8 +418,9 @@ class Worker:
                     rows = conn.execute(query, (lease, list(held), [j.lease_token for j in held.values()])).fetchall()
                     for job_id, status in rows:
                         job = held[job_id]
-                        # 'lost' for a job whose outcome is on its way is that outcome landing.
-                        if status == "lost" and not job._finishing:
+                        # 'lost' for a job whose outcome is on its way (or was written by its
+                        # complete_tx) is that outcome landing.
+                        if status == "lost" and not job._finishing and not job._completed_in_tx:
                             job._lost.set()
                             log.warning("skiplock: lease lost for job %s (%s): its outcome will not be kept", job.id, job.kind)
                 if self.reclaim and time.monotonic() - last_reclaim >= self.lease:
