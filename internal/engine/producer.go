@@ -238,7 +238,8 @@ func (e *Engine) hold(f *flight) {
 		if old.lose() {
 			old.cancel(e.cfg.LeaseLost)
 		}
-		e.cfg.Log.Warn("skiplock: claimed a job this process still holds under an earlier claim that is no longer valid (a server crash undid it, or its lease was reclaimed); that run is treated as a lost lease",
+		// After a failover many jobs can come back at once: one line, rate-limited.
+		e.cfg.Failures.Notice("reclaimed_claim", "skiplock: claimed a job this process still holds under an earlier claim that is no longer valid (a server crash or a failover undid it, or its lease was reclaimed); that run is treated as a lost lease",
 			"job_id", f.row.ID, "kind", f.row.Kind, "attempt", f.row.Attempts)
 	}
 	e.inflight[f.row.ID] = f
