@@ -24,7 +24,8 @@
 #     tag), built and installed; SKIPLOCK_CITUS_SHA256 is its expected checksum
 #     (default: the checksum of v13.2.2 below);
 #   * otherwise the vendored v13.2.2 archive beside the repository
-#     (../shared/vendor/citus-13.2.2.tar.gz), built and installed.
+#     (../shared/vendor/citus-13.2.2.tar.gz, or ../../shared/vendor/ for a checkout one
+#     level deeper), built and installed.
 # Every archive is checked against the expected sha256 before it is unpacked.
 #
 # Environment:
@@ -159,7 +160,12 @@ build() {
 	elif [ -n "${SKIPLOCK_CITUS_ARCHIVE:-}" ]; then
 		build_archive "$SKIPLOCK_CITUS_ARCHIVE" "${SKIPLOCK_CITUS_SHA256:-$CITUS_SHA256}"
 	else
-		build_archive "$repo/../shared/vendor/citus-$CITUS_VERSION.tar.gz" "$CITUS_SHA256"
+		# The vendored archive beside the repository (a checkout one level deeper, such
+		# as a CI clone in a directory of its own, finds it one level up).
+		local archive="$repo/../shared/vendor/citus-$CITUS_VERSION.tar.gz"
+		[ -f "$archive" ] || [ ! -f "$repo/../../shared/vendor/citus-$CITUS_VERSION.tar.gz" ] ||
+			archive="$repo/../../shared/vendor/citus-$CITUS_VERSION.tar.gz"
+		build_archive "$archive" "$CITUS_SHA256"
 	fi
 	installed || die "citus is still not installed for $("$PGCFG" --version) after the build"
 	log "citus installed"
