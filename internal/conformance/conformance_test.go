@@ -371,16 +371,21 @@ func (h *harness) settle(where string) {
 	if err != nil {
 		h.t.Fatalf("%s: %v", where, err)
 	}
-	deadline := time.Now().Add(stepTimeout)
+	// The row's status is the synchronisation; the ticker only paces the reads.
+	deadline := time.NewTimer(stepTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		r := h.row(res.ID)
 		if r.Status == "succeeded" {
 			return
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-deadline.C:
 			h.t.Fatalf("%s: the settling job did not succeed within %s: %+v", where, stepTimeout, r)
+		case <-tick.C:
 		}
-		time.Sleep(20 * time.Millisecond) // paces the poll; the row's status is the synchronisation
 	}
 }
 
