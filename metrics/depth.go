@@ -2,12 +2,10 @@ package metrics
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/skiplock/skiplock"
-	"github.com/skiplock/skiplock/internal/hostclock"
 )
 
 // DepthOptions configure a DepthCollector.
@@ -42,10 +40,7 @@ type DepthCollector struct {
 	depth *prometheus.Desc
 	up    *prometheus.Desc
 
-	mu   sync.Mutex
-	last time.Time
-	vals map[string]int64
-	ok   bool
+	cache perQueue[int64]
 }
 
 // NewDepthCollector returns a DepthCollector for c.
@@ -92,22 +87,16 @@ func (d *DepthCollector) Collect(ch chan<- prometheus.Metric) {
 
 // read returns the depths, reading them first when they are older than MinInterval.
 func (d *DepthCollector) read(ctx context.Context) (map[string]int64, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	now := hostclock.Now() // paces the reads only
-	if d.vals != nil && now.Sub(d.last) < d.opts.MinInterval {
-		return d.vals, d.ok
-	}
-	ctx, cancel := context.WithTimeout(ctx, d.opts.Timeout)
-	defer cancel()
-	d.vals, d.ok, d.last = map[string]int64{}, true, now
-	for _, q := range d.opts.Queues {
-		n, err := d.c.Depth(ctx, q)
-		if err != nil {
-			d.ok = false
-			continue
+	return d.cache.get(ctx, d.opts.MinInterval, d.opts.Timeout, func(ctx context.Context, vals map[string]int64) bool {
+		ok := true
+		for _, q := range d.opts.Queues {
+			n, err := d.c.Depth(ctx, q)
+			if err != nil {
+				ok = false
+				continue
+			}
+			vals[q] = n
 		}
-		d.vals[q] = n
-	}
-	return d.vals, d.ok
+		return ok
+	})
 }

@@ -2,12 +2,10 @@ package metrics
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/skiplock/skiplock"
-	"github.com/skiplock/skiplock/internal/hostclock"
 )
 
 // OtherKeys is the key label of the series that sums a fair queue's keys beyond the
@@ -54,10 +52,7 @@ type FairCollector struct {
 	due, oldest, cnt *prometheus.Desc
 	up               *prometheus.Desc
 
-	mu   sync.Mutex
-	last time.Time
-	vals map[string][]skiplock.FairKeyStats
-	ok   bool
+	cache perQueue[[]skiplock.FairKeyStats]
 }
 
 // NewFairCollector returns a FairCollector for c.
@@ -122,35 +117,28 @@ func (f *FairCollector) Collect(ch chan<- prometheus.Metric) {
 // read returns the keys of every reported queue, reading them first when they are
 // older than MinInterval.
 func (f *FairCollector) read(ctx context.Context) (map[string][]skiplock.FairKeyStats, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	now := hostclock.Now() // paces the reads only
-	if f.vals != nil && now.Sub(f.last) < f.opts.MinInterval {
-		return f.vals, f.ok
-	}
-	ctx, cancel := context.WithTimeout(ctx, f.opts.Timeout)
-	defer cancel()
-	f.vals, f.ok, f.last = map[string][]skiplock.FairKeyStats{}, true, now
-	queues := f.opts.Queues
-	if len(queues) == 0 {
-		qs, err := f.c.QueueList(ctx)
-		if err != nil {
-			f.ok = false
-			return f.vals, f.ok
-		}
-		for _, q := range qs {
-			if q.Fair {
-				queues = append(queues, q.Name)
+	return f.cache.get(ctx, f.opts.MinInterval, f.opts.Timeout, func(ctx context.Context, vals map[string][]skiplock.FairKeyStats) bool {
+		queues := f.opts.Queues
+		if len(queues) == 0 {
+			qs, err := f.c.QueueList(ctx)
+			if err != nil {
+				return false
+			}
+			for _, q := range qs {
+				if q.Fair {
+					queues = append(queues, q.Name)
+				}
 			}
 		}
-	}
-	for _, q := range queues {
-		keys, err := f.c.FairKeys(ctx, q, &skiplock.FairKeysOpts{Top: f.opts.Top})
-		if err != nil {
-			f.ok = false
-			continue
+		ok := true
+		for _, q := range queues {
+			keys, err := f.c.FairKeys(ctx, q, &skiplock.FairKeysOpts{Top: f.opts.Top})
+			if err != nil {
+				ok = false
+				continue
+			}
+			vals[q] = keys
 		}
-		f.vals[q] = keys
-	}
-	return f.vals, f.ok
+		return ok
+	})
 }
