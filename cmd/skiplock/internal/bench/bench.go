@@ -117,6 +117,7 @@ func All() []Workload {
 		{"F1", "enqueue flows of 1,000 children (one statement each), 2 goroutines", isolated(runF1), false},
 		{"D1", "the dashboard on 1,000,000 jobs: every page and filter through its http.Handler", isolated(runD1), false},
 		{"W13", "the Node client's worker on the SQL worker protocol against the Go worker, both at concurrency 16: 20,000 pre-inserted jobs, then pickup at 100 jobs/s (needs node and a built clients/node; run only when named)", isolated(runW13), true},
+		{"W14", "hours without drift: 70% of W5's rate for 30 min, beside a control run of the same timeline; the disturbed run holds a snapshot for the middle 10 min and runs an analytic read every 3 min (one hour in all; run only when named)", isolated(runW14), true},
 	}
 }
 
@@ -143,7 +144,7 @@ func Select(spec string) ([]Workload, error) {
 			found = found || w.Name == name
 		}
 		if !found {
-			return nil, fmt.Errorf("unknown workload %q (B0, B1, W1…W12, W10C, W10L, W5PY, F1, D1, G1 or all)", name)
+			return nil, fmt.Errorf("unknown workload %q (B0, B1, W1…W14, W10C, W10L, W5PY, F1, D1, G1 or all)", name)
 		}
 	}
 	if want["W1"] || want["W2"] {
@@ -152,8 +153,8 @@ func Select(spec string) ([]Workload, error) {
 	if want["F1"] {
 		want["W3"] = true
 	}
-	if want["W9"] || want["G1"] || want["W5PY"] || want["W12"] {
-		want["W5"] = true // W9's, G1's, W5PY's and W12's targets are shares of W5 in the same run
+	if want["W9"] || want["G1"] || want["W5PY"] || want["W12"] || want["W14"] {
+		want["W5"] = true // W9's, G1's, W5PY's and W12's targets are shares of W5 in the same run, and W14's rate is
 	}
 	if want["W4"] || want["W5"] || want["W7"] || want["W9"] || want["W12"] {
 		want["B1"] = true
