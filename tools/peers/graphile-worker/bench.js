@@ -3,12 +3,18 @@
 // measured on this machine"). Not part of skiplock; run by hand:
 //
 //   npm install
+//   URL=postgres://… node bench.js w3
 //   URL=postgres://… node bench.js w5 <concurrentJobs> <localQueue size> <runners>
 //   URL=postgres://… node bench.js w6
 //   URL=postgres://… node bench.js w10 [scale]
 //
 // The database must be a throwaway one: each run drops and recreates the
 // graphile_worker schema.
+//
+// W3: 100,000 no-op jobs inserted by 2 concurrent loops in batches of 1,000, each batch
+// one addJobs call (graphile-worker's bulk insert, one statement) through a pool of 2
+// connections, as skiplock's W3 enqueues its batches from 2 goroutines; the rows are
+// counted afterwards.
 //
 // W5: 50,000 no-op jobs inserted before the clock (addJobs, batches of 1,000, then a
 // CHECKPOINT, as skiplock's backlog workloads do); the clock runs from the first
@@ -86,6 +92,29 @@ async function w5(concurrentJobs, localQueue, runners) {
   const wrong = runs.filter((n) => n !== 1).length;
   console.log(`W5 graphile-worker concurrentJobs=${concurrentJobs} localQueue=${localQueue} runners=${runners}: ` +
     `${Math.round(total / (ms / 1000))} jobs/s (${wrong} jobs not run exactly once)`);
+  await utils.release();
+}
+
+async function w3() {
+  const total = 100000, batch = 1000, loops = 2;
+  const pool = new Pool({ connectionString: cs });
+  await pool.query("DROP SCHEMA IF EXISTS graphile_worker CASCADE");
+  await pool.end();
+  const utils = await makeWorkerUtils({ connectionString: cs, maxPoolSize: loops });
+  await utils.migrate();
+  let next = 0;
+  const t0 = now();
+  await Promise.all(Array.from({ length: loops }, async () => {
+    for (let from = next; from < total; from = next) {
+      next += batch;
+      const jobs = [];
+      for (let i = from; i < from + batch; i++) jobs.push({ identifier: "noop", payload: { i } });
+      await utils.addJobs(jobs);
+    }
+  }));
+  const ms = now() - t0;
+  const { rows } = await utils.withPgClient((c) => c.query("SELECT count(*)::int AS n FROM graphile_worker._private_jobs"));
+  console.log(`W3 graphile-worker addJobs, batches of ${batch}, ${loops} loops: ${Math.round(total / (ms / 1000))} jobs/s (${rows[0].n} rows, want ${total})`);
   await utils.release();
 }
 
@@ -278,14 +307,15 @@ async function w10(scale) {
 
 (async () => {
   const usage = (why) => {
-    console.error(`${why}\nusage: URL=postgres://… node bench.js w5 [concurrentJobs] [localQueue] [runners] | w6 | w10 [scale]`);
+    console.error(`${why}\nusage: URL=postgres://… node bench.js w3 | w5 [concurrentJobs] [localQueue] [runners] | w6 | w10 [scale]`);
     process.exit(2);
   };
   if (!cs) usage("set URL to a throwaway database's connection string");
   const [mode, ...args] = process.argv.slice(2);
   if (mode === "w10" && args[0] !== undefined && !(+args[0] > 0)) usage(`w10: scale ${args[0]}: want a positive number`);
-  if (mode === "w5") await w5(+args[0] || 100, +(args[1] ?? 1000), +args[2] || 2);
+  if (mode === "w3") await w3();
+  else if (mode === "w5") await w5(+args[0] || 100, +(args[1] ?? 1000), +args[2] || 2);
   else if (mode === "w6") await w6();
   else if (mode === "w10") await w10(args[0] === undefined ? 1 : +args[0]);
-  else usage(`unknown workload ${JSON.stringify(mode ?? "")} (w5, w6 or w10)`);
+  else usage(`unknown workload ${JSON.stringify(mode ?? "")} (w3, w5, w6 or w10)`);
 })().catch((e) => { console.error(e instanceof Error ? e.message : e); process.exit(1); });

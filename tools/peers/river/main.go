@@ -3,11 +3,16 @@
 // (docs/benchmarks-archive.md, "Peers measured on this machine"). It is a module of its own,
 // so skiplock's module never depends on River; run it by hand:
 //
+//	go run . -url postgres://…/throwaway w3
 //	go run . -url postgres://…/throwaway w5
 //	go run . -url postgres://…/throwaway w6
 //	go run . -url postgres://…/throwaway -cooldown 1ms w10
 //
 // Each run empties the database's public schema and migrates River into it.
+//
+// W3: 100,000 no-op jobs inserted by 2 goroutines in batches of 1,000, each batch one
+// InsertManyFast call (River's COPY-based bulk insert) on its own, as skiplock's W3
+// enqueues its batches from 2 goroutines; the rows are counted afterwards.
 //
 // W5: 50,000 no-op jobs inserted before the clock (InsertManyFast, batches of 1,000,
 // then a CHECKPOINT), then a client with MaxWorkers -workers (100) on the default
@@ -62,13 +67,13 @@ func main() {
 	cooldown := flag.Duration("cooldown", 0, "FetchCooldown of every client (0: River's default, 100ms)")
 	scale := flag.Float64("scale", 1, "W10: the windows' length is 10s times this (1: a 12-minute run)")
 	flag.Parse()
-	const usage = "usage: river -url postgres://… [-workers 100] [-cooldown 1ms] [-scale 1] w5|w6|w10"
+	const usage = "usage: river -url postgres://… [-workers 100] [-cooldown 1ms] [-scale 1] w3|w5|w6|w10"
 	switch {
 	case *url == "" || flag.NArg() != 1:
 		fmt.Fprintln(os.Stderr, usage)
 		os.Exit(2)
-	case !slices.Contains([]string{"w5", "w6", "w10"}, flag.Arg(0)):
-		fmt.Fprintf(os.Stderr, "river: unknown workload %q (w5, w6 or w10)\n%s\n", flag.Arg(0), usage)
+	case !slices.Contains([]string{"w3", "w5", "w6", "w10"}, flag.Arg(0)):
+		fmt.Fprintf(os.Stderr, "river: unknown workload %q (w3, w5, w6 or w10)\n%s\n", flag.Arg(0), usage)
 		os.Exit(2)
 	case *scale <= 0 || *workers < 1 || *cooldown < 0:
 		fmt.Fprintf(os.Stderr, "river: -scale must be positive, -workers at least 1, -cooldown not negative (got %g, %d, %v)\n%s\n",
@@ -78,6 +83,8 @@ func main() {
 	ctx := context.Background()
 	var err error
 	switch flag.Arg(0) {
+	case "w3":
+		err = w3(ctx, *url)
 	case "w5":
 		err = w5(ctx, *url, *workers, *cooldown)
 	case "w6":
@@ -168,6 +175,53 @@ func w5(ctx context.Context, url string, maxWorkers int, cooldown time.Duration)
 		}
 	}
 	fmt.Printf("W5 River MaxWorkers=%d FetchCooldown=%v: %.0f jobs/s (%d jobs not run exactly once)\n", maxWorkers, cooldown, total/elapsed.Seconds(), wrong)
+	return nil
+}
+
+func w3(ctx context.Context, url string) error {
+	const total, batch, goroutines = 100000, 1000, 2
+	pool, err := freshPool(ctx, url, goroutines)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: quiet()})
+	if err != nil {
+		return err
+	}
+	var next atomic.Int64
+	errs := make(chan error, goroutines)
+	start := now()
+	for range goroutines {
+		go func() {
+			for {
+				from := int(next.Add(batch)) - batch
+				if from >= total {
+					errs <- nil
+					return
+				}
+				params := make([]river.InsertManyParams, 0, batch)
+				for i := from; i < from+batch; i++ {
+					params = append(params, river.InsertManyParams{Args: noopArgs{I: i}})
+				}
+				if _, err := client.InsertManyFast(ctx, params); err != nil {
+					errs <- fmt.Errorf("inserting: %w", err)
+					return
+				}
+			}
+		}()
+	}
+	for range goroutines {
+		if err := <-errs; err != nil {
+			return err
+		}
+	}
+	elapsed := since(start)
+	var rows int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM river_job").Scan(&rows); err != nil {
+		return err
+	}
+	fmt.Printf("W3 River InsertManyFast, batches of %d, %d goroutines: %.0f jobs/s (%d rows, want %d)\n", batch, goroutines, total/elapsed.Seconds(), rows, total)
 	return nil
 }
 
