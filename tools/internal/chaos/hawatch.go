@@ -102,6 +102,18 @@ var asyncKillScenario = &scenario{
 	inject: injectFailover, verify: verifyAsync, recoverOn: "jobs",
 }
 
+// bouncerScenario is the application behind PgBouncer: producer, workers, relays,
+// dashboard, metrics and /readyz reach the cluster through one PgBouncer in
+// transaction pooling (pgx in exec mode, workers and relays PollOnly), which its
+// follower repoints when the monitor names a new primary (scripts/ha.sh pgbouncer).
+// A switchover in the short profile; a soak alternates switchovers and lost primaries.
+var bouncerScenario = &scenario{
+	name:    "failover-pgbouncer",
+	summary: "the application reaches the pair through PgBouncer (transaction pooling), repointed by a follower of the monitor; a switchover (a soak alternates with lost primaries)",
+	outbox:  true, relayFaults: true, failover: "mixed", pgbouncer: true,
+	setup: setupHA, inject: injectFailover, verify: verifyHA, recoverOn: "jobs",
+}
+
 // haRun watches a failover round: each node's role, the in-process components and
 // the failovers themselves.
 type haRun struct {
@@ -315,7 +327,7 @@ func (w *haRun) firstChange(node, state string, not bool, from time.Time) time.T
 // components builds the in-process dashboard, metrics and /readyz of a client that
 // connects as users do (the multi-host URI), and returns their probes.
 func (w *haRun) components(ctx context.Context) (map[string]func(context.Context) bool, error) {
-	pool, err := openPool(ctx, w.r.h.ha.URI, fmt.Sprintf("chaos-r%02d-components", w.r.h.round), 6, time.Second)
+	pool, err := openPool(ctx, w.r.h.proxyURL, fmt.Sprintf("chaos-r%02d-components", w.r.h.round), 6, time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("the components' pool: %w", err)
 	}
@@ -404,7 +416,11 @@ func injectFailover(ctx context.Context, r *round) error {
 		n = max(1, r.p.faults/2)
 	}
 	for i := 0; i < n; i++ {
-		if err := r.ha.failover(ctx, r.s.failover); err != nil {
+		kind := r.s.failover
+		if kind == "mixed" { // switchover first, then a lost primary, and so on
+			kind = []string{"switchover", "kill"}[i%2]
+		}
+		if err := r.ha.failover(ctx, kind); err != nil {
 			return err
 		}
 	}
