@@ -234,6 +234,10 @@ func (e *Engine) Start(ctx context.Context) error {
 			ConnConfig: e.cfg.Pool.Config().ConnConfig.Copy(),
 			Channels:   []string{e.cfg.Channel},
 			Logger:     e.cfg.Log,
+			// Reconnect as often as a failing claim retries (failBackoff): after a
+			// failover the listener is back, and its notifications with it, within
+			// about a poll interval.
+			MaxBackoff: retryMax(50*time.Millisecond, e.cfg.PollInterval),
 			OnNotify: func(_, queue string) {
 				if queue == store.LimitsChanged {
 					signal(e.limitsChanged)
@@ -246,6 +250,7 @@ func (e *Engine) Start(ctx context.Context) error {
 			OnConnect: func() {
 				for _, p := range e.producers {
 					signal(p.wake)
+					signal(p.reconnected)
 				}
 			},
 		})
