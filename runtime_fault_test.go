@@ -235,6 +235,82 @@ func TestPollOnlyBehindPgBouncer(t *testing.T) {
 	})
 }
 
+// Behind PgBouncer in transaction pooling, LISTEN through the pooler hears nothing;
+// Config.ListenURL sends the client's one LISTEN connection to PostgreSQL itself, so
+// a job enqueued through the pooler still wakes the worker at once. The poll interval
+// is an hour: the second job runs only if its NOTIFY is heard.
+func TestListenURLBehindPgBouncer(t *testing.T) {
+	t.Parallel()
+	if _, err := pgcluster.FindPgBouncer(); err != nil {
+		if os.Getenv("SKIPLOCK_REQUIRE_BROKERS") != "" {
+			t.Fatal(err)
+		}
+		t.Skip(err)
+	}
+	ctx := context.Background()
+	cluster, err := pgcluster.Start(ctx, pgcluster.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Stop()
+	bouncer, err := cluster.StartPgBouncer(ctx, "transaction")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bouncer.Stop()
+	direct, err := pgxpool.New(ctx, cluster.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	if _, err := migrate.Up(ctx, direct, "heard"); err != nil {
+		t.Fatal(err)
+	}
+	// PgBouncer < 1.21 in transaction mode cannot keep named prepared statements.
+	pool, err := pgxpool.New(ctx, bouncer.URL+"&default_query_exec_mode=exec")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ws := skiplock.NewWorkers()
+	ws.AddHandler("heard", func(ctx context.Context, job *skiplock.Job) error { return nil }, nil)
+	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: "heard", Workers: ws,
+		ListenURL:    cluster.URL + "&application_name=skiplock-direct-listener",
+		Queues:       map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 2}},
+		PollInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	succeeded := func(n int64) func() bool {
+		return func() bool {
+			var got int64
+			direct.QueryRow(ctx, "SELECT count(*) FROM heard.jobs WHERE status = 'succeeded'").Scan(&got)
+			return got == n
+		}
+	}
+	if _, err := c.Enqueue(ctx, heardArgs{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(ctx)
+	waitFor(t, time.Minute, "the first job (the start's claim)", succeeded(1))
+	waitFor(t, time.Minute, "the LISTEN connection on PostgreSQL itself", func() bool {
+		var n int
+		direct.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'skiplock-direct-listener' AND query LIKE 'LISTEN%'").Scan(&n)
+		return n == 1
+	})
+	if _, err := c.Enqueue(ctx, heardArgs{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the second job, woken by its NOTIFY", succeeded(2))
+}
+
+type heardArgs struct{}
+
+func (heardArgs) Kind() string { return "heard" }
+
 // gracefulChild runs in a re-executed test binary as a service would: a client
 // started with a signal.NotifyContext, so SIGTERM is a graceful stop. Kind "finishes"
 // runs until a row appears in the schema's release table (ignoring shutdown); kind

@@ -35,6 +35,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/store"
@@ -52,15 +53,17 @@ type Config struct {
 	Store *store.Store
 	Pool  *pgxpool.Pool
 	// Clock supplies time to every time-dependent statement; nil is the database's now().
-	Clock                interface{ Now() time.Time }
-	Log                  *slog.Logger
-	WorkerID             string
-	Channel              string // the schema's NOTIFY channel
-	Queues               map[string]Queue
-	LeaseDuration        time.Duration
-	HeartbeatInterval    time.Duration
-	PollInterval         time.Duration
-	PollOnly             bool
+	Clock             interface{ Now() time.Time }
+	Log               *slog.Logger
+	WorkerID          string
+	Channel           string // the schema's NOTIFY channel
+	Queues            map[string]Queue
+	LeaseDuration     time.Duration
+	HeartbeatInterval time.Duration
+	PollInterval      time.Duration
+	PollOnly          bool
+	// ListenConnConfig is where the LISTEN connection goes; nil: the pool's configuration.
+	ListenConnConfig     *pgx.ConnConfig
 	FetchLimit           int
 	CompletionBatchSize  int
 	CompletionBatchDelay time.Duration
@@ -230,8 +233,12 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.bgCtx, e.stopBg = context.WithCancel(base)
 
 	if !e.cfg.PollOnly {
+		cc := e.cfg.Pool.Config().ConnConfig
+		if e.cfg.ListenConnConfig != nil {
+			cc = e.cfg.ListenConnConfig
+		}
 		l, err := notify.New(notify.Config{
-			ConnConfig: e.cfg.Pool.Config().ConnConfig.Copy(),
+			ConnConfig: cc.Copy(),
 			Channels:   []string{e.cfg.Channel},
 			Logger:     e.cfg.Log,
 			// Reconnect as often as a failing claim retries (failBackoff): after a
