@@ -390,8 +390,9 @@ bouncer_ini() {
 		max_client_conn = 1000
 		default_pool_size = 60
 		reserve_pool_size = 10
-		; a failed connect to a lost node must not refuse clients for the default 15 s
-		server_login_retry = 1
+		; after a failed connect (to a node being demoted or lost) PgBouncer refuses new
+		; server connections this long, even once repointed: not the default 15 s
+		server_login_retry = 0.5
 		server_connect_timeout = 2
 		; clients wait this long for a server connection before an error
 		query_wait_timeout = 30

@@ -199,3 +199,13 @@ func (h *harness) useHA(ctx context.Context, bouncer bool) error {
 }
 
 func (h *harness) usePlain() { h.pool, h.proxyURL, h.appPool = h.plainPool, h.plainURL, h.plainPool }
+
+// listenURL is where a round's workers and relays LISTEN: behind PgBouncer
+// (failover-pgbouncer), PostgreSQL itself by the multi-host string, as
+// docs/operations.md recommends; otherwise where their pool goes ("").
+func (h *harness) listenURL(s *scenario) string {
+	if s.pgbouncer && h.ha != nil {
+		return h.ha.URI
+	}
+	return ""
+}

@@ -104,8 +104,9 @@ var asyncKillScenario = &scenario{
 
 // bouncerScenario is the application behind PgBouncer: producer, workers, relays,
 // dashboard, metrics and /readyz reach the cluster through one PgBouncer in
-// transaction pooling (pgx in exec mode, workers and relays PollOnly), which its
-// follower repoints when the monitor names a new primary (scripts/ha.sh pgbouncer).
+// transaction pooling (pgx in exec mode), which its follower repoints when the
+// monitor names a new primary (scripts/ha.sh pgbouncer); the workers' and relays'
+// LISTEN connections go to PostgreSQL itself (Config.ListenURL, the multi-host string).
 // A switchover in the short profile; a soak alternates switchovers and lost primaries.
 var bouncerScenario = &scenario{
 	name:    "failover-pgbouncer",

@@ -245,7 +245,7 @@ func (r *round) startWorker(ctx context.Context, manual bool) (*proc, error) {
 	spec := r.h.workerSpec(manual)
 	spec.Queues = r.s.queues
 	spec.Periodic = r.s.failover != ""
-	spec.PollOnly = r.s.pgbouncer
+	spec.ListenURL = r.h.listenURL(r.s)
 	return r.launch(ctx, childSpec{Role: "worker", URL: r.h.proxyURL, Schema: r.schema, ID: id, Worker: spec}, &r.workers)
 }
 
@@ -270,7 +270,7 @@ func (r *round) launch(ctx context.Context, spec childSpec, list *[]*proc) (*pro
 func (r *round) startRelay(ctx context.Context, holdAfter int) (*proc, error) {
 	r.relaySeq++
 	spec := childSpec{Role: "relay", URL: r.h.proxyURL, Schema: r.schema, ID: fmt.Sprintf("r%02d-relay-%d", r.h.round, r.relaySeq),
-		Relay: relaySpec{Lease: leaseDuration, Poll: pollEvery, Batch: 20, HoldAfter: holdAfter, PollOnly: r.s.pgbouncer}}
+		Relay: relaySpec{Lease: leaseDuration, Poll: pollEvery, Batch: 20, HoldAfter: holdAfter, ListenURL: r.h.listenURL(r.s)}}
 	if r.s.broker {
 		spec.Relay.AMQPURL, spec.Relay.Queue = r.h.rabbit.url, r.schema
 	} else {

@@ -46,7 +46,8 @@ type scenario struct {
 	async bool
 	// pgbouncer: the application's processes (producer, workers, relays, components)
 	// reach the HA cluster through PgBouncer in transaction pooling, which its
-	// follower points at the primary (scripts/ha.sh pgbouncer); they poll (PollOnly).
+	// follower points at the primary (scripts/ha.sh pgbouncer); workers and relays
+	// LISTEN on PostgreSQL itself (Config.ListenURL: the multi-host string).
 	pgbouncer bool
 }
 
