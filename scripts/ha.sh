@@ -37,12 +37,14 @@
 #             started; `stop` stops both. docs/operations.md ("High availability")
 #             says why a follower rather than PgBouncer's own host list.
 #   pgbouncer-uri  the application's connection string through PgBouncer
+#   follow    the follower's loop (what `pgbouncer` runs in the background)
 #
 # Environment:
 #   SKIPLOCK_HA_DIR     where the nodes live, one data directory each (monitor/, node1/,
 #                       node2/) with their pg_autoctl configuration, state and log.
 #                       Default ${TMPDIR:-/tmp}/skiplock-ha
-#   SKIPLOCK_HA_PORT    the monitor's port; node1 and node2 take the next two. Fixed at
+#   SKIPLOCK_HA_PORT    the monitor's port; node1 and node2 take the next two, PgBouncer
+#                       (`pgbouncer`) the one after. Fixed at
 #                       creation (kept in $SKIPLOCK_HA_DIR/ports). Default 6540
 #   SKIPLOCK_HA_TIMING  "default" (pg_auto_failover's own health checks: a lost primary is
 #                       replaced after about 50 s) or "fast" (loopback tests: about 10 s;
