@@ -408,13 +408,13 @@ func otherNode(n string) string {
 	return "node1"
 }
 
-// injectFailover fails over once (a soak: several times, each from the node the last
-// one promoted, so a switchover also switches back).
+// injectFailover fails over once (a soak: at least twice, each from the node the last
+// one promoted, so a switchover round always switches back).
 func injectFailover(ctx context.Context, r *round) error {
 	began := wallNow()
 	n := 1
 	if r.h.cfg.Soak {
-		n = max(1, r.p.faults/2)
+		n = max(2, r.p.faults/2)
 	}
 	for i := 0; i < n; i++ {
 		kind := r.s.failover
