@@ -53,17 +53,16 @@ type Config struct {
 	Store *store.Store
 	Pool  *pgxpool.Pool
 	// Clock supplies time to every time-dependent statement; nil is the database's now().
-	Clock             interface{ Now() time.Time }
-	Log               *slog.Logger
-	WorkerID          string
-	Channel           string // the schema's NOTIFY channel
-	Queues            map[string]Queue
-	LeaseDuration     time.Duration
-	HeartbeatInterval time.Duration
-	PollInterval      time.Duration
-	PollOnly          bool
-	// ListenConnConfig is where the LISTEN connection goes; nil: the pool's configuration.
-	ListenConnConfig     *pgx.ConnConfig
+	Clock                interface{ Now() time.Time }
+	Log                  *slog.Logger
+	WorkerID             string
+	Channel              string // the schema's NOTIFY channel
+	Queues               map[string]Queue
+	LeaseDuration        time.Duration
+	HeartbeatInterval    time.Duration
+	PollInterval         time.Duration
+	PollOnly             bool
+	ListenConnConfig     *pgx.ConnConfig // where the LISTEN connection goes; nil: the pool's configuration
 	FetchLimit           int
 	CompletionBatchSize  int
 	CompletionBatchDelay time.Duration
