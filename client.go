@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/internal/engine"
 	"github.com/skiplock/skiplock/internal/ident"
@@ -29,6 +30,8 @@ type Client struct {
 	metrics  counters
 
 	coalescer *engine.Coalescer // which NOTIFY each enqueue carries
+	// listenConn is Config.ListenURL's configuration, or nil (the pool's).
+	listenConn *pgx.ConnConfig
 
 	events eventHub
 
@@ -50,9 +53,15 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, invalid("schema", "%v", err)
 	}
+	var listenConn *pgx.ConnConfig
+	if full.ListenURL != "" {
+		if listenConn, err = pgx.ParseConfig(full.ListenURL); err != nil {
+			return nil, invalid("Config.ListenURL", "%v", err) // pgx leaves the password out
+		}
+	}
 	c := &Client{
 		pool: pool, cfg: full, store: st, workers: full.Workers, log: full.Logger,
-		channel: Channel(full.Schema), failures: newFailures(full.Logger),
+		channel: Channel(full.Schema), failures: newFailures(full.Logger), listenConn: listenConn,
 	}
 	c.coalescer = engine.NewCoalescer(full.NotifyCoalesce, c.channel, st, pool, full.Logger)
 	c.maint = c.newRunner()

@@ -68,6 +68,13 @@ type Config struct {
 	// PollOnly disables LISTEN (for PgBouncer in transaction pooling mode, where a
 	// session-level LISTEN does not work). Enqueue still sends NOTIFY. Default false.
 	PollOnly bool
+	// ListenURL is where the client's one LISTEN connection goes when it must not go
+	// where the pool does: with the pool behind PgBouncer in transaction pooling, a
+	// connection string to PostgreSQL itself (for an HA pair, every node with
+	// target_session_attrs=read-write) keeps NOTIFY's wake-ups instead of PollOnly's
+	// polling. Checked by NewClient; not with PollOnly. Default: the pool's
+	// configuration.
+	ListenURL string
 	// NotifyCoalesce is the window within which this process sends at most one
 	// in-transaction NOTIFY per queue, plus one trailing NOTIFY at its end if any
 	// enqueue was skipped — for enqueues in their own transaction (Enqueue,
@@ -241,6 +248,8 @@ func (c *Config) withDefaults() (Config, error) {
 		return cfg, invalid("Config.HeartbeatInterval", "%s must be positive and at most LeaseDuration/2 (%s), so one missed beat does not lose the lease", cfg.HeartbeatInterval, cfg.LeaseDuration/2)
 	case cfg.PollInterval < time.Millisecond:
 		return cfg, invalid("Config.PollInterval", "%s is below 1ms", cfg.PollInterval)
+	case cfg.ListenURL != "" && cfg.PollOnly:
+		return cfg, invalid("Config.ListenURL", "is set with PollOnly, which opens no LISTEN connection: set one or the other")
 	case cfg.CompletionBatchSize < 1:
 		return cfg, invalid("Config.CompletionBatchSize", "%d is below 1", cfg.CompletionBatchSize)
 	case cfg.FetchLimit < 1:

@@ -76,7 +76,8 @@
 //
 // # Connections
 //
-// A started client holds one dedicated LISTEN connection (none with PollOnly) and
+// A started client holds one dedicated LISTEN connection (none with PollOnly; to
+// Config.ListenURL when set, for a pool behind a transaction-pooling PgBouncer) and
 // otherwise borrows pool connections only for single statements: at most one claim
 // per queue, the heartbeater, the completer, and one per maintenance service while
 // that service runs — a handful, independent of MaxWorkers. Each maintenance service

@@ -143,6 +143,7 @@ func TestConfigMistakesNameTheField(t *testing.T) {
 		"Config.FetchLimit":           {FetchLimit: -1},
 		"Config.Queues":               {Queues: map[string]skiplock.QueueConfig{"default": {MaxWorkers: 1, PrefetchWindow: -time.Second}}, Workers: skiplock.NewWorkers()},
 		"Config.Retention":            {Retention: skiplock.RetentionConfig{BatchSize: -1}},
+		"Config.ListenURL":            {ListenURL: "postgres://app:s3cret@db:notaport/app"},
 	}
 	for field, cfg := range cases {
 		cfg.Schema = e.schema
@@ -151,6 +152,22 @@ func TestConfigMistakesNameTheField(t *testing.T) {
 		if !errors.As(err, &ve) || ve.Field != field {
 			t.Errorf("%s: got %v, want a ValidationError naming %s", field, err, field)
 		}
+	}
+}
+
+// A ListenURL that does not parse is refused without its password; one set with
+// PollOnly, which opens no LISTEN connection, is refused as a contradiction.
+func TestConfigListenURLMistakes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{})
+	_, err := skiplock.NewClient(e.pool, skiplock.Config{Schema: e.schema, ListenURL: "postgres://app:s3cret@db:notaport/app"})
+	if err == nil || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("a ListenURL that does not parse: %v (want an error without the password)", err)
+	}
+	_, err = skiplock.NewClient(e.pool, skiplock.Config{Schema: e.schema, ListenURL: "postgres://db/app", PollOnly: true})
+	var ve *skiplock.ValidationError
+	if !errors.As(err, &ve) || ve.Field != "Config.ListenURL" || !strings.Contains(err.Error(), "PollOnly") {
+		t.Errorf("ListenURL with PollOnly: %v", err)
 	}
 }
 

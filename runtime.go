@@ -171,7 +171,7 @@ func (c *Client) engineConfig() engine.Config {
 	cfg := engine.Config{
 		Store: c.store, Pool: c.pool, Log: c.log, WorkerID: c.cfg.ID, Channel: c.channel, Queues: queues,
 		LeaseDuration: c.cfg.LeaseDuration, HeartbeatInterval: c.cfg.HeartbeatInterval,
-		PollInterval: c.cfg.PollInterval, PollOnly: c.cfg.PollOnly, FetchLimit: c.cfg.FetchLimit,
+		PollInterval: c.cfg.PollInterval, PollOnly: c.cfg.PollOnly, ListenConnConfig: c.listenConn, FetchLimit: c.cfg.FetchLimit,
 		CompletionBatchSize: c.cfg.CompletionBatchSize, CompletionBatchDelay: c.cfg.CompletionBatchDelay,
 		DeleteOnSuccess: c.cfg.DeleteOnSuccess, LeaseLost: ErrLeaseLost,
 		Failures: c.failures.r, Counters: &c.metrics.engine, Background: background,

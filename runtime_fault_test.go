@@ -166,8 +166,12 @@ func TestDatabaseRestartMidRun(t *testing.T) {
 	t.Logf("handler runs: %d for %d jobs (re-runs come from leases that expired during the outage)", runs.Load(), total)
 }
 
-func TestPollOnlyBehindPgBouncer(t *testing.T) {
-	t.Parallel()
+// behindPgBouncer starts a server of the test's own with PgBouncer in transaction
+// pooling in front of it, migrates schema there directly, and returns a pool on the
+// server itself, the server's URL and PgBouncer's. It skips the test when PgBouncer is
+// not installed (fails with SKIPLOCK_REQUIRE_BROKERS).
+func behindPgBouncer(t *testing.T, schema string) (direct *pgxpool.Pool, directURL, bouncerURL string) {
+	t.Helper()
 	if _, err := pgcluster.FindPgBouncer(); err != nil {
 		if os.Getenv("SKIPLOCK_REQUIRE_BROKERS") != "" {
 			t.Fatal(err)
@@ -179,21 +183,28 @@ func TestPollOnlyBehindPgBouncer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cluster.Stop()
+	t.Cleanup(func() { cluster.Stop() })
 	bouncer, err := cluster.StartPgBouncer(ctx, "transaction")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer bouncer.Stop()
-	direct, err := pgxpool.New(ctx, cluster.URL)
+	t.Cleanup(bouncer.Stop)
+	direct, err = pgxpool.New(ctx, cluster.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer direct.Close()
-	if _, err := migrate.Up(ctx, direct, "bounced"); err != nil {
+	t.Cleanup(direct.Close)
+	if _, err := migrate.Up(ctx, direct, schema); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := pgxpool.ParseConfig(bouncer.URL)
+	return direct, cluster.URL, bouncer.URL
+}
+
+func TestPollOnlyBehindPgBouncer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	direct, _, bouncerURL := behindPgBouncer(t, "bounced")
+	cfg, err := pgxpool.ParseConfig(bouncerURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,6 +245,59 @@ func TestPollOnlyBehindPgBouncer(t *testing.T) {
 		return n == 400
 	})
 }
+
+// Behind PgBouncer in transaction pooling, LISTEN through the pooler hears nothing;
+// Config.ListenURL sends the client's one LISTEN connection to PostgreSQL itself, so
+// a job enqueued through the pooler still wakes the worker at once. The poll interval
+// is an hour: the second job runs only if its NOTIFY is heard.
+func TestListenURLBehindPgBouncer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	direct, directURL, bouncerURL := behindPgBouncer(t, "heard")
+	// PgBouncer < 1.21 in transaction mode cannot keep named prepared statements.
+	pool, err := pgxpool.New(ctx, bouncerURL+"&default_query_exec_mode=exec")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ws := skiplock.NewWorkers()
+	ws.AddHandler("heard", func(ctx context.Context, job *skiplock.Job) error { return nil }, nil)
+	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: "heard", Workers: ws,
+		ListenURL:    directURL + "&application_name=skiplock-direct-listener",
+		Queues:       map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: 2}},
+		PollInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	succeeded := func(n int64) func() bool {
+		return func() bool {
+			var got int64
+			direct.QueryRow(ctx, "SELECT count(*) FROM heard.jobs WHERE status = 'succeeded'").Scan(&got)
+			return got == n
+		}
+	}
+	if _, err := c.Enqueue(ctx, heardArgs{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop(ctx)
+	waitFor(t, time.Minute, "the first job (the start's claim)", succeeded(1))
+	waitFor(t, time.Minute, "the LISTEN connection on PostgreSQL itself", func() bool {
+		var n int
+		direct.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'skiplock-direct-listener' AND query LIKE 'LISTEN%'").Scan(&n)
+		return n == 1
+	})
+	if _, err := c.Enqueue(ctx, heardArgs{}, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the second job, woken by its NOTIFY", succeeded(2))
+}
+
+type heardArgs struct{}
+
+func (heardArgs) Kind() string { return "heard" }
 
 // gracefulChild runs in a re-executed test binary as a service would: a client
 // started with a signal.NotifyContext, so SIGTERM is a graceful stop. Kind "finishes"

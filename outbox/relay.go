@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/failures"
 	"github.com/skiplock/skiplock/internal/hostclock"
@@ -41,6 +42,8 @@ type Relay struct {
 	// fails reports the repeating operations (relay:claim, relay:publish,
 	// relay:mark): rate-limited log lines, counts, Operations.
 	fails *failures.Reporter
+	// listenConn is where the LISTEN connection goes: RelayConfig.ListenURL's, or the pool's.
+	listenConn *pgx.ConnConfig
 
 	mu  sync.Mutex
 	run *relayRun // non-nil from Start until the run has stopped
@@ -71,7 +74,13 @@ func (o *Outbox) NewRelay(pub Publisher, cfg RelayConfig) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Relay{o: o, pub: pub, cfg: c, log: c.Logger, fails: failures.New(c.Logger)}, nil
+	listenConn := o.pool.Config().ConnConfig
+	if c.ListenURL != "" {
+		if listenConn, err = pgx.ParseConfig(c.ListenURL); err != nil {
+			return nil, &skiplock.ValidationError{Field: "listen_url", Reason: err.Error()} // pgx leaves the password out
+		}
+	}
+	return &Relay{o: o, pub: pub, cfg: c, log: c.Logger, fails: failures.New(c.Logger), listenConn: listenConn}, nil
 }
 
 // Wake makes every waiting loop of a started relay poll now. It is what the LISTEN
@@ -162,7 +171,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	var listener *notify.Listener
 	if !r.cfg.PollOnly {
 		listener, err = notify.New(notify.Config{
-			ConnConfig: r.o.pool.Config().ConnConfig.Copy(),
+			ConnConfig: r.listenConn.Copy(),
 			Channels:   []string{Channel(r.o.schema)},
 			OnNotify:   func(string, string) { r.Wake() },
 			OnConnect:  r.Wake, // notifications sent while disconnected are lost: poll now

@@ -52,6 +52,11 @@ type RelayConfig struct {
 	// PollOnly disables the LISTEN connection (for PgBouncer in transaction pooling
 	// mode, where session-level LISTEN does not work). Default false.
 	PollOnly bool
+	// ListenURL is where the relay's LISTEN connection goes when it must not go where
+	// the pool does (skiplock.Config.ListenURL: a pool behind a transaction-pooling
+	// PgBouncer, the LISTEN connection to PostgreSQL itself). Checked by NewRelay;
+	// not with PollOnly. Default: the pool's configuration.
+	ListenURL string
 	// StopTimeout bounds the marks of the batches in flight when Start's context ends
 	// (they run on a fresh context, so a stopping relay still records what it
 	// published), and those of RunOnce when its context ends. Stop is bounded by its
@@ -70,6 +75,8 @@ func (c *RelayConfig) withDefaults() (RelayConfig, error) {
 		return cfg, &skiplock.ValidationError{Field: "concurrency", Reason: fmt.Sprintf("%d is negative; use 0 for the default (1)", cfg.Concurrency)}
 	case cfg.RetryPolicy != nil && isNil(cfg.RetryPolicy):
 		return cfg, &skiplock.ValidationError{Field: "retry_policy", Reason: fmt.Sprintf("is a nil %T; leave it nil for the default", cfg.RetryPolicy)}
+	case cfg.ListenURL != "" && cfg.PollOnly:
+		return cfg, &skiplock.ValidationError{Field: "listen_url", Reason: "is set with PollOnly, which opens no LISTEN connection: set one or the other"}
 	}
 	if cfg.BatchSize == 0 {
 		cfg.BatchSize = 100

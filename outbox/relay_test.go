@@ -481,9 +481,13 @@ func TestRelayConfigValidation(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	for _, cfg := range []outbox.RelayConfig{{BatchSize: -1}, {BatchSize: 10001}, {LeaseDuration: -1}, {Concurrency: -2},
-		{RetryPolicy: (*skiplock.ExponentialBackoff)(nil)}} {
-		if _, err := e.ob.NewRelay(memorypub.New(), cfg); !errors.Is(err, skiplock.ErrInvalid) {
+		{RetryPolicy: (*skiplock.ExponentialBackoff)(nil)}, {ListenURL: "postgres://db/app", PollOnly: true},
+		{ListenURL: "postgres://app:s3cret@db:notaport/app"}} {
+		_, err := e.ob.NewRelay(memorypub.New(), cfg)
+		if !errors.Is(err, skiplock.ErrInvalid) {
 			t.Errorf("%+v: %v", cfg, err)
+		} else if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%+v: the error shows the password: %v", cfg, err)
 		}
 	}
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/ha.sh start|stop|status|uri|failover|kill|sync|async|wait|destroy
+# scripts/ha.sh start|stop|status|uri|failover|kill|sync|async|wait|destroy|pgbouncer|pgbouncer-uri
 #
 # A real high-availability PostgreSQL on loopback, run by pg_auto_failover (Debian's
 # postgresql-15-auto-failover): a monitor, a primary and a standby with synchronous
@@ -28,12 +28,23 @@
 #             replication, for measuring what a lost primary loses)
 #   wait      wait until one node is primary and the other secondary (SKIPLOCK_HA_WAIT s)
 #   destroy   stop, then remove SKIPLOCK_HA_DIR
+#   pgbouncer start PgBouncer (Debian's pgbouncer, transaction pooling) on the port after
+#             node2's, in front of the current primary, and its follower: a loop that
+#             asks the monitor for the writable node (pgautofailover.get_primary) every
+#             0.25 s and, when it changes, rewrites PgBouncer's [databases] entry and
+#             reloads it (SIGHUP), so new server connections go to the new primary and
+#             the old ones close once released. Idempotent; the cluster must be
+#             started; `stop` stops both. docs/operations.md ("High availability")
+#             says why a follower rather than PgBouncer's own host list.
+#   pgbouncer-uri  the application's connection string through PgBouncer
+#   follow    the follower's loop (what `pgbouncer` runs in the background)
 #
 # Environment:
 #   SKIPLOCK_HA_DIR     where the nodes live, one data directory each (monitor/, node1/,
 #                       node2/) with their pg_autoctl configuration, state and log.
 #                       Default ${TMPDIR:-/tmp}/skiplock-ha
-#   SKIPLOCK_HA_PORT    the monitor's port; node1 and node2 take the next two. Fixed at
+#   SKIPLOCK_HA_PORT    the monitor's port; node1 and node2 take the next two, PgBouncer
+#                       (`pgbouncer`) the one after. Fixed at
 #                       creation (kept in $SKIPLOCK_HA_DIR/ports). Default 6540
 #   SKIPLOCK_HA_TIMING  "default" (pg_auto_failover's own health checks: a lost primary is
 #                       replaced after about 50 s) or "fast" (loopback tests: about 10 s;
@@ -101,9 +112,12 @@ ports() {
 	fi
 }
 
-port_of() { case "$1" in monitor) echo "$MPORT" ;; node1) echo "$P1" ;; node2) echo "$P2" ;; esac; }
+port_of() { case "$1" in monitor) echo "$MPORT" ;; node1) echo "$P1" ;; node2) echo "$P2" ;; pgbouncer) echo $((P2 + 1)) ;; esac; }
 monitor_url() { echo "postgres://autoctl_node@127.0.0.1:$MPORT/pg_auto_failover?sslmode=disable"; }
 app_uri() { echo "postgres://postgres@127.0.0.1:$P1,127.0.0.1:$P2/postgres?target_session_attrs=read-write&sslmode=disable"; }
+# Through PgBouncer < 1.21 in transaction pooling, pgx must not keep named prepared
+# statements: exec mode sends each statement's parse with its execution.
+bouncer_uri() { echo "postgres://postgres@127.0.0.1:$(port_of pgbouncer)/postgres?sslmode=disable&default_query_exec_mode=exec"; }
 
 # pid of a node's pg_autoctl supervisor, if it runs.
 node_pid() {
@@ -264,6 +278,7 @@ stop() {
 	[ -d "$DIR" ] || return 0
 	require
 	ports
+	stop_bouncer
 	local n
 	for n in "${NODES[@]}" monitor; do
 		stop_node "$n"
@@ -326,8 +341,149 @@ cmd_quorum() {
 	log "replication quorum $1: synchronous_standby_names = '$want'"
 }
 
+# PgBouncer in front of the pair (`pgbouncer`). PgBouncer 1.18's own host list is
+# round-robin over every host, with no target_session_attrs: it would send writes to
+# the standby. So one PgBouncer points at one node, the primary, and a follower moves
+# it when the monitor names another (the monitor is the authority on which node may
+# take writes; PostgreSQL itself refuses writes on the others, so a late move costs
+# errors the clients retry, never a write on the wrong node).
+bouncer_bin() {
+	local p
+	for p in /usr/sbin/pgbouncer /usr/bin/pgbouncer "$(command -v pgbouncer 2>/dev/null || true)"; do
+		[ -n "$p" ] && [ -x "$p" ] && { echo "$p"; return; }
+	done
+	die "pgbouncer not found: apt-get install pgbouncer (make deps does)"
+}
+
+bouncer_pid() {
+	local pid
+	pid="$(head -n1 "$DIR/pgbouncer/pgbouncer.pid" 2>/dev/null)" || return 1
+	[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && echo "$pid"
+}
+
+follower_pid() {
+	local pid
+	pid="$(head -n1 "$DIR/.run/follower.pid" 2>/dev/null)" || return 1
+	[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && echo "$pid"
+}
+
+# The writable node as host:port, from the monitor; empty while there is none.
+monitor_primary() {
+	monitor_sql "SELECT primary_host || ':' || primary_port FROM pgautofailover.get_primary('default', 0)" 2>/dev/null || true
+}
+
+# bouncer_ini host port writes PgBouncer's configuration pointing at host:port. The
+# settings that matter are described in docs/operations.md ("High availability").
+bouncer_ini() {
+	local d="$DIR/pgbouncer"
+	cat >"$d/pgbouncer.ini.new" <<-EOF
+		; written by scripts/ha.sh; the follower rewrites the [databases] entry
+		[databases]
+		* = host=$1 port=$2
+
+		[pgbouncer]
+		listen_addr = 127.0.0.1
+		listen_port = $(port_of pgbouncer)
+		unix_socket_dir =
+		auth_type = trust
+		auth_file = $d/users.txt
+		admin_users = postgres
+		pool_mode = transaction
+		max_client_conn = 1000
+		default_pool_size = 60
+		reserve_pool_size = 10
+		; after a failed connect (to a node being demoted or lost) PgBouncer refuses new
+		; server connections this long, even once repointed: not the default 15 s
+		server_login_retry = 0.5
+		server_connect_timeout = 2
+		; clients wait this long for a server connection before an error
+		query_wait_timeout = 30
+		ignore_startup_parameters = extra_float_digits
+		log_connections = 0
+		log_disconnections = 0
+		logfile = $d/pgbouncer.log
+		pidfile = $d/pgbouncer.pid
+	EOF
+	mv "$d/pgbouncer.ini.new" "$d/pgbouncer.ini"
+	echo "$1:$2" >"$d/target"
+}
+
+cmd_pgbouncer() {
+	require
+	ports
+	local bin d="$DIR/pgbouncer" target
+	bin="$(bouncer_bin)"
+	[ -f "$DIR/ports" ] || die "no cluster in $DIR: scripts/ha.sh start first"
+	mkdir -p "$d"
+	[ -f "$d/users.txt" ] || echo '"postgres" ""' >"$d/users.txt"
+	if ! bouncer_pid >/dev/null; then
+		target="$(monitor_primary)"
+		[ -n "$target" ] || die "the monitor names no primary (see: scripts/ha.sh status)"
+		bouncer_ini "${target%:*}" "${target#*:}"
+		touch "$d/pgbouncer.log" "$d/pgbouncer.out"
+		[ "$(id -u)" -eq 0 ] && chown -R postgres: "$d"
+		log "running pgbouncer on 127.0.0.1:$(port_of pgbouncer) -> $target; log: $d/pgbouncer.log"
+		# Its log goes to logfile; what it prints before opening it, to pgbouncer.out.
+		pg_cmd setsid "$bin" "$d/pgbouncer.ini"
+		(exec "${CMD[@]}" >>"$d/pgbouncer.out" 2>&1 </dev/null) &
+		local deadline=$((SECONDS + 30))
+		until bouncer_pid >/dev/null; do
+			[ "$SECONDS" -lt "$deadline" ] || die "pgbouncer did not start; see $d/pgbouncer.out and pgbouncer.log"
+			sleep 0.2
+		done
+	fi
+	if ! follower_pid >/dev/null; then
+		log "running the pgbouncer follower; log: $d/follower.log"
+		# As the caller (root, or the cluster's owner): it reads the monitor with psql
+		# as as_pg does, writes PgBouncer's configuration and signals it.
+		(SKIPLOCK_HA_DIR="$DIR" exec setsid bash "$0" follow >>"$d/follower.log" 2>&1 </dev/null) &
+		local deadline=$((SECONDS + 10))
+		until follower_pid >/dev/null; do
+			[ "$SECONDS" -lt "$deadline" ] || die "the follower did not start; see $d/follower.log"
+			sleep 0.1
+		done
+	fi
+	log "pgbouncer up; connect with: $(bouncer_uri)"
+}
+
+# follow (run by `pgbouncer`, in the background) repoints PgBouncer at the node the
+# monitor names writable, as soon as it names another one.
+follow() {
+	require
+	ports
+	local d="$DIR/pgbouncer" cur want pid
+	echo $$ >"$DIR/.run/follower.pid"
+	cur="$(cat "$d/target" 2>/dev/null || true)"
+	while pid="$(bouncer_pid)"; do
+		want="$(monitor_primary)"
+		if [ -n "$want" ] && [ "$want" != "$cur" ]; then
+			bouncer_ini "${want%:*}" "${want#*:}"
+			[ "$(id -u)" -eq 0 ] && chown postgres: "$d/pgbouncer.ini" "$d/target"
+			kill -HUP "$pid"
+			echo "$(date -u +%FT%T.%3NZ) pgbouncer: $cur -> $want (reloaded)"
+			cur="$want"
+		fi
+		sleep 0.25
+	done
+	echo "$(date -u +%FT%T.%3NZ) pgbouncer is gone; the follower stops"
+}
+
+stop_bouncer() {
+	local pid
+	if pid="$(follower_pid)"; then
+		kill -TERM "$pid" 2>/dev/null || true
+	fi
+	pid="$(bouncer_pid)" || return 0
+	kill -TERM "$pid" 2>/dev/null || true
+	local deadline=$((SECONDS + 30))
+	while kill -0 "$pid" 2>/dev/null; do
+		[ "$SECONDS" -lt "$deadline" ] || { kill -KILL "$pid" 2>/dev/null || true; break; }
+		sleep 0.1
+	done
+}
+
 cmd="${1:-}"
-[ $# -le 1 ] || die "unexpected arguments after '$cmd' (usage: scripts/ha.sh start|stop|status|uri|failover|kill|sync|async|wait|destroy)"
+[ $# -le 1 ] || die "unexpected arguments after '$cmd' (usage: scripts/ha.sh start|stop|status|uri|failover|kill|sync|async|wait|destroy|pgbouncer|pgbouncer-uri)"
 case "$cmd" in
 start) start ;;
 stop) stop ;;
@@ -342,6 +498,12 @@ uri)
 	app_uri
 	;;
 failover) cmd_failover ;;
+pgbouncer) cmd_pgbouncer ;;
+pgbouncer-uri)
+	ports
+	bouncer_uri
+	;;
+follow) follow ;;
 kill) cmd_kill ;;
 sync) cmd_quorum true ;;
 async) cmd_quorum false ;;
@@ -355,5 +517,5 @@ destroy)
 	rm -rf "$DIR"
 	;;
 -h | --help | help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
-*) die "usage: scripts/ha.sh start|stop|status|uri|failover|kill|sync|async|wait|destroy (see --help)" ;;
+*) die "usage: scripts/ha.sh start|stop|status|uri|failover|kill|sync|async|wait|destroy|pgbouncer|pgbouncer-uri (see --help)" ;;
 esac

@@ -37,6 +37,7 @@ type relayFlags struct {
 	lease       time.Duration
 	poll        time.Duration
 	pollOnly    bool
+	listenURL   string
 	every       time.Duration
 }
 
@@ -109,6 +110,7 @@ func newRelayCmd(db *dbFlags) *cobra.Command {
 	durationFlag(cmd, &f.lease, "lease", 30*time.Second, "how long a claim owns its events; bounds each publish (0: the default, 30s)")
 	durationFlag(cmd, &f.poll, "poll", time.Second, "safety-net poll interval, jittered ±10% (0: the default, 1s)")
 	fs.BoolVar(&f.pollOnly, "poll-only", false, "do not LISTEN (behind PgBouncer in transaction pooling mode)")
+	fs.StringVar(&f.listenURL, "listen-url", "", "behind PgBouncer in transaction pooling mode: `url` of PostgreSQL itself for the LISTEN connection (for an HA pair: every node, target_session_attrs=read-write), instead of --poll-only")
 	durationFlag(cmd, &f.every, "stats-every", 10*time.Second, "how often to log what was published (0: never)")
 	fs.StringVar(&f.healthAddr, "health-addr", "", "also serve /healthz and /readyz (the database answers) on this address, e.g. :8081, for a container's probes (default: none)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -143,7 +145,7 @@ func newRelayCmd(db *dbFlags) *cobra.Command {
 		}
 		r, err := ob.NewRelay(pub, outbox.RelayConfig{
 			BatchSize: f.batch, Concurrency: f.concurrency, LeaseDuration: f.lease,
-			PollInterval: f.poll, PollOnly: f.pollOnly, OrderedByAggregate: f.ordered, Logger: log,
+			PollInterval: f.poll, PollOnly: f.pollOnly, ListenURL: f.listenURL, OrderedByAggregate: f.ordered, Logger: log,
 		})
 		if errors.Is(err, skiplock.ErrInvalid) {
 			return invalidAsUsage(cmd, err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/skiplock/skiplock/internal/backoff"
 	"github.com/skiplock/skiplock/internal/batchsplit"
 	"github.com/skiplock/skiplock/internal/hostclock"
 	"github.com/skiplock/skiplock/internal/pgerr"
@@ -86,7 +85,7 @@ func (e *Engine) writeBatch(fs []*flight) error {
 	for i, f := range fs {
 		outs[i] = f.outcome
 	}
-	fail := backoff.Backoff{Initial: 50 * time.Millisecond, Max: 5 * time.Second, Jitter: hostclock.Jitter}
+	fail := e.failBackoff(50 * time.Millisecond)
 	for {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.bgCtx), 30*time.Second)
 		began := hostclock.Now()

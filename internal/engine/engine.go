@@ -35,6 +35,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/internal/notify"
 	"github.com/skiplock/skiplock/internal/store"
@@ -61,6 +62,7 @@ type Config struct {
 	HeartbeatInterval    time.Duration
 	PollInterval         time.Duration
 	PollOnly             bool
+	ListenConnConfig     *pgx.ConnConfig // where the LISTEN connection goes; nil: the pool's configuration
 	FetchLimit           int
 	CompletionBatchSize  int
 	CompletionBatchDelay time.Duration
@@ -230,10 +232,18 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.bgCtx, e.stopBg = context.WithCancel(base)
 
 	if !e.cfg.PollOnly {
+		cc := e.cfg.Pool.Config().ConnConfig
+		if e.cfg.ListenConnConfig != nil {
+			cc = e.cfg.ListenConnConfig
+		}
 		l, err := notify.New(notify.Config{
-			ConnConfig: e.cfg.Pool.Config().ConnConfig.Copy(),
+			ConnConfig: cc.Copy(),
 			Channels:   []string{e.cfg.Channel},
 			Logger:     e.cfg.Log,
+			// Reconnect as often as a failing claim retries (failBackoff): after a
+			// failover the listener is back, and its notifications with it, within
+			// about a poll interval.
+			MaxBackoff: retryMax(50*time.Millisecond, e.cfg.PollInterval),
 			OnNotify: func(_, queue string) {
 				if queue == store.LimitsChanged {
 					signal(e.limitsChanged)
@@ -246,6 +256,7 @@ func (e *Engine) Start(ctx context.Context) error {
 			OnConnect: func() {
 				for _, p := range e.producers {
 					signal(p.wake)
+					signal(p.reconnected)
 				}
 			},
 		})

@@ -22,12 +22,15 @@ type producer struct {
 	cursor  claimCursor // where the next claim starts (cursor.go)
 	// waiting: the producer waits for jobs, with no claim in flight (warmer.go).
 	waiting atomic.Bool
+	// reconnected: the listener (re)connected, so the database takes connections
+	// again: a claim waiting out a failure's backoff retries at once (waitRetry).
+	reconnected chan struct{}
 }
 
 func newProducer(queue string, q Queue) *producer {
 	c := newCapacity(q)
 	return &producer{queue: queue, cap: c, local: make(chan *flight, c.size()),
-		wake: make(chan struct{}, 1), orphan: make(chan struct{}, 1)}
+		wake: make(chan struct{}, 1), orphan: make(chan struct{}, 1), reconnected: make(chan struct{}, 1)}
 }
 
 // claimResult is what one claim statement reports back to its producer.
@@ -51,7 +54,7 @@ type claimResult struct {
 // wake-ups and freed places while it is in flight.
 func (e *Engine) produce(p *producer) {
 	defer e.prodWG.Done()
-	fail := backoff.Backoff{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: hostclock.Jitter}
+	fail := e.failBackoff(100 * time.Millisecond)
 	poll := time.NewTimer(hostclock.Jitter(e.cfg.PollInterval))
 	defer poll.Stop()
 	retryTimer := time.NewTimer(time.Hour) // a full rate window's wait
@@ -130,13 +133,17 @@ func (e *Engine) produce(p *producer) {
 				if res.err != nil {
 					wait := fail.Next()
 					e.cfg.Failures.Warn("claim", res.err, "queue", p.queue, "retry_in", wait)
-					if !hostclock.Sleep(e.fetchCtx, wait) {
+					if !waitRetry(e.fetchCtx, wait, p.reconnected, &fail) {
 						return
 					}
 					continue
 				}
 				e.cfg.Failures.OK("claim")
 				fail.Reset()
+				select { // a reconnect before this success is no reason to cut a later failure's wait short
+				case <-p.reconnected:
+				default:
+				}
 				empty = empty || (res.short && !woken)
 				if res.successors {
 					res.retryIn = throttle.retryIn
@@ -265,4 +272,37 @@ func (e *Engine) hold(f *flight) {
 		return
 	}
 	p.local <- f // never blocks: local holds the producer's whole capacity
+}
+
+// failBackoff paces the retries of a failing statement that starts at initial: it
+// doubles up to the poll interval (never beyond 5 s). A failing claim then retries
+// no more often than an idle queue polls — the database sees no more statements in
+// an outage than in a quiet hour — and a worker resumes within about one poll
+// interval of the database taking writes again (a failover: docs/operations.md,
+// "High availability"), not after a backoff grown to 5 s.
+func (e *Engine) failBackoff(initial time.Duration) backoff.Backoff {
+	return backoff.Backoff{Initial: initial, Max: retryMax(initial, e.cfg.PollInterval), Jitter: hostclock.Jitter}
+}
+
+// retryMax is failBackoff's bound: the poll interval, within [initial, 5 s].
+func retryMax(initial, poll time.Duration) time.Duration {
+	return min(max(poll, initial), 5*time.Second)
+}
+
+// waitRetry waits d, a failed claim's backoff, and reports whether to retry (false:
+// ctx ended). A signal on reconnected — the listener connected again, so the
+// database takes connections — ends the wait at once and restarts fail at its
+// initial delay.
+func waitRetry(ctx context.Context, d time.Duration, reconnected <-chan struct{}, fail *backoff.Backoff) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-reconnected:
+		fail.Reset()
+		return true
+	case <-t.C:
+		return true
+	}
 }

@@ -24,6 +24,14 @@ import (
 // outage then costs a few log lines a minute, not one per poll.
 const LogEvery = 30 * time.Second
 
+// RelapseWindow is how soon after a recovery a failure counts as the same outage
+// relapsing, not a new one: it is not logged at once (the 30 s repeat still applies),
+// the operation is failing again since the outage's first failure, and the next
+// recovery line carries failing_for from that first failure and the relapses. A
+// failover flaps so: a statement that happens to reach a dying server's last backends,
+// or a node between demotion and promotion, succeeds once in a run of failures.
+const RelapseWindow = 5 * time.Second
+
 // Status reports one repeating operation. skiplock.OperationStatus has the same
 // fields and converts to and from it.
 type Status struct {
@@ -52,6 +60,10 @@ type state struct {
 	status     Status
 	lastLogged time.Time
 	suppressed int
+	// The last recovery (when, and when its outage began), and the relapses of the
+	// current outage (RelapseWindow).
+	recoveredAt, outageSince time.Time
+	relapses                 int
 }
 
 // New returns a Reporter that logs to log (DefaultLogger() when nil). Its lines
@@ -85,10 +97,24 @@ func (r *Reporter) Warn(op string, err error, attrs ...any) {
 	}
 	st.status.Failures++
 	st.status.LastError = safetext.Error(err)
+	relapse := false
 	if !st.status.Failing {
-		st.status.Failing, st.status.FailingSince = true, now
+		if !st.recoveredAt.IsZero() && now.Sub(st.recoveredAt) < RelapseWindow {
+			relapse = true
+			st.relapses++
+			st.status.Failing, st.status.FailingSince = true, st.outageSince
+		} else {
+			st.status.Failing, st.status.FailingSince = true, now
+			st.lastLogged, st.suppressed, st.relapses = time.Time{}, 0, 0 // a new outage: logged at once
+		}
 	}
-	logIt, suppressed := st.due(now)
+	var logIt bool
+	var suppressed int
+	if relapse {
+		st.lastLogged, st.suppressed = now, st.suppressed+1 // the same outage: its repeat is due in LogEvery
+	} else {
+		logIt, suppressed = st.due(now)
+	}
 	r.mu.Unlock()
 	if logIt {
 		args := append([]any{"operation", op, "error", err}, attrs...)
@@ -99,19 +125,25 @@ func (r *Reporter) Warn(op string, err error, attrs ...any) {
 	}
 }
 
-// OK records a success of op, logging the recovery if it had been failing.
+// OK records a success of op, logging the recovery if it had been failing (with the
+// relapses, when the outage relapsed: RelapseWindow).
 func (r *Reporter) OK(op string) {
+	now := hostclock.Now()
 	r.mu.Lock()
 	st := r.ops[op]
 	if st == nil || !st.status.Failing {
 		r.mu.Unlock()
 		return
 	}
-	since := st.status.FailingSince
+	since, relapses := st.status.FailingSince, st.relapses
 	st.status.Failing, st.status.FailingSince = false, time.Time{}
-	st.lastLogged, st.suppressed = time.Time{}, 0
+	st.recoveredAt, st.outageSince = now, since
 	r.mu.Unlock()
-	r.log.Warn("skiplock: "+op+" recovered", "operation", op, "failing_for", hostclock.Since(since).Round(time.Millisecond))
+	args := []any{"operation", op, "failing_for", now.Sub(since).Round(time.Millisecond)}
+	if relapses > 0 {
+		args = append(args, "relapses", relapses)
+	}
+	r.log.Warn("skiplock: "+op+" recovered", args...)
 }
 
 // Notice logs msg at Warn unless a notice with the same key was logged within

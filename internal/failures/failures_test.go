@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/skiplock/skiplock/internal/failures"
 )
@@ -18,9 +20,14 @@ func newReporter() (*failures.Reporter, *bytes.Buffer) {
 }
 
 // A failure is logged once, its repeats within LogEvery are counted but not logged,
-// the recovery is logged, and a failure after the recovery is logged again.
+// the recovery is logged, and a failure after the recovery (beyond RelapseWindow) is
+// logged again. In a bubble: the reporter's clock is the fake one.
 func TestWarnRateLimitsAndOKRecovers(t *testing.T) {
 	t.Parallel()
+	synctest.Test(t, testWarnRateLimitsAndOKRecovers)
+}
+
+func testWarnRateLimitsAndOKRecovers(t *testing.T) {
 	r, buf := newReporter()
 	for i := range 5 {
 		r.Warn("claim", errors.New("connection refused "+string(rune('a'+i))), "queue", "mail")
@@ -45,10 +52,50 @@ func TestWarnRateLimitsAndOKRecovers(t *testing.T) {
 	if len(ops) != 1 || ops[0].Failing || !ops[0].FailingSince.IsZero() || ops[0].Failures != 5 {
 		t.Fatalf("snapshot after the recovery: %+v", ops)
 	}
+	<-time.After(failures.RelapseWindow)
 	r.Warn("claim", errors.New("again"))
 	if n := strings.Count(buf.String(), "skiplock: claim failed"); n != 2 {
 		t.Fatalf("a failure after a recovery was not logged (%d lines):\n%s", n, buf)
 	}
+}
+
+// A failure within RelapseWindow of a recovery is the same outage relapsing (a
+// failover's flap): no new failure line, failing again since the outage's first
+// failure, and the next recovery line says so. Fake clock (synctest).
+func TestRelapseIsTheSameOutage(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		r, buf := newReporter()
+		began := time.Now()
+		r.Warn("claim", errors.New("connection refused"))
+		<-time.After(2 * time.Second)
+		r.OK("claim") // a statement reached a dying server's last backend
+		<-time.After(time.Second)
+		r.Warn("claim", errors.New("read only connection"))
+		r.Warn("claim", errors.New("read only connection"))
+		ops := r.Snapshot()
+		if len(ops) != 1 || !ops[0].Failing || !ops[0].FailingSince.Equal(began) {
+			t.Fatalf("snapshot in the relapse: %+v (want failing since %s)", ops, began)
+		}
+		<-time.After(7 * time.Second)
+		r.OK("claim")
+		out := buf.String()
+		if n := strings.Count(out, "skiplock: claim failed"); n != 1 {
+			t.Errorf("%d 'claim failed' lines for one outage that relapsed, want 1:\n%s", n, out)
+		}
+		if n := strings.Count(out, "skiplock: claim recovered"); n != 2 {
+			t.Errorf("%d 'claim recovered' lines, want 2:\n%s", n, out)
+		}
+		if !strings.Contains(out, "failing_for=10s relapses=1") {
+			t.Errorf("the last recovery does not count the outage from its first failure with its relapse:\n%s", out)
+		}
+		// Beyond the window, a failure is a new outage again.
+		<-time.After(failures.RelapseWindow)
+		r.Warn("claim", errors.New("connection refused"))
+		if n := strings.Count(buf.String(), "skiplock: claim failed"); n != 2 {
+			t.Errorf("a failure beyond RelapseWindow was not logged as a new outage:\n%s", buf)
+		}
+	})
 }
 
 // OK of an operation that never failed records nothing; operations are sorted.

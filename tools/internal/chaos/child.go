@@ -53,6 +53,8 @@ type relaySpec struct {
 	// HoldAfter > 0 makes the relay stop between publish and mark after that many
 	// successful publishes: it prints "hold <ids>" and waits to be killed.
 	HoldAfter int `json:"hold_after,omitempty"`
+	// ListenURL: the LISTEN connection's own (RelayConfig.ListenURL), behind PgBouncer.
+	ListenURL string `json:"listen_url,omitempty"`
 }
 
 // ChildMain runs the child role described by ChildEnv until SIGTERM and returns
@@ -197,7 +199,7 @@ func runRelayChild(ctx context.Context, spec childSpec, log *slog.Logger) error 
 		return err
 	}
 	r, err := ob.NewRelay(&holdingPublisher{Publisher: pub, holdAfter: spec.Relay.HoldAfter}, outbox.RelayConfig{
-		BatchSize: spec.Relay.Batch, LeaseDuration: spec.Relay.Lease, PollInterval: spec.Relay.Poll,
+		BatchSize: spec.Relay.Batch, LeaseDuration: spec.Relay.Lease, PollInterval: spec.Relay.Poll, ListenURL: spec.Relay.ListenURL,
 		RetryPolicy: skiplock.ExponentialBackoff{Base: 100 * time.Millisecond, Max: time.Second}, Logger: log,
 	})
 	if err != nil {

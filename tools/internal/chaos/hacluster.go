@@ -28,6 +28,8 @@ type haCluster struct {
 	logf   string
 	// URI is the application's connection string: both nodes, target_session_attrs=read-write.
 	URI string
+	// BouncerURI connects through PgBouncer (scripts/ha.sh pgbouncer), once started.
+	BouncerURI string
 }
 
 // haNodes are the data nodes' names, as scripts/ha.sh calls them.
@@ -59,13 +61,14 @@ func findHAScript() (string, error) {
 	}
 }
 
-// freePorts returns a port p such that p, p+1 and p+2 are free on 127.0.0.1.
+// freePorts returns a port p such that p to p+3 are free on 127.0.0.1: the monitor,
+// the two nodes and PgBouncer.
 func freePorts() (int, error) {
 	for try := 0; try < 50; try++ {
 		base := 20000 + rand.IntN(30000)
 		ok := true
 		var held []net.Listener
-		for i := 0; i < 3 && ok; i++ {
+		for i := 0; i < 4 && ok; i++ {
 			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(base+i))
 			if err != nil {
 				ok = false
@@ -80,7 +83,7 @@ func freePorts() (int, error) {
 			return base, nil
 		}
 	}
-	return 0, errors.New("chaos: no three consecutive free ports for the HA cluster")
+	return 0, errors.New("chaos: no four consecutive free ports for the HA cluster")
 }
 
 // startHA creates and starts a cluster under a new temporary directory; its script's
@@ -159,8 +162,9 @@ func (c *haCluster) nodeURL(node string) string {
 }
 
 // useHA points the harness at the HA cluster (started on first use) for the round
-// to come; usePlain back at the throwaway server.
-func (h *harness) useHA(ctx context.Context) error {
+// to come — with bouncer, the application's processes through PgBouncer (started on
+// first use, with its follower); usePlain back at the throwaway server.
+func (h *harness) useHA(ctx context.Context, bouncer bool) error {
 	if h.ha == nil {
 		h.log.Info("chaos: starting the pg_auto_failover cluster (scripts/ha.sh)")
 		ha, err := startHA(ctx, h.logDir)
@@ -172,8 +176,36 @@ func (h *harness) useHA(ctx context.Context) error {
 			return fmt.Errorf("chaos: the harness pool on the HA cluster: %w", err)
 		}
 	}
-	h.pool, h.proxyURL = h.haPool, h.ha.URI
+	h.pool, h.proxyURL, h.appPool = h.haPool, h.ha.URI, h.haPool
+	if !bouncer {
+		return nil
+	}
+	if h.bouncerPool == nil {
+		h.log.Info("chaos: starting PgBouncer and its follower (scripts/ha.sh pgbouncer)")
+		if _, err := h.ha.run(ctx, "pgbouncer"); err != nil {
+			return err
+		}
+		uri, err := h.ha.run(ctx, "pgbouncer-uri")
+		if err != nil {
+			return err
+		}
+		h.ha.BouncerURI = strings.TrimSpace(uri)
+		if h.bouncerPool, err = openPool(ctx, h.ha.BouncerURI, harnessApp+"-bounced", 16, 2*time.Second); err != nil {
+			return fmt.Errorf("chaos: the harness pool through PgBouncer: %w", err)
+		}
+	}
+	h.proxyURL, h.appPool = h.ha.BouncerURI, h.bouncerPool
 	return nil
 }
 
-func (h *harness) usePlain() { h.pool, h.proxyURL = h.plainPool, h.plainURL }
+func (h *harness) usePlain() { h.pool, h.proxyURL, h.appPool = h.plainPool, h.plainURL, h.plainPool }
+
+// listenURL is where a round's workers and relays LISTEN: behind PgBouncer
+// (failover-pgbouncer), PostgreSQL itself by the multi-host string, as
+// docs/operations.md recommends; otherwise where their pool goes ("").
+func (h *harness) listenURL(s *scenario) string {
+	if s.pgbouncer && h.ha != nil {
+		return h.ha.URI
+	}
+	return ""
+}

@@ -193,6 +193,10 @@ type harness struct {
 	ha                *haCluster
 	haPool, plainPool *pgxpool.Pool
 	plainURL          string
+	// appPool is the producer's and the components' pool, the application's way in:
+	// pool, or (failover-pgbouncer) bouncerPool, through PgBouncer in front of the
+	// HA cluster (started on first use), where proxyURL then points too.
+	appPool, bouncerPool *pgxpool.Pool
 }
 
 func (h *harness) setup(ctx context.Context, selected []*scenario) error {
@@ -250,7 +254,7 @@ func (h *harness) cleanup(removeLogs bool) {
 	if h.proxy != nil {
 		h.proxy.Close()
 	}
-	for _, p := range []*pgxpool.Pool{h.plainPool, h.haPool} {
+	for _, p := range []*pgxpool.Pool{h.plainPool, h.haPool, h.bouncerPool} {
 		if p != nil {
 			p.Close()
 		}

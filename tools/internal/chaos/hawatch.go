@@ -102,6 +102,19 @@ var asyncKillScenario = &scenario{
 	inject: injectFailover, verify: verifyAsync, recoverOn: "jobs",
 }
 
+// bouncerScenario is the application behind PgBouncer: producer, workers, relays,
+// dashboard, metrics and /readyz reach the cluster through one PgBouncer in
+// transaction pooling (pgx in exec mode), which its follower repoints when the
+// monitor names a new primary (scripts/ha.sh pgbouncer); the workers' and relays'
+// LISTEN connections go to PostgreSQL itself (Config.ListenURL, the multi-host string).
+// A switchover in the short profile; a soak alternates switchovers and lost primaries.
+var bouncerScenario = &scenario{
+	name:    "failover-pgbouncer",
+	summary: "the application reaches the pair through PgBouncer (transaction pooling), repointed by a follower of the monitor; a switchover (a soak alternates with lost primaries)",
+	outbox:  true, relayFaults: true, failover: "mixed", pgbouncer: true,
+	setup: setupHA, inject: injectFailover, verify: verifyHA, recoverOn: "jobs",
+}
+
 // haRun watches a failover round: each node's role, the in-process components and
 // the failovers themselves.
 type haRun struct {
@@ -315,7 +328,7 @@ func (w *haRun) firstChange(node, state string, not bool, from time.Time) time.T
 // components builds the in-process dashboard, metrics and /readyz of a client that
 // connects as users do (the multi-host URI), and returns their probes.
 func (w *haRun) components(ctx context.Context) (map[string]func(context.Context) bool, error) {
-	pool, err := openPool(ctx, w.r.h.ha.URI, fmt.Sprintf("chaos-r%02d-components", w.r.h.round), 6, time.Second)
+	pool, err := openPool(ctx, w.r.h.proxyURL, fmt.Sprintf("chaos-r%02d-components", w.r.h.round), 6, time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("the components' pool: %w", err)
 	}
@@ -395,16 +408,20 @@ func otherNode(n string) string {
 	return "node1"
 }
 
-// injectFailover fails over once (a soak: several times, each from the node the last
-// one promoted, so a switchover also switches back).
+// injectFailover fails over once (a soak: at least twice, each from the node the last
+// one promoted, so a switchover round always switches back).
 func injectFailover(ctx context.Context, r *round) error {
 	began := wallNow()
 	n := 1
 	if r.h.cfg.Soak {
-		n = max(1, r.p.faults/2)
+		n = max(2, r.p.faults/2)
 	}
 	for i := 0; i < n; i++ {
-		if err := r.ha.failover(ctx, r.s.failover); err != nil {
+		kind := r.s.failover
+		if kind == "mixed" { // switchover first, then a lost primary, and so on
+			kind = []string{"switchover", "kill"}[i%2]
+		}
+		if err := r.ha.failover(ctx, kind); err != nil {
 			return err
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/skiplock/skiplock/internal/ident"
+	"github.com/skiplock/skiplock/internal/pgcluster"
 )
 
 // Timings every process of a round shares. Short leases make lease expiry, the
@@ -96,14 +97,19 @@ func (h *harness) runRound(ctx context.Context, s *scenario, p params) (*Row, er
 		}
 	}
 	if s.failover != "" {
+		reason := ""
 		if _, err := exec.LookPath("pg_autoctl"); err != nil {
-			reason := "pg_autoctl not installed (postgresql-15-auto-failover; make deps installs it)"
+			reason = "pg_autoctl not installed (postgresql-15-auto-failover; make deps installs it)"
+		} else if _, err := pgcluster.FindPgBouncer(); err != nil && s.pgbouncer {
+			reason = err.Error() + "; make deps installs it"
+		}
+		if reason != "" {
 			if h.cfg.RequireHA {
 				return &Row{Scenario: s.name, Runs: 1, Violations: []string{"HA cluster required (SKIPLOCK_REQUIRE_HA): " + reason}}, nil
 			}
 			return &Row{Scenario: s.name, Skipped: reason}, nil
 		}
-		if err := h.useHA(ctx); err != nil {
+		if err := h.useHA(ctx, s.pgbouncer); err != nil {
 			return nil, err
 		}
 	} else {
@@ -222,7 +228,7 @@ func (r *round) startLoad(ctx context.Context) error {
 		}
 	}
 	var err error
-	r.prod, err = newProducer(r.h.pool, r.schema, r.s.outbox, mrand.New(mrand.NewPCG(r.h.cfg.Seed, uint64(r.h.round)<<32|1)), r.log)
+	r.prod, err = newProducer(r.h.appPool, r.schema, r.s.outbox, mrand.New(mrand.NewPCG(r.h.cfg.Seed, uint64(r.h.round)<<32|1)), r.log)
 	if err == nil && r.s.zombie {
 		r.prod.manualShare = 0.15
 	}
@@ -239,6 +245,7 @@ func (r *round) startWorker(ctx context.Context, manual bool) (*proc, error) {
 	spec := r.h.workerSpec(manual)
 	spec.Queues = r.s.queues
 	spec.Periodic = r.s.failover != ""
+	spec.ListenURL = r.h.listenURL(r.s)
 	return r.launch(ctx, childSpec{Role: "worker", URL: r.h.proxyURL, Schema: r.schema, ID: id, Worker: spec}, &r.workers)
 }
 
@@ -263,7 +270,7 @@ func (r *round) launch(ctx context.Context, spec childSpec, list *[]*proc) (*pro
 func (r *round) startRelay(ctx context.Context, holdAfter int) (*proc, error) {
 	r.relaySeq++
 	spec := childSpec{Role: "relay", URL: r.h.proxyURL, Schema: r.schema, ID: fmt.Sprintf("r%02d-relay-%d", r.h.round, r.relaySeq),
-		Relay: relaySpec{Lease: leaseDuration, Poll: pollEvery, Batch: 20, HoldAfter: holdAfter}}
+		Relay: relaySpec{Lease: leaseDuration, Poll: pollEvery, Batch: 20, HoldAfter: holdAfter, ListenURL: r.h.listenURL(r.s)}}
 	if r.s.broker {
 		spec.Relay.AMQPURL, spec.Relay.Queue = r.h.rabbit.url, r.schema
 	} else {

@@ -44,6 +44,11 @@ type scenario struct {
 	// async: the round runs with asynchronous replication (hawatch.go): acknowledged
 	// commits a lost primary takes with it are measured, not violations.
 	async bool
+	// pgbouncer: the application's processes (producer, workers, relays, components)
+	// reach the HA cluster through PgBouncer in transaction pooling, which its
+	// follower points at the primary (scripts/ha.sh pgbouncer); workers and relays
+	// LISTEN on PostgreSQL itself (Config.ListenURL: the multi-host string).
+	pgbouncer bool
 }
 
 // Scenarios lists the scenario names in the order a short run uses.
@@ -84,6 +89,7 @@ var allScenarios = []*scenario{
 	switchoverScenario,
 	killPrimaryScenario,
 	asyncKillScenario,
+	bouncerScenario,
 }
 
 func selectScenarios(names []string) ([]*scenario, error) {

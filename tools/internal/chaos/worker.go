@@ -44,6 +44,8 @@ type workerSpec struct {
 	// Periodic declares the schedule tickSchedule (a job of tickKind every second)
 	// and works its jobs: the failover scenarios check that each fire time fires once.
 	Periodic bool `json:"periodic,omitempty"`
+	// ListenURL: the LISTEN connection's own (Config.ListenURL), behind PgBouncer.
+	ListenURL string `json:"listen_url,omitempty"`
 }
 
 // The failover scenarios' periodic job: every second, on every worker's schedule list.
@@ -96,6 +98,7 @@ func newWorker(pool *pgxpool.Pool, schema, id string, spec workerSpec, clock ski
 		RetryPolicy:       skiplock.ExponentialBackoff{Base: 50 * time.Millisecond, Max: 500 * time.Millisecond},
 		Retention:         skiplock.RetentionConfig{Interval: -1},
 		Periodic:          periodic,
+		ListenURL:         spec.ListenURL,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating worker %s: %w", id, err)
