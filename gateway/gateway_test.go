@@ -669,12 +669,12 @@ type fixedRetry time.Duration
 
 func (f fixedRetry) Delay(int) time.Duration { return time.Duration(f) }
 
-// A claim takes ahead what the previous round asked, for the requests that arrive
-// while it runs; jobs claimed ahead that nobody asks for within the hold (a tenth
-// of the lease here) go back to the queue with their attempt given back.
-func TestClaimedAheadGoBack(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, skiplock.Config{LeaseDuration: time.Second}, gateway.Options{PollInterval: time.Hour})
+// claimTwoOfFive has a claim for 2 jobs wait, then enqueues 5 in one transaction (the
+// waiting claim sees all five at once) and returns its answer and the five. The
+// gateway claims 2 more ahead: what the previous round (the one that found nothing)
+// asked.
+func (e *env) claimTwoOfFive() (gateway.ClaimResponse, []skiplock.EnqueueResult) {
+	e.t.Helper()
 	got := make(chan gateway.ClaimResponse, 1)
 	go func() {
 		var cr gateway.ClaimResponse
@@ -684,22 +684,32 @@ func TestClaimedAheadGoBack(t *testing.T) {
 		}
 		got <- cr
 	}()
-	waitFor(t, "the claim to wait", func() bool { n, idle, _ := e.gw.QueueState("default"); return n == 1 && idle })
-	ids := map[string]bool{}
+	waitFor(e.t, "the claim to wait", func() bool { n, idle, _ := e.gw.QueueState("default"); return n == 1 && idle })
 	params := make([]skiplock.EnqueueParams, 5)
 	for i := range params {
 		params[i] = skiplock.EnqueueParams{Kind: "k", Payload: []byte(`{}`)}
 	}
-	// One transaction: the waiting claim sees all five at once.
 	enq, err := e.client.EnqueueMany(context.Background(), params)
 	if err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
+	cr := <-got
+	if len(cr.Jobs) != 2 {
+		e.t.Fatalf("the waiting claim got %d jobs, want 2", len(cr.Jobs))
+	}
+	return cr, enq
+}
+
+// A claim takes ahead what the previous round asked, for the requests that arrive
+// while it runs; jobs claimed ahead that nobody asks for within the hold (a tenth
+// of the lease here) go back to the queue with their attempt given back.
+func TestClaimedAheadGoBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{LeaseDuration: time.Second}, gateway.Options{PollInterval: time.Hour})
+	_, enq := e.claimTwoOfFive()
+	ids := map[string]bool{}
 	for _, r := range enq {
 		ids[r.ID] = true
-	}
-	if cr := <-got; len(cr.Jobs) != 2 {
-		t.Fatalf("the waiting claim got %d jobs, want 2", len(cr.Jobs))
 	}
 	st := e.gw.Stats()
 	if st.Claimed != 4 {
@@ -733,28 +743,7 @@ func TestClaimedAheadReadClaimedUntilHandedOut(t *testing.T) {
 	t.Parallel()
 	// A long lease: the hold (a tenth of it) keeps the jobs claimed ahead while we look.
 	e := newEnv(t, skiplock.Config{LeaseDuration: 10 * time.Minute}, gateway.Options{PollInterval: time.Hour})
-	got := make(chan gateway.ClaimResponse, 1)
-	go func() {
-		var cr gateway.ClaimResponse
-		status, raw := e.call("POST", "/v1/claim", workerToken, gateway.ClaimRequest{Queue: "default", Limit: 2, WaitMS: 10000})
-		if status == 200 {
-			_ = json.Unmarshal(raw, &cr)
-		}
-		got <- cr
-	}()
-	waitFor(t, "the claim to wait", func() bool { n, idle, _ := e.gw.QueueState("default"); return n == 1 && idle })
-	params := make([]skiplock.EnqueueParams, 5)
-	for i := range params {
-		params[i] = skiplock.EnqueueParams{Kind: "k", Payload: []byte(`{}`)}
-	}
-	enq, err := e.client.EnqueueMany(context.Background(), params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cr := <-got
-	if len(cr.Jobs) != 2 {
-		t.Fatalf("the waiting claim got %d jobs, want 2", len(cr.Jobs))
-	}
+	cr, enq := e.claimTwoOfFive()
 	count := func() map[skiplock.JobState]int {
 		m := map[skiplock.JobState]int{}
 		for _, r := range enq {
