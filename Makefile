@@ -53,7 +53,7 @@ lint: vet
 bench: deps
 	$(GO) run ./cmd/skiplock bench $(BENCH_FLAGS)
 
-## chaos: the short fault-injection profile (about 8½ minutes, the last 2½ the failover
+## chaos: the short fault-injection profile (about 9 minutes, Python and Node workers SIGKILLed among them, the last 2½ the failover
 ## scenarios on a pg_auto_failover cluster, one through PgBouncer: scripts/ha.sh); soak: 30 minutes of
 ## randomized faults from a printed seed (replay with: go run ./tools/chaos --soak --seed N),
 ## failovers and switchovers back among them.

@@ -2,6 +2,7 @@ package skiplock_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -137,4 +138,54 @@ func docSQL(t *testing.T, e *env, file, marker string) string {
 		t.Fatalf("%s: no sql block after %q", file, marker)
 	}
 	return strings.ReplaceAll(strings.TrimSuffix(strings.TrimSpace(block), ";"), "skiplock.jobs", e.q("jobs"))
+}
+
+// Manual.ClaimAhead writes the last ahead jobs claimed, not running; Start makes them
+// read running, renews their leases and reports a job whose lease is gone as lost.
+func TestManualClaimAheadReadsClaimedUntilStart(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{})
+	var ps []skiplock.EnqueueParams
+	for i := 0; i < 4; i++ {
+		ps = append(ps, skiplock.EnqueueParams{Kind: "k", Payload: []byte(`{}`), Opts: skiplock.EnqueueOpts{Priority: 10 - i}})
+	}
+	_, err := e.client.EnqueueMany(e.ctx, ps)
+	e.must(err)
+	m := e.client.Manual()
+	if _, err := m.ClaimAhead(e.ctx, "default", 2, -1); !errors.Is(err, skiplock.ErrInvalid) {
+		t.Fatalf("ClaimAhead with ahead -1: %v, want ErrInvalid", err)
+	}
+	jobs, err := m.ClaimAhead(e.ctx, "default", 3, 2)
+	e.must(err)
+	if len(jobs) != 3 {
+		t.Fatalf("claimed %d jobs, want 3", len(jobs))
+	}
+	state := func(id string) skiplock.JobState {
+		j, err := e.client.JobGet(e.ctx, id)
+		e.must(err)
+		return j.State
+	}
+	for i, want := range []skiplock.JobState{skiplock.StateRunning, skiplock.StateClaimed, skiplock.StateClaimed} {
+		if jobs[i].State != want || state(jobs[i].ID) != want {
+			t.Fatalf("job %d (claim order): returned %s, stored %s, want %s", i, jobs[i].State, state(jobs[i].ID), want)
+		}
+	}
+	// The third is cancelled by an operator before it is handed out: Start loses it.
+	_, err = e.client.JobCancel(e.ctx, jobs[2].ID, "operator")
+	e.must(err)
+	lost, err := m.Start(e.ctx, jobs[1], jobs[2])
+	e.must(err)
+	if len(lost) != 1 || lost[0] != jobs[2] {
+		t.Fatalf("Start lost %v, want only the cancelled job", lost)
+	}
+	if s := state(jobs[1].ID); s != skiplock.StateRunning {
+		t.Fatalf("a started job reads %s, want running", s)
+	}
+	// ahead ≥ limit: every job claimed ahead.
+	rest, err := m.ClaimAhead(e.ctx, "default", 1, 5)
+	e.must(err)
+	if len(rest) != 1 || rest[0].State != skiplock.StateClaimed {
+		t.Fatalf("ClaimAhead(1, 5): %+v", rest)
+	}
+	e.must(m.Complete(e.ctx, rest[0])) // a job claimed ahead finishes like any other
 }

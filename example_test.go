@@ -160,6 +160,6 @@ func ExamplePermanent() {
 	retried, _ := client.JobRetry(ctx, failed[0].ID)
 	fmt.Println("after a manual retry:", retried.State)
 	// Output:
-	// 1 attempt; 1 failed job: permanent: card number is malformed
+	// 1 attempt; 1 failed job: card number is malformed
 	// after a manual retry: pending
 }

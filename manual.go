@@ -45,6 +45,31 @@ func (m *Manual) LeaseDuration() time.Duration { return m.c.cfg.LeaseDuration }
 // queue (QueueSetFair) Claim takes the jobs of the queue's keys in turn, from the
 // queue's one rotation, and returns them in that order.
 func (m *Manual) Claim(ctx context.Context, queue string, limit int) ([]*Job, error) {
+	return m.claim(ctx, queue, limit, 0)
+}
+
+// ClaimAhead is Claim for a caller that claims ahead of its executors, as the HTTP
+// gateway does for requests not yet arrived: of the jobs it returns, the last ahead in
+// claim order are written claimed (StateClaimed), not running, until Start records
+// that they were handed to a handler (docs/state_machine.md, "Claimed and running").
+// ahead 0 is Claim; ahead ≥ limit claims every job ahead.
+func (m *Manual) ClaimAhead(ctx context.Context, queue string, limit, ahead int) ([]*Job, error) {
+	if ahead < 0 {
+		return nil, invalid("ahead", "must not be negative")
+	}
+	return m.claim(ctx, queue, limit, min(ahead, max(limit, 0)))
+}
+
+// Start records that jobs claimed ahead (ClaimAhead) were handed to their handlers:
+// they read running from now on. It renews their leases as Heartbeat does, in one
+// statement, and returns the jobs whose lease was lost; a job another transaction has
+// locked (its outcome being written) is skipped, neither started nor lost. Starting a
+// job that already reads running only renews its lease.
+func (m *Manual) Start(ctx context.Context, jobs ...*Job) (lost []*Job, err error) {
+	return m.renew(ctx, jobs, true)
+}
+
+func (m *Manual) claim(ctx context.Context, queue string, limit, ahead int) ([]*Job, error) {
 	c := m.c
 	if ctx == nil {
 		return nil, invalid("ctx", "must not be nil")
@@ -63,7 +88,7 @@ func (m *Manual) Claim(ctx context.Context, queue string, limit int) ([]*Job, er
 	if err != nil {
 		return nil, fmt.Errorf("claiming jobs from queue %q: reading fair queues: %w", queue, wrapPgError(err))
 	}
-	p := store.ClaimParams{Queue: queue, WorkerID: c.cfg.ID, Limit: limit, Lease: c.cfg.LeaseDuration}
+	p := store.ClaimParams{Queue: queue, WorkerID: c.cfg.ID, Limit: limit, Lease: c.cfg.LeaseDuration, Waiting: ahead}
 	var rows []*store.Job
 	limited := anyKind || slices.Contains(qs, queue)
 	switch {
@@ -93,6 +118,11 @@ func (m *Manual) Claim(ctx context.Context, queue string, limit int) ([]*Job, er
 // job another transaction has locked (its completion being written, a CompleteTx
 // transaction still open) is skipped, not waited for: it is neither renewed nor lost.
 func (m *Manual) Heartbeat(ctx context.Context, jobs ...*Job) (lost []*Job, err error) {
+	return m.renew(ctx, jobs, false)
+}
+
+// renew renews the leases of jobs; started also records that their handlers began.
+func (m *Manual) renew(ctx context.Context, jobs []*Job, started bool) (lost []*Job, err error) {
 	c := m.c
 	if len(jobs) == 0 {
 		return nil, nil
@@ -107,7 +137,14 @@ func (m *Manual) Heartbeat(ctx context.Context, jobs ...*Job) (lost []*Job, err 
 		}
 		leases[i] = j.lease()
 	}
-	renewed, err := c.store.Heartbeat(ctx, c.pool, store.NowParam(c.cfg.Clock), leases, c.cfg.LeaseDuration, nil)
+	var began []bool
+	if started {
+		began = make([]bool, len(leases))
+		for i := range began {
+			began[i] = true
+		}
+	}
+	renewed, err := c.store.Heartbeat(ctx, c.pool, store.NowParam(c.cfg.Clock), leases, c.cfg.LeaseDuration, began)
 	if err != nil {
 		return nil, fmt.Errorf("renewing %d lease(s): %w", len(jobs), wrapPgError(err))
 	}

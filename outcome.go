@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/skiplock/skiplock/internal/engine"
@@ -81,9 +82,9 @@ func (c *Client) classify(job *Job, err error, ctx context.Context) (o store.Out
 	case errors.As(err, &snooze):
 		o.Action, o.Delay = store.ActionSnooze, clampDelay(snooze.Delay)
 	case errors.As(err, &cancel):
-		o.Action, o.Error = store.ActionCancel, safetext.Error(err)
+		o.Action, o.Error = store.ActionCancel, safetext.Error(unmarked{err, cancel, cancel.Err})
 	case errors.As(err, &perm):
-		o.Action, o.Error = store.ActionFail, safetext.Error(err)
+		o.Action, o.Error = store.ActionFail, safetext.Error(unmarked{err, perm, perm.Err})
 	default:
 		o.Action, o.Error = store.ActionRetry, safetext.Error(err)
 		if ctx.Err() == context.DeadlineExceeded {
@@ -92,6 +93,32 @@ func (c *Client) classify(job *Job, err error, ctx context.Context) (o store.Out
 		o.Delay = c.retryDelay(job.Kind, job.Attempt)
 	}
 	return o
+}
+
+// unmarked is the text a Permanent or Cancel error records as the job's last_error:
+// err's message with the marker's own words ("permanent: ", "cancelled: ") taken out,
+// so fmt.Errorf("charging: %w", Permanent(e)) records "charging: " + e's message. The
+// status already says failed or cancelled; every worker records the bare text its
+// handler gave (docs/sql_workers.md, "Error texts"). A Cancel(nil) records none.
+type unmarked struct {
+	err, marker, inner error
+}
+
+func (u unmarked) Error() string {
+	full, mark := u.err.Error(), u.marker.Error()
+	var inner string
+	if u.inner != nil {
+		inner = u.inner.Error()
+	}
+	i := strings.LastIndex(full, mark)
+	if i < 0 { // a wrapper that rewrote the text: keep it whole
+		return full
+	}
+	head, tail := full[:i], full[i+len(mark):]
+	if inner == "" {
+		head = strings.TrimSuffix(head, ": ")
+	}
+	return head + inner + tail
 }
 
 // clampDelay bounds a delay from a handler or a retry policy to 0..MaxSchedule, so a

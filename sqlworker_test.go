@@ -110,10 +110,13 @@ func TestSQLWorkerAgreesWithGo(t *testing.T) {
 		{"retry exhausted", "retry", 1, errors.New("smtp: 451"), "fail_job", []any{"smtp: 451", false, "1 second"}, "failed"},
 		{"long error", "retry", 0, errors.New(long), "fail_job", []any{long, false, "1 second"}, "pending"},
 		{"permanent", "permanent", 0, skiplock.Permanent(errors.New("bad address")), "fail_job",
-			[]any{skiplock.Permanent(errors.New("bad address")).Error(), true, nil}, "failed"},
+			[]any{"bad address", true, nil}, "failed"}, // the bare text: docs/sql_workers.md, "Error texts"
 		{"snooze", "snooze", 0, skiplock.Snooze(5 * time.Minute), "snooze_job", []any{"5 minutes"}, "pending"},
 		{"cancel", "cancel", 0, skiplock.Cancel(errors.New("withdrawn")), "cancel_job",
-			[]any{skiplock.Cancel(errors.New("withdrawn")).Error()}, "cancelled"},
+			[]any{"withdrawn"}, "cancelled"},
+		{"permanent wrapped", "permanent", 0, fmt.Errorf("charging: %w", skiplock.Permanent(errors.New("card declined"))), "fail_job",
+			[]any{"charging: card declined", true, nil}, "failed"},
+		{"cancel without a reason", "cancel", 0, skiplock.Cancel(nil), "cancel_job", []any{nil}, "cancelled"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -13,6 +13,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/skiplock/skiplock"
@@ -57,8 +58,56 @@ func (q *queue) wake() {
 	}
 }
 
-// claimJobs claims up to want jobs of queue, waiting up to wait for one.
+// claimJobs claims up to want jobs of queue, waiting up to wait for one, and hands
+// them out: the jobs claimed ahead among them read running from here on (handOut).
 func (g *Gateway) claimJobs(ctx context.Context, name string, want int, wait time.Duration) ([]*skiplock.Job, error) {
+	jobs, err := g.waitJobs(ctx, name, want, wait)
+	if err != nil || len(jobs) == 0 {
+		return jobs, err
+	}
+	return g.handOut(ctx, jobs), nil
+}
+
+// handOut records that the jobs claimed ahead (StateClaimed: written claimed, not
+// running, by ClaimAhead) among jobs were handed to a worker, in one statement, and
+// returns jobs without those whose lease was lost meanwhile (an operator cancelled
+// them). When the write fails the jobs are handed out all the same: the worker holds
+// their leases, and they read claimed until they finish.
+func (g *Gateway) handOut(ctx context.Context, jobs []*skiplock.Job) []*skiplock.Job {
+	var ahead []*skiplock.Job
+	for _, j := range jobs {
+		if j.State == skiplock.StateClaimed {
+			ahead = append(ahead, j)
+		}
+	}
+	if len(ahead) == 0 {
+		return jobs
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	lost, err := g.m.Start(sctx, ahead...)
+	if err != nil {
+		g.log.Warn("gateway: recording that jobs claimed ahead were handed out failed; they read claimed until they finish", "jobs", len(ahead), "error", err)
+		return jobs
+	}
+	for _, j := range ahead {
+		j.State = skiplock.StateRunning
+	}
+	if len(lost) == 0 {
+		return jobs
+	}
+	out := jobs[:0:0]
+	for _, j := range jobs {
+		if !slices.Contains(lost, j) {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// waitJobs takes up to want jobs of queue from those claimed ahead, or waits up to
+// wait for dispatch's next claim.
+func (g *Gateway) waitJobs(ctx context.Context, name string, want int, wait time.Duration) ([]*skiplock.Job, error) {
 	w := &waiter{want: want, wait: wait > 0, got: make(chan claimResult, 1)}
 	g.mu.Lock()
 	r := g.running
@@ -192,12 +241,14 @@ func (g *Gateway) dispatch(r *run, q *queue) {
 		// Claim ahead by what the requests asked since the last claim (at least what
 		// waits now): the requests that arrive while this claim runs find their jobs
 		// waiting (q.ready) instead of waiting a round.
+		// The jobs beyond what waits are written claimed, not running, until a request
+		// takes them (handOut).
 		want := min(demand+q.ahead, g.opts.MaxClaimBatch)
 		q.ahead, q.asked = max(demand, q.asked), 0
 		q.claims++
 		g.mu.Unlock()
 
-		jobs, err := g.m.Claim(r.ctx, q.name, want)
+		jobs, err := g.m.ClaimAhead(r.ctx, q.name, want, max(want-demand, 0))
 		g.stats.claims.Add(1)
 		g.stats.claimed.Add(int64(len(jobs)))
 		if err != nil && r.ctx.Err() != nil {
@@ -209,7 +260,7 @@ func (g *Gateway) dispatch(r *run, q *queue) {
 			if len(q.ready) == 0 {
 				q.readySince = hostclock.Now()
 			}
-			q.ready = append(q.ready, jobs...)
+			q.ready = mergeReady(q.ready, jobs)
 		}
 		q.serveReady()
 		var left []*waiter
@@ -233,6 +284,25 @@ func (g *Gateway) dispatch(r *run, q *queue) {
 			hostclock.Sleep(r.ctx, 100*time.Millisecond) // a failing database is not hammered
 		}
 	}
+}
+
+// mergeReady adds a claim's jobs to those claimed ahead before it: the ones it wrote
+// running (for the requests waiting now) first, so that they are the ones handed out
+// now, then the earlier jobs, then the claim's own jobs claimed ahead.
+func mergeReady(ready, jobs []*skiplock.Job) []*skiplock.Job {
+	out := make([]*skiplock.Job, 0, len(ready)+len(jobs))
+	for _, j := range jobs {
+		if j.State != skiplock.StateClaimed {
+			out = append(out, j)
+		}
+	}
+	out = append(out, ready...)
+	for _, j := range jobs {
+		if j.State == skiplock.StateClaimed {
+			out = append(out, j)
+		}
+	}
+	return out
 }
 
 // serveReady hands the jobs claimed ahead to the waiting requests, in arrival

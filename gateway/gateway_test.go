@@ -669,12 +669,12 @@ type fixedRetry time.Duration
 
 func (f fixedRetry) Delay(int) time.Duration { return time.Duration(f) }
 
-// A claim takes ahead what the previous round asked, for the requests that arrive
-// while it runs; jobs claimed ahead that nobody asks for within the hold (a tenth
-// of the lease here) go back to the queue with their attempt given back.
-func TestClaimedAheadGoBack(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, skiplock.Config{LeaseDuration: time.Second}, gateway.Options{PollInterval: time.Hour})
+// claimTwoOfFive has a claim for 2 jobs wait, then enqueues 5 in one transaction (the
+// waiting claim sees all five at once) and returns its answer and the five. The
+// gateway claims 2 more ahead: what the previous round (the one that found nothing)
+// asked.
+func (e *env) claimTwoOfFive() (gateway.ClaimResponse, []skiplock.EnqueueResult) {
+	e.t.Helper()
 	got := make(chan gateway.ClaimResponse, 1)
 	go func() {
 		var cr gateway.ClaimResponse
@@ -684,22 +684,32 @@ func TestClaimedAheadGoBack(t *testing.T) {
 		}
 		got <- cr
 	}()
-	waitFor(t, "the claim to wait", func() bool { n, idle, _ := e.gw.QueueState("default"); return n == 1 && idle })
-	ids := map[string]bool{}
+	waitFor(e.t, "the claim to wait", func() bool { n, idle, _ := e.gw.QueueState("default"); return n == 1 && idle })
 	params := make([]skiplock.EnqueueParams, 5)
 	for i := range params {
 		params[i] = skiplock.EnqueueParams{Kind: "k", Payload: []byte(`{}`)}
 	}
-	// One transaction: the waiting claim sees all five at once.
 	enq, err := e.client.EnqueueMany(context.Background(), params)
 	if err != nil {
-		t.Fatal(err)
+		e.t.Fatal(err)
 	}
+	cr := <-got
+	if len(cr.Jobs) != 2 {
+		e.t.Fatalf("the waiting claim got %d jobs, want 2", len(cr.Jobs))
+	}
+	return cr, enq
+}
+
+// A claim takes ahead what the previous round asked, for the requests that arrive
+// while it runs; jobs claimed ahead that nobody asks for within the hold (a tenth
+// of the lease here) go back to the queue with their attempt given back.
+func TestClaimedAheadGoBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{LeaseDuration: time.Second}, gateway.Options{PollInterval: time.Hour})
+	_, enq := e.claimTwoOfFive()
+	ids := map[string]bool{}
 	for _, r := range enq {
 		ids[r.ID] = true
-	}
-	if cr := <-got; len(cr.Jobs) != 2 {
-		t.Fatalf("the waiting claim got %d jobs, want 2", len(cr.Jobs))
 	}
 	st := e.gw.Stats()
 	if st.Claimed != 4 {
@@ -724,5 +734,41 @@ func TestClaimedAheadGoBack(t *testing.T) {
 	}
 	if running != 3 || pending != 2 {
 		t.Fatalf("%d running, %d pending with no attempt spent; want 3 and 2 (%v; %+v)", running, pending, states, e.gw.Stats())
+	}
+}
+
+// Jobs the gateway claims ahead, for requests not yet arrived, read claimed (not
+// running) until a request takes them; the ones handed out read running at once.
+func TestClaimedAheadReadClaimedUntilHandedOut(t *testing.T) {
+	t.Parallel()
+	// A long lease: the hold (a tenth of it) keeps the jobs claimed ahead while we look.
+	e := newEnv(t, skiplock.Config{LeaseDuration: 10 * time.Minute}, gateway.Options{PollInterval: time.Hour})
+	cr, enq := e.claimTwoOfFive()
+	count := func() map[skiplock.JobState]int {
+		m := map[skiplock.JobState]int{}
+		for _, r := range enq {
+			m[e.job(r.ID).State]++
+		}
+		return m
+	}
+	for _, j := range cr.Jobs {
+		if s := e.job(j.ID).State; s != skiplock.StateRunning {
+			t.Fatalf("a job handed out reads %s, want running", s)
+		}
+	}
+	if c := count(); c[skiplock.StateClaimed] != 2 || c[skiplock.StateRunning] != 2 || c[skiplock.StatePending] != 1 {
+		t.Fatalf("states after one request for 2 (2 more claimed ahead): %v", c)
+	}
+	j := e.claimOne("default") // taken from the jobs claimed ahead
+	if s := e.job(j.ID).State; s != skiplock.StateRunning {
+		t.Fatalf("a job claimed ahead reads %s once handed out, want running", s)
+	}
+	if c := count(); c[skiplock.StateClaimed] != 1 || c[skiplock.StateRunning] != 3 {
+		t.Fatalf("states after the second request: %v", c)
+	}
+	// Its lease token is the one the claim wrote: it completes.
+	e.post("/v1/jobs/"+j.ID+"/complete", gateway.CompleteRequest{LeaseToken: j.LeaseToken}, nil)
+	if s := e.job(j.ID).State; s != skiplock.StateSucceeded {
+		t.Fatalf("the job completed through the gateway reads %s", s)
 	}
 }

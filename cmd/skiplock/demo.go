@@ -74,7 +74,10 @@ func newDemoCmd(db *dbFlags) *cobra.Command {
 		Short: "run a sample app on a throwaway PostgreSQL and show jobs flowing",
 		Long: `Run a sample shop: orders written with their email job and outbox event in one
 transaction, workers sending the emails (with deliberate failures), a relay
-publishing signed webhooks, and live figures.
+publishing signed webhooks, and live figures. When /usr/bin/python3 has psycopg 3
+($SKIPLOCK_PYTHON names another interpreter), a Python worker on clients/python
+(found from the working directory, or $SKIPLOCK_PYTHON_CLIENT) renders each order's
+receipt from queue "receipts" beside the Go workers.
 
 Without --database-url or DATABASE_URL it starts a throwaway PostgreSQL from the
 installed binaries and removes it on exit. On a database you name, it works in a

@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/cmd/skiplock/internal/bench"
+	"github.com/skiplock/skiplock/internal/clienttest"
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
 
@@ -36,7 +39,7 @@ func TestDemoOnANamedDatabase(t *testing.T) {
 		}
 	}
 	var orders, jobs int64
-	if err := pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM "`+c.schema+`".demo_orders), (SELECT count(*) FROM "`+c.schema+`".jobs)`).Scan(&orders, &jobs); err != nil {
+	if err := pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM "`+c.schema+`".demo_orders), (SELECT count(*) FROM "`+c.schema+`".jobs WHERE kind = 'send_order_email')`).Scan(&orders, &jobs); err != nil {
 		t.Fatal(err)
 	}
 	if orders == 0 || jobs != orders {
@@ -101,5 +104,53 @@ func TestDemoDurationErrors(t *testing.T) {
 	if code := execute(context.Background(), &out, &errb, "demo", "--duration", "-1s", "--database-url", "postgres://127.0.0.1:1/x"); code != 2 ||
 		!strings.Contains(errb.String(), "a negative duration") {
 		t.Fatalf("--duration -1s: exit %d\n%s", code, errb.String())
+	}
+}
+
+// With Python and psycopg, the demo runs a Python worker (clients/python) beside the Go
+// ones: every order's receipt job goes to its queue, it renders them, and its figures
+// show in the live lines and the summary.
+func TestDemoPythonWorker(t *testing.T) {
+	t.Parallel()
+	clienttest.Python(t)
+	c, pool := demoCLI(t, "demo_py_")
+	out := c.must("demo", "--duration", "3s")
+	for _, want := range []string{"a Python worker (clients/python, pid ", "│ python: receipts ", "demo: Python worker: "} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	var orders, receipts, rendered, byOthers int64
+	if err := pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM "`+c.schema+`".demo_orders),
+  count(*), count(*) FILTER (WHERE status = 'succeeded'), count(*) FILTER (WHERE status = 'succeeded' AND worker_id <> 'demo-python')
+FROM "`+c.schema+`".jobs WHERE kind = 'render_receipt' AND queue = 'receipts'`).Scan(&orders, &receipts, &rendered, &byOthers); err != nil {
+		t.Fatal(err)
+	}
+	if orders == 0 || receipts != orders || rendered == 0 || byOthers != 0 {
+		t.Fatalf("%d orders, %d receipt jobs, %d rendered, %d of them by another worker than the Python one", orders, receipts, rendered, byOthers)
+	}
+	if !strings.Contains(out, fmt.Sprintf("demo: Python worker: %d receipts rendered", rendered)) {
+		t.Fatalf("the summary does not say %d receipts rendered:\n%s", rendered, out)
+	}
+}
+
+// Without Python (an interpreter that does not exist), the demo says so in one line
+// and runs with its Go workers alone.
+func TestDemoWithoutPython(t *testing.T) {
+	t.Setenv(bench.PythonEnv, "/nonexistent/python3")
+	c, pool := demoCLI(t, "demo_nopy_")
+	out := c.must("demo", "--duration", "1s")
+	if n := strings.Count(out, "demo: no Python worker ("); n != 1 {
+		t.Fatalf("%d lines say the Python worker is missing, want 1:\n%s", n, out)
+	}
+	if !strings.Contains(out, "/nonexistent/python3") || !strings.Contains(out, "emails sent") || strings.Contains(out, "python: receipts") {
+		t.Fatalf("demo output without Python:\n%s", out)
+	}
+	var receipts int64
+	if err := pool.QueryRow(context.Background(), `SELECT count(*) FROM "`+c.schema+`".jobs WHERE kind = 'render_receipt'`).Scan(&receipts); err != nil {
+		t.Fatal(err)
+	}
+	if receipts != 0 {
+		t.Fatalf("%d receipt jobs enqueued with no Python worker to render them", receipts)
 	}
 }

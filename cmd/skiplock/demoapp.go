@@ -87,6 +87,11 @@ func demoApp(ctx context.Context, d time.Duration, pool *pgxpool.Pool, schema st
 	if err != nil {
 		return err
 	}
+	// A Python worker beside the Go ones, when Python and psycopg are there.
+	py, pyErr := startDemoPython(ctx, pool.Config().ConnString(), schema)
+	if pyErr != nil {
+		fmt.Fprintf(stdout, "demo: no Python worker (%s); the Go workers run alone\n", firstLine(pyErr))
+	}
 	if d > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d)
@@ -94,9 +99,14 @@ func demoApp(ctx context.Context, d time.Duration, pool *pgxpool.Pool, schema st
 	}
 
 	shopDone := make(chan error, 1)
-	go func() { shopDone <- demoShop(ctx, pool, client, outbox, orders, &st) }()
+	go func() { shopDone <- demoShop(ctx, pool, client, outbox, orders, py != nil, &st) }()
 
-	fmt.Fprintf(stdout, "demo: a shop writes orders (+ an email job + an outbox event, one transaction each); %d email workers; Ctrl-C to stop\n\n", 50)
+	if py != nil {
+		fmt.Fprintf(stdout, "demo: a shop writes orders (+ an email job, a receipt job and an outbox event, one transaction each); %d Go email workers; "+
+			"a Python worker (clients/python, pid %d) renders the receipts from queue %q; Ctrl-C to stop\n\n", 50, py.cmd.Process.Pid, demoReceiptQueue)
+	} else {
+		fmt.Fprintf(stdout, "demo: a shop writes orders (+ an email job + an outbox event, one transaction each); %d email workers; Ctrl-C to stop\n\n", 50)
+	}
 	ticker := time.NewTicker(time.Second)
 	defer ticker.Stop()
 	start := time.Now()
@@ -118,9 +128,15 @@ func demoApp(ctx context.Context, d time.Duration, pool *pgxpool.Pool, schema st
 				}
 			}
 			done := s.Process.Succeeded + s.Process.Failed
-			fmt.Fprintf(stdout, "%5.0fs  orders %6d │ jobs: pending %4d running %3d succeeded %6d retried %4d failed %3d │ %5d jobs/s │ oldest due %6s │ %s\n",
+			var pyLine string
+			if py != nil {
+				if rendered, waiting, retried, err := demoPyFigures(context.WithoutCancel(ctx), pool, schema); err == nil {
+					pyLine = fmt.Sprintf(" │ python: receipts %6d waiting %4d retried %3d", rendered, waiting, retried)
+				}
+			}
+			fmt.Fprintf(stdout, "%5.0fs  orders %6d │ jobs: pending %4d running %3d succeeded %6d retried %4d failed %3d │ %5d jobs/s │ oldest due %6s │ %s%s\n",
 				time.Since(start).Seconds(), st.orders.Load(), q.Pending, q.Running, q.Succeeded, s.Process.Retried, q.Failed,
-				done-lastDone, q.OldestDueAge.Round(time.Millisecond), outbox.line())
+				done-lastDone, q.OldestDueAge.Round(time.Millisecond), outbox.line(), pyLine)
 			lastDone = done
 		}
 	}
@@ -130,6 +146,9 @@ func demoApp(ctx context.Context, d time.Duration, pool *pgxpool.Pool, schema st
 	}
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if py != nil {
+		py.stop(10 * time.Second)
+	}
 	if err := client.Stop(stopCtx); err != nil {
 		return err
 	}
@@ -141,6 +160,13 @@ func demoApp(ctx context.Context, d time.Duration, pool *pgxpool.Pool, schema st
 	fmt.Fprintf(stdout, "demo: %d orders; %d emails sent, %d transient SMTP errors retried, %d permanently failed, %d waiting for a retry\n",
 		st.orders.Load(), c.Succeeded, c.Retried, c.Failed, pending)
 	fmt.Fprintf(stdout, "demo: %s\n", outbox.summary())
+	if py != nil {
+		rendered, waiting, retried, err := demoPyFigures(stopCtx, pool, schema)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "demo: Python worker: %d receipts rendered, %d renders retried, %d receipts waiting\n", rendered, retried, waiting)
+	}
 	return nil
 }
 
@@ -156,7 +182,8 @@ func demoSchemaIsOwn(ctx context.Context, pool *pgxpool.Pool, schema string) err
 	}
 	var foreign []string
 	if hasJobs {
-		rows, err := pool.Query(ctx, `SELECT DISTINCT kind FROM `+jobs+` WHERE kind <> $1 ORDER BY kind LIMIT 5`, demoEmail{}.Kind())
+		rows, err := pool.Query(ctx, `SELECT DISTINCT kind FROM `+jobs+` WHERE kind <> ALL($1) ORDER BY kind LIMIT 5`,
+			[]string{demoEmail{}.Kind(), demoReceipt{}.Kind()})
 		if err != nil {
 			return fmt.Errorf("checking the demo's schema %q: %w", schema, err)
 		}
@@ -186,8 +213,9 @@ func demoSchemaIsOwn(ctx context.Context, pool *pgxpool.Pool, schema string) err
 }
 
 // demoShop writes orders at a steady rate with bursts, each in one transaction with
-// its email job and outbox event.
-func demoShop(ctx context.Context, pool *pgxpool.Pool, client *skiplock.Client, ob *demoOutbox, orders string, st *demoStats) error {
+// its email job, its receipt job (when receipts: the Python worker runs) and outbox
+// event.
+func demoShop(ctx context.Context, pool *pgxpool.Pool, client *skiplock.Client, ob *demoOutbox, orders string, receipts bool, st *demoStats) error {
 	for i := 0; ; i++ {
 		wait := 4 * time.Millisecond
 		if i%1000 > 900 { // a burst
@@ -211,6 +239,9 @@ func demoShop(ctx context.Context, pool *pgxpool.Pool, client *skiplock.Client, 
 		if err == nil {
 			_, err = client.EnqueueTx(ctx, tx, demoEmail{OrderID: id, Customer: customer},
 				&skiplock.EnqueueOpts{DeduplicationKey: fmt.Sprintf("order-%d", id), ConcurrencyKey: customer})
+		}
+		if err == nil && receipts {
+			err = enqueueReceipt(ctx, client, tx, id)
 		}
 		if err == nil {
 			err = ob.write(ctx, tx, id, customer)

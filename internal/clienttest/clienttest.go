@@ -52,7 +52,7 @@ func Track(t testing.TB, paths ...string) {
 // missing skips t, or fails it when CI=true or env=1 requires the client.
 func missing(t testing.TB, env, msg string) {
 	t.Helper()
-	if os.Getenv("CI") == "true" || os.Getenv(env) == "1" {
+	if Required(env) {
 		t.Fatalf("%s (CI=true or %s=1, so this is a failure)", msg, env)
 	}
 	t.Skip(msg)
@@ -62,12 +62,25 @@ func missing(t testing.TB, env, msg string) {
 // t (fails it under CI=true or SKIPLOCK_REQUIRE_PYTHON=1).
 func Python(t testing.TB) string {
 	t.Helper()
-	if out, err := exec.Command(PythonInterpreter, "-c", "import psycopg").CombinedOutput(); err != nil {
-		missing(t, "SKIPLOCK_REQUIRE_PYTHON", fmt.Sprintf("the Python client needs %s with psycopg 3 (apt-get install python3-psycopg; make deps): %v: %s",
-			PythonInterpreter, err, out))
+	if err := PythonMissing(); err != nil {
+		missing(t, "SKIPLOCK_REQUIRE_PYTHON", err.Error())
 	}
 	return PythonInterpreter
 }
+
+// PythonMissing says why the Python client cannot run here (nil when
+// PythonInterpreter imports psycopg 3), for programs that are not tests (tools/chaos).
+func PythonMissing() error {
+	if out, err := exec.Command(PythonInterpreter, "-c", "import psycopg").CombinedOutput(); err != nil {
+		return fmt.Errorf("the Python client needs %s with psycopg 3 (apt-get install python3-psycopg; make deps): %v: %s",
+			PythonInterpreter, err, out)
+	}
+	return nil
+}
+
+// Required reports whether the client that env names (SKIPLOCK_REQUIRE_PYTHON,
+// SKIPLOCK_REQUIRE_NODE) must run: env=1 or CI=true.
+func Required(env string) bool { return os.Getenv("CI") == "true" || os.Getenv(env) == "1" }
 
 var (
 	nodeOnce sync.Once
@@ -81,18 +94,33 @@ var (
 // SKIPLOCK_REQUIRE_NODE=1); a failing build fails t.
 func Node(t testing.TB) string {
 	t.Helper()
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			missing(t, "SKIPLOCK_REQUIRE_NODE", "the Node client needs node (≥ 18) and npm (apt-get install nodejs npm; make deps): "+err.Error())
-		}
+	if err := NodeMissing(); err != nil {
+		missing(t, "SKIPLOCK_REQUIRE_NODE", err.Error())
 	}
 	dir := filepath.Join(Root(), "clients", "node")
 	Track(t, filepath.Join(dir, "src"), filepath.Join(dir, "test"), filepath.Join(dir, "package.json"))
-	nodeOnce.Do(func() { nodeOut, nodeErr = buildNode(dir) })
-	if nodeErr != nil {
-		t.Fatalf("building clients/node: %v\n%s", nodeErr, nodeOut)
+	if out, err := BuildNode(); err != nil {
+		t.Fatalf("building clients/node: %v\n%s", err, out)
 	}
 	return dir
+}
+
+// NodeMissing says why the Node client cannot be built and run here (nil when node
+// and npm are on PATH).
+func NodeMissing() error {
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("the Node client needs node (≥ 18) and npm (apt-get install nodejs npm; make deps): %w", err)
+		}
+	}
+	return nil
+}
+
+// BuildNode builds clients/node (Root) once per process, as Node does, and returns
+// the build's output; for programs that are not tests (tools/chaos).
+func BuildNode() ([]byte, error) {
+	nodeOnce.Do(func() { nodeOut, nodeErr = buildNode(filepath.Join(Root(), "clients", "node")) })
+	return nodeOut, nodeErr
 }
 
 func buildNode(dir string) ([]byte, error) {

@@ -125,9 +125,6 @@ type Expect struct {
 	Output          json.RawMessage `json:"output,omitempty"`
 	LastError       json.RawMessage `json:"last_error,omitempty"`
 	LastErrorPrefix string          `json:"last_error_prefix,omitempty"`
-	// LastErrorEnds: the text a worker gives, after any prefix of its language's
-	// (Go's Permanent and Cancel errors read "permanent: …" and "cancelled: …").
-	LastErrorEnds string `json:"last_error_ends,omitempty"`
 	// History lists attempt_history's outcomes in order.
 	History *[]string `json:"history,omitempty"`
 	// Effects counts the job's rows in EffectsTable.
@@ -226,9 +223,6 @@ func (e Expect) Check(r Row) []string {
 	}
 	if e.LastErrorPrefix != "" && (r.LastError == nil || !strings.HasPrefix(*r.LastError, e.LastErrorPrefix)) {
 		bad("last_error %s, want it to start with %q", quote(r.LastError), e.LastErrorPrefix)
-	}
-	if e.LastErrorEnds != "" && (r.LastError == nil || !strings.HasSuffix(*r.LastError, e.LastErrorEnds)) {
-		bad("last_error %s, want it to end with %q", quote(r.LastError), e.LastErrorEnds)
 	}
 	if e.History != nil {
 		got := make([]string, 0, len(r.History))

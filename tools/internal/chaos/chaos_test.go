@@ -62,3 +62,33 @@ func TestUnknownScenario(t *testing.T) {
 		t.Fatalf("got %v, want an unknown scenario error", err)
 	}
 }
+
+// TestLangSigkill runs the lang-sigkill scenario briefly: Python and Node worker
+// processes SIGKILLed mid-job and one frozen past its lease, with every invariant held.
+// Without Python (psycopg) or Node it skips, or fails under CI=true or
+// SKIPLOCK_REQUIRE_PYTHON / SKIPLOCK_REQUIRE_NODE.
+func TestLangSigkill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL and child processes")
+	}
+	if why := langsMissing(); why != "" && !langsRequired() {
+		t.Skip(why)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, Config{Scenarios: []string{"lang-sigkill"}, Seed: 11, FaultPhase: 4 * time.Second, Rate: 20, Workers: 2})
+	var table strings.Builder
+	if rep != nil {
+		rep.WriteTable(&table)
+	}
+	t.Log(table.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) != 1 || rep.Rows[0].Jobs == 0 || rep.Rows[0].Faults < 4 || rep.Rows[0].Skipped != "" {
+		t.Fatalf("the scenario did not run: %+v", rep.Rows)
+	}
+	if !rep.OK() {
+		t.Fatal("invariants violated (table above)")
+	}
+}

@@ -38,9 +38,14 @@ func (ps *procs) spawn(spec childSpec) (*proc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding child spec: %w", err)
 	}
-	cmd := ps.cmd(b)
+	return ps.start(spec.ID, ps.cmd(b))
+}
+
+// start starts cmd as the child named id (the harness's own binary, or a worker in
+// another language: lang.go). Its stderr goes to <logDir>/<id>.log.
+func (ps *procs) start(id string, cmd *exec.Cmd) (*proc, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	logf, err := os.OpenFile(filepath.Join(ps.logDir, spec.ID+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	logf, err := os.OpenFile(filepath.Join(ps.logDir, id+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("opening child log: %w", err)
 	}
@@ -51,9 +56,9 @@ func (ps *procs) spawn(spec childSpec) (*proc, error) {
 		return nil, fmt.Errorf("child stdout: %w", err)
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting child %s: %w", spec.ID, err)
+		return nil, fmt.Errorf("starting child %s: %w", id, err)
 	}
-	p := &proc{name: spec.ID, cmd: cmd, lines: make(chan string, 256), done: make(chan struct{})}
+	p := &proc{name: id, cmd: cmd, lines: make(chan string, 256), done: make(chan struct{})}
 	ps.mu.Lock()
 	ps.all[p] = struct{}{}
 	ps.mu.Unlock()

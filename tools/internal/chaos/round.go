@@ -96,6 +96,14 @@ func (h *harness) runRound(ctx context.Context, s *scenario, p params) (*Row, er
 			return &Row{Scenario: s.name, Skipped: reason}, nil
 		}
 	}
+	if s.langs {
+		if reason := langsMissing(); reason != "" {
+			if langsRequired() {
+				return &Row{Scenario: s.name, Runs: 1, Violations: []string{"Python and Node required (CI, SKIPLOCK_REQUIRE_PYTHON or SKIPLOCK_REQUIRE_NODE): " + reason}}, nil
+			}
+			return &Row{Scenario: s.name, Skipped: reason}, nil
+		}
+	}
 	if s.failover != "" {
 		reason := ""
 		if _, err := exec.LookPath("pg_autoctl"); err != nil {
@@ -209,6 +217,12 @@ func pause(ctx context.Context, d time.Duration) error {
 // startLoad starts the round's workers, relays and in-process clients and the producer.
 func (r *round) startLoad(ctx context.Context) error {
 	for i := 0; i < r.h.cfg.Workers-r.s.inProcess; i++ {
+		if r.s.langs {
+			if _, err := r.startLangWorker(ctx, langOrder[i%len(langOrder)]); err != nil {
+				return err
+			}
+			continue
+		}
 		if _, err := r.startWorker(ctx, r.s.zombie && i == 0); err != nil {
 			return err
 		}

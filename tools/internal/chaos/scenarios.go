@@ -28,8 +28,10 @@ type scenario struct {
 	holdOnly    bool // duplicates only for events of a batch killed between publish and mark
 	inProcess   int  // workers that are in-process clients with fake clocks
 	zombie      bool // the first worker also runs the low-level loop the zombie fault freezes
-	recoverOn   string
-	inject      func(ctx context.Context, r *round) error
+	// langs: the worker processes are the Python and Node clients (lang.go), not Go.
+	langs     bool
+	recoverOn string
+	inject    func(ctx context.Context, r *round) error
 	// The flow-control scenarios (limits.go): queues every worker also serves (with
 	// their MaxWorkers); setup runs once the workers run, before the producer starts;
 	// feed runs beside the producer until it stops; verify adds checks to the row.
@@ -72,6 +74,7 @@ func ScenarioSummary(name string) string {
 
 var allScenarios = []*scenario{
 	{name: "worker-sigkill", summary: "SIGKILL worker processes mid-job at random moments; restart them", inject: injectSigkill, recoverOn: "jobs"},
+	langScenario,
 	{name: "terminate-backend", summary: "pg_terminate_backend of every worker, listener and relay connection", outbox: true, relayFaults: true, inject: injectTerminate, recoverOn: "jobs"},
 	{name: "pg-restart", summary: "PostgreSQL immediate restart (crash) under load", outbox: true, relayFaults: true, inject: injectRestart, recoverOn: "jobs"},
 	{name: "proxy-drop", summary: "the proxy between workers/relays and PostgreSQL drops every connection", outbox: true, relayFaults: true, inject: injectProxyDrop, recoverOn: "jobs"},

@@ -102,7 +102,7 @@ func TestD1RunsAtSmallScale(t *testing.T) {
 // Python's psycopg it skips, unless CI=true or SKIPLOCK_REQUIRE_PYTHON=1.
 func TestW5PYRunsAtSmallScale(t *testing.T) {
 	t.Parallel()
-	if _, _, err := pythonClient(); err != nil {
+	if _, _, err := PythonClient("W5PY"); err != nil {
 		if os.Getenv("CI") == "true" || os.Getenv("SKIPLOCK_REQUIRE_PYTHON") == "1" {
 			t.Fatal(err)
 		}

@@ -39,16 +39,16 @@ threading.Timer(0, lambda: print("started", flush=True)).start()
 w.run()
 `
 
-// pythonClient finds the interpreter and the client's directory, or says what is
-// missing.
-func pythonClient() (python, dir string, err error) {
+// PythonClient finds the interpreter and the client's directory, or says what is
+// missing, naming who needs them (W5PY; the demo's Python worker).
+func PythonClient(who string) (python, dir string, err error) {
 	python = os.Getenv(PythonEnv)
 	if python == "" {
 		python = "/usr/bin/python3"
 	}
 	if out, err := exec.Command(python, "-c", "import psycopg").CombinedOutput(); err != nil {
-		return "", "", fmt.Errorf("W5PY needs %s with psycopg 3 (apt-get install python3-psycopg, or set %s): %v: %s",
-			python, PythonEnv, err, strings.TrimSpace(string(out)))
+		return "", "", fmt.Errorf("%s needs %s with psycopg 3 (apt-get install python3-psycopg, or set %s): %v: %s",
+			who, python, PythonEnv, err, strings.TrimSpace(string(out)))
 	}
 	if dir = os.Getenv(PythonClientEnv); dir != "" {
 		return python, dir, nil
@@ -62,13 +62,13 @@ func pythonClient() (python, dir string, err error) {
 			return python, filepath.Join(d, "clients", "python"), nil
 		}
 		if filepath.Dir(d) == d {
-			return "", "", fmt.Errorf("W5PY needs the Python client: run from the repository, or set %s to its clients/python", PythonClientEnv)
+			return "", "", fmt.Errorf("%s needs the Python client: run from the repository, or set %s to its clients/python", who, PythonClientEnv)
 		}
 	}
 }
 
 func runW5PY(ctx context.Context, e *Env) (*Result, error) {
-	python, dir, err := pythonClient()
+	python, dir, err := PythonClient("W5PY")
 	if err != nil {
 		return nil, err
 	}
