@@ -169,7 +169,10 @@ class Worker:
     """Claims jobs of one queue through the SQL protocol and runs them on threads.
 
     ``concurrency`` handlers run at once, each on its own thread. Beside them: a
-    claimer, which keeps up to concurrency + prefetch jobs claimed; a completer, which
+    claimer, which keeps jobs claimed ahead (as Go's adaptive prefetch: about
+    prefetch_window seconds of work by the handlers' average run time, at most
+    prefetch; None means the default, 1000) and claims once a quarter of its places
+    are free; a completer, which
     records outcomes in batches (one finish_jobs call for all that are ready, as Go's
     completer does); a heartbeater, which also reclaims expired leases unless reclaim
     is False; and a LISTEN connection that wakes the claimer. A handler that uses
@@ -187,7 +190,7 @@ class Worker:
         *,
         queue: str = "default",
         concurrency: int = 1,
-        prefetch: int = 1000,
+        prefetch: int | None = 1000,
         prefetch_window: float = 0.05,
         name: str | None = None,
         lease: float = 30.0,
@@ -203,6 +206,8 @@ class Worker:
                 raise ValueError(f"skiplock: handler for kind {kind!r} must be a callable")
         if concurrency < 1 or concurrency > 1000:
             raise ValueError(f"skiplock: concurrency {concurrency} is outside 1..1000")
+        if prefetch is None:
+            prefetch = 1000
         if not 0 <= prefetch <= 1000:
             raise ValueError(f"skiplock: prefetch {prefetch} is outside 0..1000")
         if not prefetch_window >= 0:
