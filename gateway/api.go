@@ -96,6 +96,27 @@ type CompleteRequest struct {
 	Output json.RawMessage `json:"output,omitempty"`
 }
 
+// CompleteManyRequest is the body of POST /v1/complete: many jobs' successes in one
+// request, as a worker that batches its completions sends them (Go's completer does).
+type CompleteManyRequest struct {
+	Jobs []JobCompletion `json:"jobs"`
+}
+
+// JobCompletion is one success of a CompleteManyRequest: the claim and its output.
+type JobCompletion struct {
+	ID         string `json:"id"`
+	LeaseToken string `json:"lease_token"`
+	// Output is stored with the success, as CompleteRequest's.
+	Output json.RawMessage `json:"output,omitempty"`
+}
+
+// CompleteManyResponse lists the jobs that succeeded and those whose lease was lost
+// (nothing written for them), by job id.
+type CompleteManyResponse struct {
+	Succeeded []string `json:"succeeded"`
+	Lost      []string `json:"lost"`
+}
+
 // FailRequest is the body of POST /v1/jobs/{id}/fail.
 type FailRequest struct {
 	LeaseToken string `json:"lease_token"`

@@ -28,32 +28,57 @@ type finishRes struct {
 // submit hands f to the finishers and waits for its result: the state the job is in
 // now, or ErrLeaseLost.
 func (g *Gateway) submit(ctx context.Context, f skiplock.Finish) (skiplock.JobState, error) {
+	res, err := g.submitMany(ctx, []skiplock.Finish{f})
+	if err != nil {
+		return "", err
+	}
+	return res[0].state, res[0].err
+}
+
+// submitMany hands every f of fs to the finishers at once (so they share their
+// statements) and waits for each one's result, in fs's order. An error is the
+// handing over's: the gateway stopping or the caller leaving before all were handed
+// over (those handed over are still written and waited for).
+func (g *Gateway) submitMany(ctx context.Context, fs []skiplock.Finish) ([]finishRes, error) {
 	r := g.current()
 	if r == nil {
-		return "", errStopped
+		return nil, errStopped
 	}
-	req := &finishReq{ctx: ctx, f: f, done: make(chan finishRes, 1)}
-	select {
-	case r.finishes <- req:
-	case <-r.ctx.Done():
-		return "", errStopped
-	case <-ctx.Done():
-		return "", ctx.Err()
-	}
-	// Once handed over, the write is waited for even if the caller leaves: a finisher
-	// answers every call it takes (its statement bounded by r.ctx), and calls left
-	// in the channel when the finishers have returned were never written.
-	select {
-	case res := <-req.done:
-		return res.state, res.err
-	case <-r.finishersDone:
+	reqs := make([]*finishReq, 0, len(fs))
+	var handErr error
+hand:
+	for _, f := range fs {
+		req := &finishReq{ctx: ctx, f: f, done: make(chan finishRes, 1)}
 		select {
-		case res := <-req.done:
-			return res.state, res.err
-		default:
-			return "", errStopped
+		case r.finishes <- req:
+			reqs = append(reqs, req)
+		case <-r.ctx.Done():
+			handErr = errStopped
+			break hand
+		case <-ctx.Done():
+			handErr = ctx.Err()
+			break hand
 		}
 	}
+	// Once handed over, a write is waited for even if the caller leaves: a finisher
+	// answers every call it takes (its statement bounded by r.ctx), and calls left in
+	// the channel when the finishers have returned were never written.
+	res := make([]finishRes, len(fs))
+	for i, req := range reqs {
+		select {
+		case res[i] = <-req.done:
+		case <-r.finishersDone:
+			select {
+			case res[i] = <-req.done:
+			default:
+				res[i] = finishRes{err: errStopped}
+			}
+		}
+	}
+	if handErr != nil {
+		return nil, handErr
+	}
+	return res, nil
 }
 
 // finisher takes the waiting finishing calls, up to MaxClaimBatch at a time, and

@@ -16,6 +16,7 @@
 //	POST /v1/claim                  claim up to limit jobs of a queue, waiting up to wait_ms for one (long poll)
 //	POST /v1/heartbeat              renew many leases; answers which were renewed and which lost
 //	POST /v1/jobs/{id}/heartbeat    renew one lease
+//	POST /v1/complete               succeed many jobs at once; answers which succeeded and which lost
 //	POST /v1/jobs/{id}/complete     succeed, with an output
 //	POST /v1/jobs/{id}/fail         fail the attempt: retried per the job's policy (or after retry_in_ms), or permanently
 //	POST /v1/jobs/{id}/snooze       pending again after delay_ms, the attempt given back
@@ -42,7 +43,9 @@
 // # Finishing
 //
 // Finishing calls that arrive together are written together, in one fenced
-// statement (skiplock.Manual.FinishMany), each answered with its own result.
+// statement (skiplock.Manual.FinishMany), each answered with its own result. A
+// worker that batches its successes sends them in one POST /v1/complete: one
+// request, and one share of a statement, for many jobs.
 //
 // # Push mode
 //
@@ -128,7 +131,8 @@ const (
 type Request struct {
 	Op    Op
 	Queue string
-	// JobID is the job of a single-job operation ("" for claims and many-job heartbeats).
+	// JobID is the job of a single-job operation ("" for claims, many-job heartbeats
+	// and many-job completions).
 	JobID string
 }
 

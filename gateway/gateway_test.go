@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -203,6 +204,55 @@ func TestClaimAndFinish(t *testing.T) {
 	// Completing again is stale: the claim is over.
 	e.refused("POST", "/v1/jobs/"+id+"/complete", workerToken, gateway.CompleteRequest{LeaseToken: j.LeaseToken}, 409, gateway.CodeLeaseLost, "lease_token")
 	e.refused("POST", "/v1/jobs/"+id+"/heartbeat", workerToken, gateway.LeaseRequest{LeaseToken: j.LeaseToken}, 409, gateway.CodeLeaseLost, "lease_token")
+}
+
+// POST /v1/complete succeeds many jobs in one request, each fenced by its own lease
+// token: a stale one is answered lost and changes nothing, the others are written.
+func TestCompleteMany(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{}, gateway.Options{})
+	a := e.enqueue("default", "k", `{}`, nil)
+	b := e.enqueue("default", "k", `{}`, nil)
+	c := e.enqueue("default", "k", `{}`, nil)
+	var cr gateway.ClaimResponse
+	e.post("/v1/claim", gateway.ClaimRequest{Queue: "default", Limit: 3}, &cr)
+	if len(cr.Jobs) != 3 {
+		t.Fatalf("claimed %d jobs, want 3", len(cr.Jobs))
+	}
+	tokens := map[string]string{}
+	for _, j := range cr.Jobs {
+		tokens[j.ID] = j.LeaseToken
+	}
+	// c's call carries a token that is not its claim's.
+	const stale = "018f0000-0000-7000-8000-000000000001"
+	req := gateway.CompleteManyRequest{Jobs: []gateway.JobCompletion{
+		{ID: a, LeaseToken: tokens[a], Output: json.RawMessage(`{"n":1}`)},
+		{ID: b, LeaseToken: tokens[b]},
+		{ID: c, LeaseToken: stale},
+	}}
+	var res gateway.CompleteManyResponse
+	e.post("/v1/complete", req, &res)
+	if !slices.Equal(res.Succeeded, []string{a, b}) || !slices.Equal(res.Lost, []string{c}) {
+		t.Fatalf("complete many: %+v (a %s, b %s, c %s)", res, a, b, c)
+	}
+	if got := e.job(a); got.State != skiplock.StateSucceeded || string(got.Output) != `{"n": 1}` {
+		t.Fatalf("a: %s %s", got.State, got.Output)
+	}
+	if got := e.job(b); got.State != skiplock.StateSucceeded || got.Output != nil {
+		t.Fatalf("b: %s %s", got.State, got.Output)
+	}
+	if got := e.job(c); got.State != skiplock.StateRunning || got.LeaseToken != tokens[c] {
+		t.Fatalf("c was changed by a call under another token: %+v", got)
+	}
+	// Again: every one is stale now but c's, under its own token.
+	req.Jobs[2].LeaseToken = tokens[c]
+	e.post("/v1/complete", req, &res)
+	if len(res.Succeeded) != 1 || res.Succeeded[0] != c || !slices.Equal(res.Lost, []string{a, b}) {
+		t.Fatalf("complete many again: %+v", res)
+	}
+	if got := e.job(a); string(got.Output) != `{"n": 1}` {
+		t.Fatalf("a's output changed by a stale call: %s", got.Output)
+	}
 }
 
 func TestFailSnoozeCancel(t *testing.T) {
@@ -492,6 +542,7 @@ func TestBadInput(t *testing.T) {
 	e := newEnv(t, skiplock.Config{}, gateway.Options{MaxBodyBytes: 4 << 10, MaxClaim: 10})
 	const job = "/v1/jobs/018f0000-0000-7000-8000-000000000000"
 	const token = "018f0000-0000-7000-8000-000000000001"
+	const jobID = "018f0000-0000-7000-8000-000000000000"
 	cases := []struct {
 		name, method, path string
 		body               any
@@ -518,6 +569,10 @@ func TestBadInput(t *testing.T) {
 		{"negative retry", "POST", job + "/fail", `{"lease_token":"` + token + `","error":"x","retry_in_ms":-5}`, 400, gateway.CodeInvalidRequest, "retry_in_ms"},
 		{"negative snooze", "POST", job + "/snooze", `{"lease_token":"` + token + `","delay_ms":-1}`, 400, gateway.CodeInvalidRequest, "delay_ms"},
 		{"empty heartbeat", "POST", "/v1/heartbeat", `{"jobs":[]}`, 400, gateway.CodeInvalidRequest, "jobs"},
+		{"empty completions", "POST", "/v1/complete", `{"jobs":[]}`, 400, gateway.CodeInvalidRequest, "jobs"},
+		{"completion without a token", "POST", "/v1/complete", `{"jobs":[{"id":"` + jobID + `"}]}`, 400, gateway.CodeInvalidRequest, "jobs[0].lease_token"},
+		{"completion of a bad id", "POST", "/v1/complete", `{"jobs":[{"id":"x","lease_token":"` + token + `"}]}`, 400, gateway.CodeInvalidRequest, "jobs[0].id"},
+		{"completion given twice", "POST", "/v1/complete", `{"jobs":[{"id":"` + jobID + `","lease_token":"` + token + `"},{"id":"` + jobID + `","lease_token":"` + token + `"}]}`, 400, gateway.CodeInvalidRequest, "jobs[1].id"},
 		{"bad heartbeat id", "POST", "/v1/heartbeat", `{"jobs":[{"id":"x","lease_token":"` + token + `"}]}`, 400, gateway.CodeInvalidRequest, "jobs[0].id"},
 		{"unknown job", "POST", job + "/complete", gateway.CompleteRequest{LeaseToken: token}, 409, gateway.CodeLeaseLost, "lease_token"},
 		{"no route", "POST", "/v1/nope", `{}`, 404, gateway.CodeNotFound, ""},

@@ -128,7 +128,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		reflect.TypeFor[ClaimRequest](), reflect.TypeFor[ClaimResponse](), reflect.TypeFor[ClaimedJob](),
 		reflect.TypeFor[LeaseRequest](), reflect.TypeFor[HeartbeatResponse](), reflect.TypeFor[JobLease](),
 		reflect.TypeFor[HeartbeatManyRequest](), reflect.TypeFor[HeartbeatManyResponse](),
-		reflect.TypeFor[CompleteRequest](), reflect.TypeFor[FailRequest](), reflect.TypeFor[SnoozeRequest](),
+		reflect.TypeFor[CompleteRequest](), reflect.TypeFor[CompleteManyRequest](), reflect.TypeFor[JobCompletion](),
+		reflect.TypeFor[CompleteManyResponse](), reflect.TypeFor[FailRequest](), reflect.TypeFor[SnoozeRequest](),
 		reflect.TypeFor[CancelRequest](), reflect.TypeFor[FinishResponse](), reflect.TypeFor[ErrorResponse](),
 		reflect.TypeFor[ErrorBody](), reflect.TypeFor[PushRequest](), reflect.TypeFor[PushReply](),
 	}

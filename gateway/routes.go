@@ -37,6 +37,7 @@ var routeTable = []route{
 	{"POST", "/v1/claim", OpClaim, typeOf[ClaimRequest](), typeOf[ClaimResponse](), (*Gateway).claim},
 	{"POST", "/v1/heartbeat", OpHeartbeat, typeOf[HeartbeatManyRequest](), typeOf[HeartbeatManyResponse](), (*Gateway).heartbeatMany},
 	{"POST", "/v1/jobs/{id}/heartbeat", OpHeartbeat, typeOf[LeaseRequest](), typeOf[HeartbeatResponse](), (*Gateway).heartbeat},
+	{"POST", "/v1/complete", OpComplete, typeOf[CompleteManyRequest](), typeOf[CompleteManyResponse](), (*Gateway).completeMany},
 	{"POST", "/v1/jobs/{id}/complete", OpComplete, typeOf[CompleteRequest](), typeOf[FinishResponse](), (*Gateway).complete},
 	{"POST", "/v1/jobs/{id}/fail", OpFail, typeOf[FailRequest](), typeOf[FinishResponse](), (*Gateway).fail},
 	{"POST", "/v1/jobs/{id}/snooze", OpSnooze, typeOf[SnoozeRequest](), typeOf[FinishResponse](), (*Gateway).snooze},
@@ -366,6 +367,71 @@ func (g *Gateway) complete(w http.ResponseWriter, r *http.Request, _ string) {
 		}
 	}
 	g.finish(w, r, skiplock.Finish{Job: job, Action: skiplock.FinishComplete})
+}
+
+// completeMany writes many successes through the finishers, which put the calls
+// that arrive together, these among them, into one statement.
+func (g *Gateway) completeMany(w http.ResponseWriter, r *http.Request, _ string) {
+	var req CompleteManyRequest
+	if !g.decode(w, r, &req) {
+		return
+	}
+	if len(req.Jobs) == 0 || len(req.Jobs) > g.opts.MaxClaimBatch {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("jobs: give 1 to %d", g.opts.MaxClaimBatch), "jobs")
+		return
+	}
+	fs := make([]skiplock.Finish, len(req.Jobs))
+	ids := make(map[string]bool, len(req.Jobs))
+	for i, c := range req.Jobs {
+		at := func(field string) string { return fmt.Sprintf("jobs[%d].%s", i, field) }
+		if ids[c.ID] {
+			writeError(w, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("jobs[%d]: job %s is given twice", i, c.ID), at("id"))
+			return
+		}
+		ids[c.ID] = true
+		if c.LeaseToken == "" {
+			writeError(w, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("jobs[%d]: lease_token is required", i), at("lease_token"))
+			return
+		}
+		job, err := g.m.Handle(c.ID, c.LeaseToken)
+		if err == nil && len(c.Output) > 0 {
+			err = job.SetOutput(c.Output)
+		}
+		if err != nil {
+			var ve *skiplock.ValidationError
+			if errors.As(err, &ve) {
+				writeError(w, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("jobs[%d]: %s", i, ve.Reason), at(ve.Field))
+				return
+			}
+			g.writeFailure(w, r, err)
+			return
+		}
+		fs[i] = skiplock.Finish{Job: job, Action: skiplock.FinishComplete}
+	}
+	res, err := g.submitMany(r.Context(), fs)
+	if err != nil {
+		g.writeFailure(w, r, err)
+		return
+	}
+	resp := CompleteManyResponse{Succeeded: make([]string, 0, len(fs)), Lost: []string{}}
+	var failed error
+	for i, x := range res {
+		switch {
+		case errors.Is(x.err, skiplock.ErrLeaseLost):
+			resp.Lost = append(resp.Lost, fs[i].Job.ID)
+		case x.err != nil:
+			failed = x.err
+		default:
+			resp.Succeeded = append(resp.Succeeded, fs[i].Job.ID)
+		}
+	}
+	if failed != nil {
+		// Some were not written (the database failed): the worker retries the request,
+		// and those written meanwhile answer lost, as a retried single completion does.
+		g.writeFailure(w, r, failed)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
 }
 
 func (g *Gateway) fail(w http.ResponseWriter, r *http.Request, _ string) {

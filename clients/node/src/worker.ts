@@ -193,6 +193,16 @@ export interface WorkerOptions {
   queue?: string;
   /** Handlers running at once, 1..1000. Default 1. */
   concurrency?: number;
+  /**
+   * The most jobs claimed ahead of free handlers, 0..1000, so that a handler that
+   * finishes finds its next job waiting instead of waiting for a claim, and a claim
+   * brings a batch. Adaptive, as Go's MaxPrefetch: about prefetchWindow of work (by the
+   * handlers' average run time), at most this many. Their leases run from the claim; on
+   * stop they go back to the queue, their attempt returned. Default 1000; 0 disables.
+   */
+  prefetch?: number;
+  /** How much work (seconds of handler time) the prefetch may hold. Default 0.05. */
+  prefetchWindow?: number;
   /** The worker's name (worker_id, attempt history). Default host-pid-random. */
   name?: string;
   /** Lease length in seconds, at least 1; heartbeats every lease/3. Default 30. */
@@ -268,6 +278,9 @@ function transient(e: unknown): boolean {
 
 class OutputRefused extends Error {}
 
+/** How many outcomes may wait to be recorded before the claimer pauses. */
+const MAX_HELD = 2000;
+
 /** One outcome, as finish_jobs takes it (docs/sql_workers.md). */
 interface Outcome {
   action: "complete" | "retry" | "fail" | "snooze" | "cancel";
@@ -289,6 +302,8 @@ export class Worker {
   readonly name: string;
   readonly queue: string;
   readonly concurrency: number;
+  readonly prefetch: number;
+  readonly prefetchWindow: number;
   readonly lease: number;
   readonly pollInterval: number;
   readonly shutdownTimeout: number;
@@ -304,7 +319,16 @@ export class Worker {
   private pool: Pool | null = null;
   private listener: Client | null = null;
   private stopping = false;
+  /** Every claimed job until its outcome is recorded (or given up on), by id: what heartbeats renew. */
   private running = new Map<string, Job>();
+  /** Claimed jobs waiting for a free handler, in claim order. */
+  private buffer: Job[] = [];
+  /** Handlers running now. */
+  private active = 0;
+  /** Outcomes on their way to the database. */
+  private held = 0;
+  /** Moving average of the handlers' run times in ms (0: none ran yet). */
+  private avgRunMs = 0;
   private tasks = new Set<Promise<void>>();
   private wakeUp: (() => void) | null = null;
   private woken = false;
@@ -330,6 +354,14 @@ export class Worker {
     if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 1000) {
       throw new RangeError(`skiplock: concurrency ${concurrency} is outside 1..1000`);
     }
+    const prefetch = opts.prefetch ?? 1000;
+    const prefetchWindow = opts.prefetchWindow ?? 0.05;
+    if (!(prefetchWindow >= 0)) {
+      throw new RangeError(`skiplock: prefetchWindow ${prefetchWindow}s is negative`);
+    }
+    if (!Number.isInteger(prefetch) || prefetch < 0 || prefetch > 1000) {
+      throw new RangeError(`skiplock: prefetch ${prefetch} is outside 0..1000`);
+    }
     const lease = opts.lease ?? 30;
     if (!(lease >= 1)) {
       throw new RangeError(`skiplock: lease ${lease}s is below 1s`);
@@ -342,6 +374,8 @@ export class Worker {
     this.handlers = new Map(entries);
     this.queue = opts.queue ?? "default";
     this.concurrency = concurrency;
+    this.prefetch = prefetch;
+    this.prefetchWindow = prefetchWindow;
     this.name = opts.name ?? defaultName();
     this.lease = lease;
     this.pollInterval = pollInterval;
@@ -355,8 +389,9 @@ export class Worker {
     this.poolConfig = {
       ...opts.pool,
       connectionString,
-      // One connection per running handler, plus the claimer's and the heartbeater's.
-      max: concurrency + 2,
+      // One connection per running handler, plus the claimer's, the completer's and the
+      // heartbeater's.
+      max: concurrency + 3,
       application_name: `skiplock node worker ${this.name}`.slice(0, 63),
     };
   }
@@ -394,6 +429,7 @@ export class Worker {
       await this.claimLoop();
     } finally {
       this.stopping = true;
+      this.giveBack();
       await this.drain();
       clearInterval(this.heartbeatTimer);
       const l = this.listener;
@@ -425,7 +461,7 @@ export class Worker {
     clearTimeout(timer);
     this.abandoned = late;
     if (late) {
-      const still = [...this.running.values()];
+      const still = [...this.running.values()].filter((j) => !j._finishing);
       this.log.warn(
         `skiplock: stopped with ${still.length} job(s) still running (${still.map((j) => j.id).join(", ")}); ` +
           "their leases will expire and they run again",
@@ -465,28 +501,28 @@ export class Worker {
 
   private async claimLoop(): Promise<void> {
     const kinds = [...this.handlers.keys()].sort();
-    // Under a backlog (the last claim was full), claim once a quarter of the slots are
-    // free rather than once per finished job: a claim is a commit, and one per job
-    // would bound the worker at the database's commit rate.
-    const batch = Math.max(1, Math.floor(this.concurrency / 4));
-    let backlog = false;
+    // The claim commits asynchronously (set_config, as Go's claim does): a claim lost
+    // in a crash leaves the job pending, and an outcome, which commits synchronously,
+    // makes its claim durable too (docs/sql_workers.md).
+    const sql =
+      `SELECT c.id::text AS id, c.kind, c.args, c.attempt, c.max_attempts, c.priority, c.metadata, c.tags, c.created_at, ` +
+      `c.lease_token::text AS lease_token, c.lease_until FROM (SELECT set_config('synchronous_commit', 'off', true)) AS s, ` +
+      `${this.s}.claim_jobs($1, $2, n => $3, lease => $4::interval, kinds => $5) AS c`;
     let backoff = 0.1;
     while (!this.stopping) {
-      const free = this.concurrency - this.running.size;
-      if (free <= 0 || (backlog && free < batch)) {
+      // As Go's producer: while jobs wait in the buffer, a claim waits for a quarter of
+      // the places to be free, so that each round trip brings a batch.
+      const limit = this.limit();
+      const free = limit - this.active - this.buffer.length;
+      if (free <= 0 || (this.buffer.length > 0 && free < limit / 4) || this.held >= MAX_HELD) {
         await this.sleep(this.pollInterval);
         continue;
       }
       this.woken = false;
       let rows: ClaimRow[];
       try {
-        const res = await this.pool!.query<ClaimRow>(
-          `SELECT id::text AS id, kind, args, attempt, max_attempts, priority, metadata, tags, created_at, ` +
-            `lease_token::text AS lease_token, lease_until FROM ${this.s}.claim_jobs($1, $2, n => $3, lease => $4::interval, kinds => $5)`,
-          [this.queue, this.name, free, interval(this.lease), kinds],
-        );
+        const res = await this.pool!.query<ClaimRow>(sql, [this.queue, this.name, Math.min(free, 1000), interval(this.lease), kinds]);
         rows = res.rows;
-        backlog = rows.length === free;
         backoff = 0.1;
       } catch (e) {
         if (transient(e)) {
@@ -499,20 +535,48 @@ export class Worker {
         backoff = Math.min(backoff * 2, 30);
         continue;
       }
-      if (rows.length === 0) {
-        await this.sleep(this.pollInterval);
-        continue;
-      }
       for (const row of rows) {
         const job = new Job(row, this.schema);
         this.running.set(job.id, job);
-        const task = this.execute(job).finally(() => {
-          this.running.delete(job.id);
-          this.tasks.delete(task);
-          this.wake();
-        });
-        this.tasks.add(task);
+        this.buffer.push(job);
       }
+      this.startJobs();
+      if (rows.length < Math.min(free, 1000)) {
+        // The queue is drained for now: wait for a NOTIFY, a finished job or the poll.
+        await this.sleep(this.pollInterval);
+      }
+    }
+  }
+
+  /** The most jobs to hold (running or buffered): the handlers and about prefetchWindow of work. */
+  private limit(): number {
+    if (this.prefetch === 0 || this.avgRunMs <= 0) {
+      return this.concurrency;
+    }
+    return this.concurrency + Math.min(Math.floor((this.prefetchWindow * 1000) / this.avgRunMs), this.prefetch);
+  }
+
+  /** Starts buffered jobs on the free handlers. */
+  private startJobs(): void {
+    while (this.active < this.concurrency && this.buffer.length > 0 && !this.stopping) {
+      const job = this.buffer.shift()!;
+      this.active++;
+      const task = this.execute(job).finally(() => {
+        this.tasks.delete(task);
+      });
+      this.tasks.add(task);
+    }
+  }
+
+  /** Gives the buffered jobs back to the queue at once, their attempt returned (a stop). */
+  private giveBack(): void {
+    const jobs = this.buffer.splice(0);
+    for (const job of jobs) {
+      this.held++;
+      const task = this.record(job, { action: "snooze", delay: interval(0) }).finally(() => {
+        this.tasks.delete(task);
+      });
+      this.tasks.add(task);
     }
   }
 
@@ -560,19 +624,22 @@ export class Worker {
     }
     this.beating = true;
     try {
-      for (const job of [...this.running.values()]) {
-        if (job.signal.aborted) {
-          continue;
-        }
-        const res = await this.pool.query<{ r: string }>(`SELECT ${this.s}.heartbeat_job($1, $2, $3::interval) AS r`, [
-          job.id,
-          job.leaseToken,
-          interval(this.lease),
-        ]);
-        // A job whose outcome is being recorded meanwhile is lost to its heartbeat, not to its handler.
-        if (res.rows[0]?.r === "lost" && !job._finishing && this.running.has(job.id)) {
-          job._abort.abort(new LeaseLost(`skiplock: lease lost for job ${job.id}`));
-          this.log.warn(`skiplock: lease lost for job ${job.id} (${job.kind}): its outcome will not be kept`);
+      const held = [...this.running.values()].filter((j) => !j.signal.aborted);
+      if (held.length > 0) {
+        // One round trip for every held job, committed asynchronously as Go's heartbeat is.
+        const res = await this.pool.query<{ id: string; r: string }>(
+          `SELECT h.id::text AS id, ${this.s}.heartbeat_job(h.id, h.token, $3::interval) AS r ` +
+            `FROM (SELECT set_config('synchronous_commit', 'off', true)) AS s, unnest($1::uuid[], $2::uuid[]) AS h(id, token)`,
+          [held.map((j) => j.id), held.map((j) => j.leaseToken), interval(this.lease)],
+        );
+        const byId = new Map(held.map((j) => [j.id, j]));
+        for (const { id, r } of res.rows) {
+          const job = byId.get(id);
+          // A job whose outcome is being recorded meanwhile is lost to its heartbeat, not to its handler.
+          if (job !== undefined && r === "lost" && !job._finishing && this.running.has(job.id)) {
+            job._abort.abort(new LeaseLost(`skiplock: lease lost for job ${job.id}`));
+            this.log.warn(`skiplock: lease lost for job ${job.id} (${job.kind}): its outcome will not be kept`);
+          }
         }
       }
       if (this.reclaim && Date.now() - this.lastReclaim >= this.lease * 1000) {
@@ -590,26 +657,56 @@ export class Worker {
     }
   }
 
+  /**
+   * Runs job on a handler. The handler's place is free once it returns: its outcome is
+   * recorded by the completer meanwhile (the job stays held, and heartbeated, until it
+   * is), as Go's executor hands an outcome to its completer and takes the next job.
+   */
   private async execute(job: Job): Promise<void> {
-    let client: PoolClient;
+    let o: Outcome | null = null;
     try {
-      client = await this.pool!.connect();
-    } catch (e) {
-      this.log.error(`skiplock: job ${job.id}: no connection to run it on (its lease will expire and it runs again): ${(e as Error).message}`);
-      return;
-    }
-    let broken: Error | undefined;
-    try {
-      await this.runJob(client, job);
-    } catch (e) {
-      broken = e as Error;
-      this.log.error(`skiplock: job ${job.id} (${job.kind}): ${broken.message}`);
+      let client: PoolClient;
+      try {
+        client = await this.pool!.connect();
+      } catch (e) {
+        this.log.error(`skiplock: job ${job.id}: no connection to run it on (its lease will expire and it runs again): ${(e as Error).message}`);
+        this.running.delete(job.id);
+        return;
+      }
+      let broken: Error | undefined;
+      try {
+        const t0 = performance.now();
+        o = await this.runJob(client, job);
+        const ms = Math.max(performance.now() - t0, 0.001);
+        this.avgRunMs = this.avgRunMs === 0 ? ms : this.avgRunMs + (ms - this.avgRunMs) / 8;
+        if (client.getTransactionStatus() !== "I") {
+          this.log.warn("skiplock: a handler left a transaction open on job.client; rolling it back");
+          await client.query("ROLLBACK");
+        }
+      } catch (e) {
+        broken = e as Error;
+        this.log.error(`skiplock: job ${job.id} (${job.kind}): ${broken.message}`);
+      } finally {
+        client.release(broken);
+      }
     } finally {
-      client.release(broken);
+      this.active--;
+      if (o === null) {
+        this.running.delete(job.id);
+      } else {
+        job._finishing = true;
+        this.held++;
+      }
+      this.startJobs();
+      this.wake();
+    }
+    if (o !== null) {
+      await this.record(job, o);
     }
   }
 
-  private async runJob(client: PoolClient, job: Job): Promise<void> {
+  /** Runs job's handler and says what to record (null: nothing, its status is reported). */
+  private async runJob(client: PoolClient, job: Job): Promise<Outcome | null> {
     const handler = this.handlers.get(job.kind);
     job._client = client;
     let result: unknown;
@@ -621,43 +718,55 @@ export class Worker {
     } catch (e) {
       job._client = null;
       if (e instanceof Snooze) {
-        return this.finish(client, job, { action: "snooze", delay: interval(e.delay) });
+        return { action: "snooze", delay: interval(e.delay) };
       }
       if (e instanceof Cancel) {
-        return this.finish(client, job, { action: "cancel", error: errorText(e) });
+        return { action: "cancel", error: errorText(e) };
       }
       if (e instanceof Permanent) {
-        return this.finish(client, job, { action: "fail", error: errorText(e) });
+        return { action: "fail", error: errorText(e) };
       }
       if (e instanceof LeaseLost) {
         this.log.warn(`skiplock: job ${job.id} (${job.kind}): ${e.message}`);
         this.report(job, "lost");
-        return;
+        return null;
       }
       this.log.info(`skiplock: job ${job.id} (${job.kind}) attempt ${job.attempt} failed: ${errorText(e)}`);
       const delay = e instanceof Retry && e.delay !== undefined ? interval(e.delay) : null;
-      return this.finish(client, job, { action: "retry", error: errorText(e), delay });
+      return { action: "retry", error: errorText(e), delay };
     } finally {
       job._client = null;
     }
     job._finishing = true;
     if (job._completedInTx === "committed") {
       this.report(job, "succeeded");
-      return;
-    }
-    let output: string | null;
-    try {
-      output = result === undefined || result === null ? null : JSON.stringify(result);
-    } catch (e) {
-      return this.finish(client, job, { action: "retry", error: cleanText(`the handler's output was refused: not JSON: ${(e as Error).message}`) });
+      return null;
     }
     try {
-      await this.finish(client, job, { action: "complete", output });
+      const output = result === undefined || result === null ? null : JSON.stringify(result);
+      return { action: "complete", output };
     } catch (e) {
-      if (!(e instanceof OutputRefused)) {
-        throw e;
+      return { action: "retry", error: cleanText(`the handler's output was refused: not JSON: ${(e as Error).message}`) };
+    }
+  }
+
+  /** Records o (a complete whose output is refused becomes a retry), then lets the job go. */
+  private async record(job: Job, o: Outcome): Promise<void> {
+    try {
+      try {
+        await this.finish(job, o);
+      } catch (e) {
+        if (!(e instanceof OutputRefused)) {
+          throw e;
+        }
+        await this.finish(job, { action: "retry", error: cleanText(`the handler's output was refused: ${e.message}`) });
       }
-      await this.finish(client, job, { action: "retry", error: cleanText(`the handler's output was refused: ${e.message}`) });
+    } catch (e) {
+      this.log.error(`skiplock: job ${job.id} (${job.kind}): recording its outcome failed; it will run again: ${(e as Error).message}`);
+    } finally {
+      this.running.delete(job.id);
+      this.held--;
+      this.wake();
     }
   }
 
@@ -711,10 +820,10 @@ export class Worker {
   }
 
   /** Writes o alone on the job's connection; undefined when it was refused or gave up. */
-  private async finishAlone(client: PoolClient, job: Job, o: Outcome): Promise<OutcomeStatus | undefined> {
+  private async finishAlone(job: Job, o: Outcome): Promise<OutcomeStatus | undefined> {
     const deadline = Date.now() + this.lease * 1000;
     let backoff = 100;
-    let c: Queryable = client;
+    const c: Queryable = this.pool!;
     for (;;) {
       try {
         const res = await c.query<{ status: OutcomeStatus }>(this.finishSQL(), Worker.params([{ job, o }]));
@@ -734,7 +843,6 @@ export class Worker {
         this.log.warn(`skiplock: job ${job.id}: recording its outcome failed (retrying): ${(e as Error).message}`);
         await new Promise((r) => setTimeout(r, backoff)); // a pause before retrying
         backoff = Math.min(backoff * 2, 2000);
-        c = this.pool!; // any healthy connection will do
       }
     }
   }
@@ -750,19 +858,14 @@ export class Worker {
   /**
    * Records one outcome, fenced by the job's token. Outcomes of jobs that finish
    * together are written together, in one finish_jobs call (as the Go completer batches
-   * them); should that call fail, each is written alone on its job's connection,
-   * retried on connection errors until the lease would have run out (a retry after a
-   * lost reply says lost).
+   * them); should that call fail, each is written alone, retried on connection errors
+   * until the lease would have run out (a retry after a lost reply says lost).
    */
-  private async finish(client: PoolClient, job: Job, o: Outcome): Promise<void> {
+  private async finish(job: Job, o: Outcome): Promise<void> {
     job._finishing = true;
-    if (client.getTransactionStatus() !== "I") {
-      this.log.warn("skiplock: a handler left a transaction open on job.client; rolling it back");
-      await client.query("ROLLBACK");
-    }
     let status = await this.finishBatched(job, o);
     if (status === undefined) {
-      status = await this.finishAlone(client, job, o);
+      status = await this.finishAlone(job, o);
       if (status === undefined) {
         return;
       }

@@ -81,7 +81,7 @@ class Job:
     lease_until: datetime.datetime
     _get_conn: Callable[[], psycopg.Connection[Any]] | None = field(default=None, repr=False)
     _schema: str = field(default=DEFAULT_SCHEMA, repr=False)
-    _lost: threading.Event = field(default_factory=threading.Event, repr=False)
+    _lost: bool = field(default=False, repr=False)  # a heartbeat found the lease lost
     _completed_in_tx: bool = field(default=False, repr=False)
     _finishing: bool = field(default=False, repr=False)  # its outcome is on the way
 
@@ -99,7 +99,7 @@ class Job:
     @property
     def lease_lost(self) -> bool:
         """True once a heartbeat found the lease lost: stop working, nothing will be kept."""
-        return self._lost.is_set()
+        return self._lost
 
     def complete_tx(self, output: Any = None) -> None:
         """Mark the job succeeded inside job.conn's open transaction (Go's CompleteTx).
@@ -169,7 +169,10 @@ class Worker:
     """Claims jobs of one queue through the SQL protocol and runs them on threads.
 
     ``concurrency`` handlers run at once, each on its own thread. Beside them: a
-    claimer, which keeps up to concurrency + prefetch jobs claimed; a completer, which
+    claimer, which keeps jobs claimed ahead (as Go's adaptive prefetch: about
+    prefetch_window seconds of work by the handlers' average run time, at most
+    prefetch; None means the default, 1000) and claims once a quarter of its places
+    are free; a completer, which
     records outcomes in batches (one finish_jobs call for all that are ready, as Go's
     completer does); a heartbeater, which also reclaims expired leases unless reclaim
     is False; and a LISTEN connection that wakes the claimer. A handler that uses
@@ -187,7 +190,8 @@ class Worker:
         *,
         queue: str = "default",
         concurrency: int = 1,
-        prefetch: int | None = None,
+        prefetch: int | None = 1000,
+        prefetch_window: float = 0.05,
         name: str | None = None,
         lease: float = 30.0,
         poll_interval: float = 1.0,
@@ -202,8 +206,12 @@ class Worker:
                 raise ValueError(f"skiplock: handler for kind {kind!r} must be a callable")
         if concurrency < 1 or concurrency > 1000:
             raise ValueError(f"skiplock: concurrency {concurrency} is outside 1..1000")
-        if prefetch is not None and not 0 <= prefetch <= 1000:
+        if prefetch is None:
+            prefetch = 1000
+        if not 0 <= prefetch <= 1000:
             raise ValueError(f"skiplock: prefetch {prefetch} is outside 0..1000")
+        if not prefetch_window >= 0:
+            raise ValueError(f"skiplock: prefetch_window {prefetch_window}s is negative")
         if lease < 1:
             raise ValueError(f"skiplock: lease {lease}s is below 1s")
         if poll_interval <= 0 or shutdown_timeout < 0:
@@ -212,7 +220,8 @@ class Worker:
         self.handlers = dict(handlers)
         self.queue = queue
         self.concurrency = concurrency
-        self.prefetch = concurrency if prefetch is None else prefetch
+        self.prefetch = prefetch
+        self.prefetch_window = prefetch_window
         self.name = name or default_name()
         self.lease = lease
         self.poll_interval = poll_interval
@@ -225,9 +234,11 @@ class Worker:
         self._cond = threading.Condition()
         self._busy = 0  # claimed and not yet run (queued or running)
         self._held = 0  # run, outcome not yet durable
+        self._claimer_waits = False  # the claimer waits on _cond for places
+        self._avg_run = 0.0  # moving average of the handlers' run times in seconds (0: none ran yet)
         self._running: dict[str, Job] = {}  # every claimed job until its outcome is durable, by id
-        self._jobs: queues.Queue[Job | None] = queues.Queue()
-        self._outcomes: queues.Queue[_Outcome | None] = queues.Queue()
+        self._jobs: queues.SimpleQueue[Job | None] = queues.SimpleQueue()
+        self._outcomes: queues.SimpleQueue[_Outcome | None] = queues.SimpleQueue()
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -316,40 +327,64 @@ class Worker:
         with self._cond:
             self._busy -= 1
             self._held += 1
-            self._cond.notify_all()
+            if self._claimer_waits:
+                self._cond.notify()
 
-    def _release(self, job: Job) -> None:
-        """The job's outcome is durable (or given up on)."""
+    def _release(self, jobs: list[Job]) -> None:
+        """The jobs' outcomes are durable (or given up on)."""
         with self._cond:
-            self._held -= 1
-            self._running.pop(job.id, None)
-            self._cond.notify_all()
+            self._held -= len(jobs)
+            for job in jobs:
+                self._running.pop(job.id, None)
+            if self._claimer_waits:
+                self._cond.notify()
+
+    def _limit(self) -> int:
+        """How many jobs to hold (queued or running): the handlers, and as Go's adaptive
+        prefetch about prefetch_window of work by the handlers' average run time, at
+        most prefetch. Until a handler has run, concurrency jobs ahead (at most prefetch)."""
+        if self.prefetch == 0:
+            return self.concurrency
+        if self._avg_run <= 0:
+            return self.concurrency + min(self.concurrency, self.prefetch)
+        return self.concurrency + min(int(self.prefetch_window / self._avg_run), self.prefetch)
 
     # -- claiming ----------------------------------------------------------------
+
+    def _may_claim(self) -> bool:
+        """Whether a claim is due (self._cond held): as Go's producer, a place is free and,
+        while jobs wait for a handler, a quarter of the places are, so that each round
+        trip brings a batch; and the outcomes on their way are within their bound."""
+        limit = self._limit()
+        free = limit - self._busy
+        return free > 0 and self._held < _MAX_HELD and (free >= limit / 4 or self._jobs.empty())
 
     def _claim_loop(self, conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
         backoff = 0.1
         kinds = sorted(self.handlers)
-        limit = self.concurrency + self.prefetch
-        refill = max(1, limit // 2)
-        query = sql.SQL("SELECT id::text, kind, args, attempt, max_attempts, priority, metadata, tags, created_at, "
-                        "lease_token::text, lease_until FROM {}.claim_jobs(%s, %s, n => %s, lease => %s, kinds => %s)"
-                        ).format(self._s)
+        # One value for the whole claim, the jobs as JSON: json.loads decodes it many
+        # times faster than the driver decodes each column of each row.
+        query = sql.SQL("SELECT json_agg(json_build_array(c.id, c.kind, c.args, c.attempt, c.max_attempts, c.priority, "
+                        "c.metadata, c.tags, c.created_at, c.lease_token, c.lease_until) ORDER BY c.n)::text "
+                        "FROM {}.claim_jobs(%s, %s, n => %s, lease => %s, kinds => %s) WITH ORDINALITY "
+                        "AS c(id, kind, args, attempt, max_attempts, priority, run_at, metadata, tags, created_at, "
+                        "lease_token, lease_until, n)").format(self._s)
         lease = datetime.timedelta(seconds=self.lease)
+        parse_time = datetime.datetime.fromisoformat
         while not self._stopping.is_set():
             with self._cond:
                 # Outcomes on their way do not hold places (the completer commits while
                 # the handlers go on), up to a bound of their own.
-                # A claim waits for half the places to be free (at least one), so that
-                # each round trip brings a batch, not the one job that just ended.
-                while (self._busy > limit - refill or self._held >= _MAX_HELD) and not self._stopping.is_set():
+                while not self._stopping.is_set() and not self._may_claim():
+                    self._claimer_waits = True
                     self._cond.wait()
-                free = min(limit - self._busy, 1000)
+                self._claimer_waits = False
+                free = min(self._limit() - self._busy, 1000)
             if self._stopping.is_set():
                 break
             self._wake.clear()
             try:
-                rows = conn.execute(query, (self.queue, self.name, free, lease, kinds)).fetchall()
+                text = conn.execute(query, (self.queue, self.name, free, lease, kinds)).fetchone()[0]  # type: ignore[index]
                 backoff = 0.1
             except psycopg.Error as e:
                 if e.sqlstate is None or conn.closed or conn.broken:
@@ -361,18 +396,22 @@ class Worker:
                 self._wake.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
                 continue
-            if not rows:
+            if text is None:
                 self._wake.wait(self.poll_interval)
                 continue
+            schema = self.schema
             jobs = [Job(id=r[0], kind=r[1], args=r[2], attempt=r[3], max_attempts=r[4], priority=r[5],
-                        metadata=r[6], tags=r[7], created_at=r[8], lease_token=r[9], lease_until=r[10],
-                        _schema=self.schema) for r in rows]
+                        metadata=r[6], tags=r[7], created_at=parse_time(r[8]), lease_token=r[9],
+                        lease_until=parse_time(r[10]), _schema=schema) for r in json.loads(text)]
             with self._cond:
                 self._busy += len(jobs)
                 for j in jobs:
                     self._running[j.id] = j
             for j in jobs:
                 self._jobs.put(j)
+            if len(jobs) < free:
+                # The queue is drained for now: wait for a NOTIFY or the poll.
+                self._wake.wait(self.poll_interval)
         return conn
 
     def _listen(self) -> None:
@@ -413,7 +452,7 @@ class Worker:
                 if conn is None or conn.closed or conn.broken:
                     conn = self._connect(async_commit=True)
                 with self._cond:
-                    held = {j.id: j for j in self._running.values() if not j._lost.is_set()}
+                    held = {j.id: j for j in self._running.values() if not j._lost}
                 if held:
                     rows = conn.execute(query, (lease, list(held), [j.lease_token for j in held.values()])).fetchall()
                     for job_id, status in rows:
@@ -421,7 +460,7 @@ class Worker:
                         # 'lost' for a job whose outcome is on its way (or was written by its
                         # complete_tx) is that outcome landing.
                         if status == "lost" and not job._finishing and not job._completed_in_tx:
-                            job._lost.set()
+                            job._lost = True
                             log.warning("skiplock: lease lost for job %s (%s): its outcome will not be kept", job.id, job.kind)
                 if self.reclaim and time.monotonic() - last_reclaim >= self.lease:
                     last_reclaim = time.monotonic()
@@ -455,7 +494,10 @@ class Worker:
                     # Claimed but not started: back to the queue, its attempt returned.
                     out = _Outcome(job, "snooze", delay=datetime.timedelta(0))
                 else:
+                    t0 = time.perf_counter()
                     out = self._run(job, get_conn)
+                    d = max(time.perf_counter() - t0, 1e-6)
+                    self._avg_run = d if self._avg_run <= 0 else self._avg_run + (d - self._avg_run) / 8
                     if holder:
                         self._reset(holder)
                 self._ran(job)
@@ -479,7 +521,7 @@ class Worker:
             return _Outcome(job, "fail", error=_error_text(p))
         except BaseException as e:  # noqa: BLE001 — any other handler error (SystemExit too) is a retry
             if isinstance(e, LeaseLost):
-                job._lost.set()  # its outcome will be fenced out: said once, here
+                job._lost = True  # its outcome will be fenced out: said once, here
                 log.warning("skiplock: job %s (%s): %s", job.id, job.kind, e)
             else:
                 log.info("skiplock: job %s (%s) attempt %d failed: %s", job.id, job.kind, job.attempt, _error_text(e))
@@ -538,18 +580,28 @@ class Worker:
         (a retry after a lost reply reports lost: fencing makes it harmless). A batch
         the database refuses is written one outcome at a time, so one bad outcome (an
         output over the limit) cannot hold the others back."""
-        query = sql.SQL("SELECT status FROM {}.finish_jobs(%s::uuid[], %s::uuid[], %s::text[], %s::interval[], %s::text[], %s::jsonb[])"
-                        ).format(self._s)
+        # The outcomes travel as one JSON array (json.dumps is C; the driver's array
+        # dumpers are Python) and their statuses come back as one text.
+        query = sql.SQL(
+            "SELECT string_agg(f.status, ',' ORDER BY f.n) FROM (SELECT "
+            "array_agg((v->>0)::uuid ORDER BY x.n) AS ids, array_agg((v->>1)::uuid ORDER BY x.n) AS tokens, "
+            "array_agg(v->>2 ORDER BY x.n) AS actions, "
+            "array_agg((v->>3)::bigint * interval '1 microsecond' ORDER BY x.n) AS delays, "
+            "array_agg(v->>4 ORDER BY x.n) AS errors, array_agg((v->>5)::jsonb ORDER BY x.n) AS outputs "
+            "FROM jsonb_array_elements(%s::jsonb) WITH ORDINALITY AS x(v, n)) AS a, "
+            "{}.finish_jobs(a.ids, a.tokens, a.actions, a.delays, a.errors, a.outputs) WITH ORDINALITY AS f(job_id, status, n)"
+        ).format(self._s)
+        us = datetime.timedelta(microseconds=1)
+        payload = json.dumps([[o.job.id, o.job.lease_token, o.action, None if o.delay is None else o.delay // us,
+                               o.error, o.output] for o in batch])
         deadline = time.monotonic() + self.lease
         backoff = 0.1
         while True:
             try:
                 if conn is None or conn.closed or conn.broken:
                     conn = self._connect()
-                rows = conn.execute(query, ([o.job.id for o in batch], [o.job.lease_token for o in batch],
-                                            [o.action for o in batch], [o.delay for o in batch],
-                                            [o.error for o in batch], [o.output for o in batch])).fetchall()
-                statuses = [r[0] for r in rows]
+                text = conn.execute(query, (payload,)).fetchone()[0]  # type: ignore[index]
+                statuses = text.split(",")
                 break
             except psycopg.errors.InvalidParameterValue as e:
                 if len(batch) > 1:
@@ -562,14 +614,13 @@ class Worker:
                     return self._write(conn, [_Outcome(o.job, "retry",
                                                        error=clean_text(f"the handler's output was refused: {e}"))])
                 log.error("skiplock: job %s: its outcome (%s) was refused; the job will run again: %s", o.job.id, o.action, e)
-                self._release(o.job)
+                self._release([o.job])
                 return conn
             except psycopg.Error as e:
                 if not _retryable(e) or time.monotonic() > deadline:
                     log.error("skiplock: recording %d outcome(s) failed; the jobs will run again once their leases expire: %s",
                               len(batch), e)
-                    for o in batch:
-                        self._release(o.job)
+                    self._release([o.job for o in batch])
                     return None
                 log.warning("skiplock: recording %d outcome(s) failed (retrying): %s", len(batch), e)
                 if conn is not None:
@@ -578,7 +629,7 @@ class Worker:
                 time.sleep(backoff)  # a pause before retrying, not synchronisation
                 backoff = min(backoff * 2, 2.0)
         for o, status in zip(batch, statuses):
-            if status == "lost" and not o.job._completed_in_tx and not o.job._lost.is_set():
+            if status == "lost" and not o.job._completed_in_tx and not o.job._lost:
                 log.warning("skiplock: job %s (%s): lease lost; its outcome (%s) was not recorded", o.job.id, o.job.kind, o.action)
-            self._release(o.job)
+        self._release([o.job for o in batch])
         return conn

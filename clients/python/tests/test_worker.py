@@ -63,7 +63,8 @@ class WorkerTest(unittest.TestCase):
         return str(self.job(job_id)["status"])
 
     def start(self, handlers: dict[str, Any], **kw: Any) -> Worker:
-        w = Worker(DSN, handlers, queue=self.queue, schema=SCHEMA, poll_interval=0.1, **kw)
+        kw.setdefault("poll_interval", 0.1)
+        w = Worker(DSN, handlers, queue=self.queue, schema=SCHEMA, **kw)
         t = threading.Thread(target=w.run, daemon=True)
         t.start()
 
@@ -108,7 +109,10 @@ class WorkerTest(unittest.TestCase):
         ids = {k: self.enqueue(k) for k in ("boom", "perm", "snooze", "cancel", "later", "unserialisable", "exits")}
         last = self.enqueue("boom", max_attempts=1)
         self.start({"boom": boom, "perm": perm, "snooze": snooze, "cancel": cancel, "later": later,
-                    "unserialisable": unserialisable, "exits": exits}, concurrency=3)
+                    "unserialisable": unserialisable, "exits": exits}, concurrency=3,
+                   # Every job is due at the start; no poll may claim boom's retry (due
+                   # after ~1 s) for 10 s, before it is looked at.
+                   poll_interval=10)
         wait_for("every job to be worked", lambda: all(self.job(i)["lease_token"] is None and self.job(i)["attempt_history"]
                                                           for i in list(ids.values()) + [last]))
         j = self.job(ids["boom"])

@@ -107,63 +107,74 @@ func (s *gatewayServer) post(ctx context.Context, path string, in, out any) erro
 }
 
 // g1Procs and g1Slots shape G1's HTTP workers: g1Procs workers (processes, as
-// they would be deployed), each running up to g1Slots jobs at once, G1Workers in all.
+// they would be deployed), each running up to g1Slots jobs at once, G1Workers in all,
+// with up to g1Ahead more claimed ahead (gateway.DefaultMaxClaim: one claim request
+// can fill it); each sends at most g1MaxComplete successes in one request.
 const (
-	g1Procs = 10
-	g1Slots = G1Workers / g1Procs
+	g1Procs       = 10
+	g1Slots       = G1Workers / g1Procs
+	g1Ahead       = gateway.DefaultMaxClaim
+	g1MaxComplete = 1000
 )
 
 // httpWorkers runs g1Procs HTTP workers on s until ctx ends, each the way a worker
-// library in another language runs: it claims as many jobs as it has free slots
-// (waiting up to a second for one), runs each in a slot of its own (work), and
-// completes it with a request of its own (done is called once it is written). As in
-// the Go worker, whose executor hands a finished job's outcome to the completer and
-// takes the next job, a slot is free once its work returns: the completion's answer
-// (which only a lost lease would make a failure, with nothing left to undo) is not
-// waited for before the next claim.
+// library in another language would, and the Go worker does: g1Slots runners work
+// the jobs of a local buffer (work), and a claimer keeps that buffer filled with
+// claims of up to g1Ahead jobs (the worker's prefetch: a runner that finishes finds
+// its next job waiting), claiming once a quarter of the buffer is free (or it is
+// empty), waiting up to a second for a job; each finished job goes to the worker's
+// completer, which sends the successes that are ready in one POST /v1/complete (done
+// is called for each once written), as the Go worker's completer writes the outcomes
+// that are ready in one statement. A runner takes its next job once its work returns:
+// the completion's answer (which only a lost lease would make a failure, with nothing
+// left to undo) is not waited for.
 func httpWorkers(ctx context.Context, s *gatewayServer, work func(gateway.ClaimedJob), done func()) (wait func() error) {
 	var wg sync.WaitGroup
-	errs := make(chan error, G1Workers+g1Procs)
+	errs := make(chan error, G1Workers+2*g1Procs)
 	for range g1Procs {
 		wg.Go(func() {
-			slots := make(chan struct{}, g1Slots)
-			var jobs sync.WaitGroup
-			defer jobs.Wait()
-			for ctx.Err() == nil {
-				slots <- struct{}{} // one free slot, then every other free one
-				n := 1
-			fill:
-				for n < g1Slots {
-					select {
-					case slots <- struct{}{}:
-						n++
-					default:
-						break fill
+			finished := make(chan gateway.ClaimedJob, g1Slots+g1Ahead)
+			var completer sync.WaitGroup
+			completer.Go(func() { g1Complete(context.WithoutCancel(ctx), s, finished, done, errs) })
+			defer completer.Wait()
+			buffer := make(chan gateway.ClaimedJob, g1Ahead)
+			took := make(chan struct{}, 1) // a runner took a job from the buffer
+			var runners sync.WaitGroup
+			for range g1Slots {
+				runners.Go(func() {
+					for j := range buffer {
+						select {
+						case took <- struct{}{}:
+						default:
+						}
+						work(j)
+						finished <- j
 					}
+				})
+			}
+			defer func() {
+				close(buffer) // the runners work what is left, then end
+				runners.Wait()
+				close(finished)
+			}()
+			for ctx.Err() == nil {
+				room := cap(buffer) - len(buffer)
+				if room < cap(buffer)/4 {
+					select {
+					case <-took:
+					case <-ctx.Done():
+					}
+					continue
 				}
 				var cr gateway.ClaimResponse
-				if err := s.post(ctx, "/v1/claim", gateway.ClaimRequest{Queue: skiplock.DefaultQueue, Limit: n, WaitMS: 1000}, &cr); err != nil {
+				if err := s.post(ctx, "/v1/claim", gateway.ClaimRequest{Queue: skiplock.DefaultQueue, Limit: room, WaitMS: 1000}, &cr); err != nil {
 					if ctx.Err() == nil {
 						errs <- err
 					}
 					return
 				}
-				for range n - len(cr.Jobs) {
-					<-slots
-				}
 				for _, j := range cr.Jobs {
-					jobs.Go(func() {
-						work(j)
-						<-slots // the slot is free once the work is done, as a Go worker's
-						var fr gateway.FinishResponse
-						if err := s.post(context.WithoutCancel(ctx), "/v1/jobs/"+j.ID+"/complete", gateway.CompleteRequest{LeaseToken: j.LeaseToken}, &fr); err != nil {
-							errs <- err
-							return
-						}
-						if done != nil {
-							done()
-						}
-					})
+					buffer <- j // room was free, and only this loop fills the buffer
 				}
 			}
 		})
@@ -176,6 +187,47 @@ func httpWorkers(ctx context.Context, s *gatewayServer, work func(gateway.Claime
 			err = errors.Join(err, e)
 		}
 		return err
+	}
+}
+
+// g1Complete is one HTTP worker's completer: it sends the finished jobs that are
+// ready (up to g1MaxComplete) in one POST /v1/complete, one request at a time, until
+// finished is closed and drained.
+func g1Complete(ctx context.Context, s *gatewayServer, finished <-chan gateway.ClaimedJob, done func(), errs chan<- error) {
+	report := func(err error) { // the first ones are enough
+		select {
+		case errs <- err:
+		default:
+		}
+	}
+	batch := make([]gateway.JobCompletion, 0, g1MaxComplete)
+	for j := range finished {
+		batch = append(batch[:0], gateway.JobCompletion{ID: j.ID, LeaseToken: j.LeaseToken})
+	fill:
+		for len(batch) < g1MaxComplete {
+			select {
+			case j, ok := <-finished:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, gateway.JobCompletion{ID: j.ID, LeaseToken: j.LeaseToken})
+			default:
+				break fill
+			}
+		}
+		var res gateway.CompleteManyResponse
+		if err := s.post(ctx, "/v1/complete", gateway.CompleteManyRequest{Jobs: batch}, &res); err != nil {
+			report(err)
+			continue
+		}
+		if len(res.Lost) > 0 {
+			report(fmt.Errorf("%d completions answered lost (first: job %s)", len(res.Lost), res.Lost[0]))
+		}
+		if done != nil {
+			for range res.Succeeded {
+				done()
+			}
+		}
 	}
 }
 
@@ -216,7 +268,7 @@ func runG1(ctx context.Context, e *Env) (*Result, error) {
 	}
 	r := &Result{Workload: "G1", N: n, Seconds: elapsed.Seconds(), JobsPerSec: float64(n) / elapsed.Seconds(),
 		Settings: e.Settings, Verified: verified, Extra: map[string]any{
-			"concurrency": fmt.Sprintf("%d HTTP workers of %d slots each (%d jobs running at once), claims of the free slots, one request per completion, sent as the job's work returns (W5: %d Go workers)", g1Procs, g1Slots, G1Workers, W5Workers),
+			"concurrency": fmt.Sprintf("%d HTTP workers of %d slots each (%d jobs running at once) and up to %d claimed ahead each, claimed once a quarter of those are free, the successes that are ready in one POST /v1/complete per worker at a time (W5: %d Go workers, prefetch up to 1,000)", g1Procs, g1Slots, G1Workers, g1Ahead, W5Workers),
 		}}
 	st := s.gw.Stats()
 	r.Extra["batches"] = fmt.Sprintf("%d claim statements (avg %.1f jobs; %d given back unasked), %d finishing statements (avg %.1f)",

@@ -58,6 +58,7 @@ func runW13(ctx context.Context, e *Env) (*Result, error) {
 		Verified: "every job succeeded (its row's status); the Node worker's runs are not tracked one by one",
 		Extra: map[string]any{
 			"concurrency":          W13Workers,
+			"prefetch":             "both workers' defaults, the same adaptive rule: about 50 ms of work, at most 1,000 jobs ahead",
 			"go_jobs_per_sec":      int(goRate),
 			"go_pickup_p50_p99":    fmt.Sprintf("%.2f / %.2f ms", goPick.P50ms, goPick.P99ms),
 			"node_pickup_p50_p99":  fmt.Sprintf("%.2f / %.2f ms", nodePick.P50ms, nodePick.P99ms),

@@ -156,7 +156,8 @@ FROM "`+schema+`".jobs`).Scan(&succeeded, &once); err != nil {
 		verified = fmt.Sprintf("FAILED: %d of %d succeeded, %d on one attempt", succeeded, n, once)
 	}
 	r := &Result{Workload: "W5PY", N: n, Seconds: elapsed.Seconds(), JobsPerSec: float64(n) / elapsed.Seconds(),
-		Settings: e.Settings, Verified: verified, Extra: map[string]any{"concurrency": W5Workers, "python": python}}
+		Settings: e.Settings, Verified: verified, Extra: map[string]any{"concurrency": W5Workers, "python": python,
+			"prefetch": "the client's default, adaptive as the Go worker's: about 50 ms of work, at most 1,000 jobs ahead"}}
 	r.Target = "≥ 0.5 × W5 (same run)"
 	if e.w5 > 0 {
 		r.Limit, r.Ratio = "W5", r.JobsPerSec/e.w5
