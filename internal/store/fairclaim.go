@@ -27,57 +27,62 @@ import (
 const FairChanged = LimitsChanged
 
 type fairStatements struct {
-	lock, claim, limitedClaim stmt
-	set, weight, unweight, weights  stmt
-	scopes, keys                    stmt
+	lock, claim, limitedClaim      stmt
+	set, weight, unweight, weights stmt
+	scopes, keys                   stmt
 }
 
 // fairWalk is the fair claim's rotation: the CTEs t (now, the rotation's position
-// last, the queue's bypass priority, open: paused or governed claims take nothing),
-// s0 and walk. walk(key, wrapped, n, wsum, weight) holds the queue's keys that have
-// pending jobs, in rotation order from the first key after last (wrapping past the
-// last key to the first, and stopping before last is passed again), until the keys'
-// weights add up to $5 (the claim's size) or $5 keys were visited.
+// last, the queue's bypass priority, whether any key of the queue has a weight,
+// open: paused or governed claims take nothing), s0 and walk. walk(key, wrapped, n,
+// wsum, weight, id, queue, kind, priority, run_at, ok) holds the queue's keys that
+// have pending jobs, in rotation order from the first key after last (wrapping past
+// the last key to the first, and stopping before last is passed again), until the
+// keys' weights add up to $5 (the claim's size) or $5 keys were visited.
 //
 // Each step is one descent of jobs_fair_idx: the first pending job of the queue whose
-// key sorts after the current one. A key with no pending job is not in the index, so
-// idle keys cost nothing; a key whose pending jobs are all scheduled for later costs
-// its descent (and its candidates' probe finds nothing).
+// key sorts after the current one, which is also the key's first job in claim order
+// (the index's order within a key): the step returns it (id to run_at) and whether
+// it can be taken (ok: due, below the bypass priority, ready in its sequence). A key
+// with no pending job is not in the index, so idle keys cost nothing; a key whose
+// pending jobs are all scheduled for later costs its descent (and its candidates'
+// probe finds nothing). A key's weight is looked up only when the queue has weights.
 func fairWalk(open string) string {
+	step := func(cond string) string {
+		return `SELECT g.concurrency_key AS key, %s AS wrapped, g.id, g.queue, g.kind, g.priority, g.run_at,
+       g.run_at <= (SELECT now FROM t) AND (g.priority < (SELECT bypass FROM t) OR (SELECT bypass FROM t) IS NULL)
+         AND ` + sequenceReady("g") + ` AS ok
+     FROM {{s}}.jobs g
+     WHERE g.status = 'pending' AND g.queue = $2 AND ` + cond + `
+     ORDER BY g.concurrency_key, g.priority DESC, g.run_at, g.id LIMIT 1`
+	}
 	return `t AS MATERIALIZED (
   SELECT n.now,
          (SELECT r.last_key FROM {{s}}.fair_rotation r WHERE r.queue = $2) AS last,
          (SELECT q.fair_bypass_priority FROM {{s}}.queues q WHERE q.name = $2) AS bypass,
+         EXISTS (SELECT 1 FROM {{s}}.fair_weights fw WHERE fw.queue = $2) AS weighted,
          NOT EXISTS (SELECT 1 FROM {{s}}.queues p WHERE p.name = $2 AND p.paused_at IS NOT NULL)
            AND ` + open + ` AS open,
          ` + asyncCommit + `, ` + claimToken + `
   FROM (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now) n
 ),
 s0 AS MATERIALIZED (
-  SELECT k.key, k.wrapped FROM (
-    (SELECT g.concurrency_key AS key, false AS wrapped FROM {{s}}.jobs g
-     WHERE g.status = 'pending' AND g.queue = $2 AND g.concurrency_key > (SELECT last FROM t) AND (SELECT open FROM t)
-     ORDER BY g.concurrency_key LIMIT 1)
+  SELECT k.* FROM (
+    (` + fmt.Sprintf(step(`g.concurrency_key > (SELECT last FROM t) AND (SELECT open FROM t)`), "false") + `)
     UNION ALL
-    (SELECT g.concurrency_key, true FROM {{s}}.jobs g
-     WHERE g.status = 'pending' AND g.queue = $2 AND g.concurrency_key >= '' AND (SELECT open FROM t)
-     ORDER BY g.concurrency_key LIMIT 1)
+    (` + fmt.Sprintf(step(`g.concurrency_key >= '' AND (SELECT open FROM t)`), "true") + `)
   ) k LIMIT 1
 ),
-walk(key, wrapped, n, wsum, weight) AS (
-  SELECT s0.key, s0.wrapped, 1, w.weight, w.weight
+walk(key, wrapped, n, wsum, weight, id, queue, kind, priority, run_at, ok) AS (
+  SELECT s0.key, s0.wrapped, 1, w.weight, w.weight, s0.id, s0.queue, s0.kind, s0.priority, s0.run_at, s0.ok
   FROM s0 CROSS JOIN LATERAL (SELECT ` + fairWeight("s0.key") + ` AS weight) w
   UNION ALL
-  SELECT nx.key, nx.wrapped, p.n + 1, p.wsum + nx.weight, nx.weight
+  SELECT nx.key, nx.wrapped, p.n + 1, p.wsum + nx.weight, nx.weight, nx.id, nx.queue, nx.kind, nx.priority, nx.run_at, nx.ok
   FROM walk p CROSS JOIN LATERAL (
-    SELECT k.key, k.wrapped, ` + fairWeight("k.key") + ` AS weight FROM (
-      (SELECT g.concurrency_key AS key, p.wrapped FROM {{s}}.jobs g
-       WHERE g.status = 'pending' AND g.queue = $2 AND g.concurrency_key > p.key
-       ORDER BY g.concurrency_key LIMIT 1)
+    SELECT k.*, ` + fairWeight("k.key") + ` AS weight FROM (
+      (` + fmt.Sprintf(step(`g.concurrency_key > p.key`), "p.wrapped") + `)
       UNION ALL
-      (SELECT g.concurrency_key, true FROM {{s}}.jobs g
-       WHERE NOT p.wrapped AND g.status = 'pending' AND g.queue = $2 AND g.concurrency_key >= ''
-       ORDER BY g.concurrency_key LIMIT 1)
+      (` + fmt.Sprintf(step(`NOT p.wrapped AND g.concurrency_key >= ''`), "true") + `)
     ) k LIMIT 1
   ) nx
   WHERE p.wsum < $5::int AND p.n < $5::int
@@ -85,9 +90,12 @@ walk(key, wrapped, n, wsum, weight) AS (
 )`
 }
 
-// fairWeight is the weight of key k in queue $2: its fair_weights row, else 1.
+// fairWeight is the weight of key k in queue $2: its fair_weights row, else 1 (and 1
+// without a probe when the queue has no weights: t.weighted).
 func fairWeight(k string) string {
-	return `coalesce((SELECT fw.weight FROM {{s}}.fair_weights fw WHERE fw.queue = $2 AND fw.key = ` + k + `), 1)`
+	return `CASE WHEN (SELECT weighted FROM t)
+       THEN coalesce((SELECT fw.weight FROM {{s}}.fair_weights fw WHERE fw.queue = $2 AND fw.key = ` + k + `), 1)
+       ELSE 1 END`
 }
 
 // fairCandidates is the CTEs fc and cand: the jobs a fair claim chooses among, in the
@@ -119,7 +127,12 @@ rounds AS MATERIALIZED (
 fc1 AS MATERIALIZED (
   SELECT c.*, w.n AS wpos, w.weight, w.weight * (SELECT r FROM rounds) AS lim,
          ceil(c.i::numeric / w.weight)::int AS round
-  FROM walk w CROSS JOIN LATERAL (` + fairKeyJobs("w.key", "w.weight * (SELECT r FROM rounds)") + `) c
+  FROM walk w CROSS JOIN LATERAL (
+    SELECT w.id, w.queue, w.kind, w.key AS ckey, w.priority, w.run_at, 1::bigint AS i
+    WHERE w.ok AND w.weight * (SELECT r FROM rounds) = 1
+    UNION ALL
+    ` + fairKeyJobs("w.key", "w.weight * (SELECT r FROM rounds)", "NOT (w.ok AND w.weight * (SELECT r FROM rounds) = 1)") + `
+  ) c
 ),
 spare AS MATERIALIZED (
   SELECT $5::int - (SELECT count(*) FROM ex) - (SELECT count(*) FROM fc1) AS n
@@ -128,7 +141,7 @@ fc AS MATERIALIZED (
   SELECT f.id, f.queue, f.kind, f.ckey, f.priority, f.run_at, f.wpos, f.round, f.i, f.weight FROM fc1 f
   UNION ALL
   SELECT c.id, c.queue, c.kind, c.ckey, c.priority, c.run_at, s.wpos, ceil(c.i::numeric / s.weight)::int, c.i, s.weight
-  FROM fc1 s CROSS JOIN LATERAL (` + fairKeyJobs("s.ckey", "s.lim + (SELECT n FROM spare)") + `) c
+  FROM fc1 s CROSS JOIN LATERAL (` + fairKeyJobs("s.ckey", "s.lim + (SELECT n FROM spare)", "true") + `) c
   WHERE s.i = s.lim AND (SELECT n FROM spare) > 0 AND c.i > s.lim
 ),
 cand AS MATERIALIZED (
@@ -173,19 +186,21 @@ func fairClaimed(pick, extra string) string {
 
 // fairKeyJobs is the first due jobs of key k (an expression naming one key value)
 // below the bypass priority, at most limit, in claim order and numbered (i): one
-// range of jobs_fair_idx. The key is named as the range from k to k, and leads the
+// range of jobs_fair_idx, read only when the condition when (of the outer row: a
+// one-time filter) holds. The fair claim skips it for a key that takes one job this
+// claim when the walk's step found that job already (walk.ok). The key is named as the range from k to k, and leads the
 // ORDER BY: an order only jobs_fair_idx yields without a sort. With an equality the
 // planner drops the key from the ORDER BY (it is constant), and the generic plan of a
 // table whose statistics knew few keys ranged over jobs_ready_idx and filtered the
 // key: a read that grows with the other keys' backlog. (On Citus, where the key will
 // distribute the table, this range becomes the router statement's
 // concurrency_key = $k: docs/fairness.md.)
-func fairKeyJobs(k, limit string) string {
+func fairKeyJobs(k, limit, when string) string {
 	return `
     SELECT x.*, row_number() OVER (ORDER BY x.priority DESC, x.run_at, x.id) AS i FROM (
       SELECT jobs.id, jobs.queue, jobs.kind, jobs.concurrency_key AS ckey, jobs.priority, jobs.run_at
       FROM {{s}}.jobs
-      WHERE jobs.status = 'pending' AND jobs.queue = $2 AND jobs.concurrency_key >= ` + k + ` AND jobs.concurrency_key <= ` + k + `
+      WHERE ` + when + ` AND jobs.status = 'pending' AND jobs.queue = $2 AND jobs.concurrency_key >= ` + k + ` AND jobs.concurrency_key <= ` + k + `
         AND jobs.run_at <= (SELECT now FROM t)
         AND (jobs.priority < (SELECT bypass FROM t) OR (SELECT bypass FROM t) IS NULL)
         AND ` + sequenceReady("jobs") + `
