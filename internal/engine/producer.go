@@ -120,10 +120,16 @@ func (e *Engine) produce(p *producer) {
 		}
 		// While jobs wait locally, a claim waits for a quarter of the places to come
 		// free, so that claims are batches. A fair queue told of a new job claims at
-		// once with whatever places are free: its jobs do not wait behind the local
-		// ones (localQueue), so the wait for the claim is what remains of its pickup.
-		queued := p.local.len() > 0 && !(notified && e.fair(p.queue))
-		n, ok := p.cap.claimSize(e.cfg.CompletionBatchSize, e.cfg.FetchLimit, queued)
+		// once with whatever places are free, and a short claim (the idle workers and a
+		// quarter of the workers more): its jobs do not wait behind the local ones
+		// (localQueue), so the wait for the claim — the one in flight, then this one —
+		// is what remains of the new job's pickup, and a claim's time grows with its
+		// size. A fair queue nobody notifies (a backlog draining) claims full batches.
+		urgent := notified && e.fair(p.queue)
+		n, ok := p.cap.claimSize(e.cfg.CompletionBatchSize, e.cfg.FetchLimit, p.local.len() > 0 && !urgent)
+		if urgent {
+			n = min(n, max(p.cap.idle()+p.cap.workers/4, 1))
+		}
 		if !ok && successors && p.handoff.Load() {
 			// Successors need no capacity of their own (they run on their
 			// predecessors' executors): claim them even when the workers are full.
