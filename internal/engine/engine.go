@@ -328,7 +328,7 @@ func (e *Engine) shutdown() {
 	e.stopFetch()
 	e.prodWG.Wait()
 	for _, p := range e.producers {
-		close(p.local) // executors hand back what they have not started, then exit
+		p.local.close() // executors hand back what they have not started, then exit
 	}
 	e.returnSuccessors() // as are successors waiting for a running job's slot
 	done := make(chan struct{})

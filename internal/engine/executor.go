@@ -16,7 +16,11 @@ import (
 // the same executor by that successor, as soon as its handler has returned.
 func (e *Engine) executor(p *producer) {
 	defer e.execWG.Done()
-	for f := range p.local {
+	for {
+		f, ok := p.local.pop()
+		if !ok {
+			return
+		}
 		for ; f != nil; f = e.successor(f) {
 			if e.fetchCtx.Err() != nil {
 				e.handBack(f, true)

@@ -38,36 +38,32 @@ func (e *Engine) refreshFair(ctx context.Context) error {
 }
 
 // claimFair is the producer's claim for a fair queue: the fair claim, limited when a
-// limit may govern the queue. A claim that took jobs and stopped for want of room
-// (res.More) is not short, whatever it took: keys it did not reach may have due jobs. A short
-// limited claim is reported throttled, so that a slot this client frees wakes the
-// producer (the fair claim does not tell jobs a limit held back from no jobs).
-func (e *Engine) claimFair(ctx context.Context, p *producer, reserved, waiting int) ([]*store.Job, claimResult, error) {
-	n := reserved
+// limit may govern the queue. It claims as many jobs as a plain claim would: the
+// jobs that wait for an executor wait by key (localQueue), so a prefetch filled with
+// one key's backlog does not delay another key's job claimed after it. It returns,
+// by job, the weight of the job's key (0: the bypass lane).
+//
+// A claim that took jobs and stopped for want of room (res.More) is not short,
+// whatever it took: keys it did not reach may have due jobs. A short limited claim
+// is reported throttled, so that a slot this client frees wakes the producer (the
+// fair claim does not tell jobs a limit held back from no jobs).
+func (e *Engine) claimFair(ctx context.Context, p *producer, reserved, waiting int) ([]*store.Job, []int, claimResult, error) {
 	p.handoff.Store(false) // no successors: a queue that was limited before it was made fair
 	if reserved <= 0 {
-		return nil, claimResult{short: true}, nil // a claim of successors, asked before the store above
+		return nil, nil, claimResult{short: true}, nil // a claim of successors, asked before the store above
 	}
 	limited := e.limited(p.queue)
-	// A short prefetch: the jobs a process holds run in the order they were claimed,
-	// so a prefetch filled with one key's backlog would make a job of another key,
-	// claimed a moment later, wait behind all of it (W11 in docs/benchmarks.md). A fair
-	// queue claims for its idle workers and a quarter of its workers more; the places
-	// reserved beyond that are given back by settle.
-	idle := p.cap.workers - (int(p.cap.active.Load()) - n)
-	n = max(min(n, idle+p.cap.workers/4), 1)
-	ready := max(reserved-waiting, 0) // the jobs the idle executors take at once (produce)
 	res, err := e.cfg.Store.ClaimFair(ctx, e.cfg.Pool, e.now(), store.ClaimParams{
-		Queue: p.queue, WorkerID: e.cfg.WorkerID, Limit: n, Waiting: max(n-ready, 0), Lease: e.cfg.LeaseDuration,
+		Queue: p.queue, WorkerID: e.cfg.WorkerID, Limit: reserved, Waiting: waiting, Lease: e.cfg.LeaseDuration,
 	}, limited)
 	if err != nil {
-		return nil, claimResult{}, err
+		return nil, nil, claimResult{}, err
 	}
 	// A claim that found nothing is short even when it stopped for want of room: its
 	// keys had only scheduled or blocked jobs, and claiming again at once would walk
 	// the rotation round and round while nothing is due. The next claim, at the next
 	// notification or poll, goes on where this one stopped.
-	out := claimResult{short: len(res.Jobs) == 0 || (len(res.Jobs) < n && !res.More)}
+	out := claimResult{short: len(res.Jobs) == 0 || (len(res.Jobs) < reserved && !res.More)}
 	out.throttled = limited && out.short
-	return res.Jobs, out, nil
+	return res.Jobs, res.Weights, out, nil
 }

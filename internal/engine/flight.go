@@ -88,6 +88,9 @@ type flight struct {
 	// or a successor); beganWritten: the heartbeater has since written its start.
 	waits        bool
 	beganWritten atomic.Bool
+	// weight: a fair claim's job that waits for an executor, by key, in turns of this
+	// many jobs (localQueue); 0 for the others.
+	weight int
 
 	// The limit slot's handoff, guarded by Engine.mu.
 	slot     handoff

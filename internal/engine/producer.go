@@ -13,7 +13,7 @@ import (
 type producer struct {
 	queue  string
 	cap    *capacity
-	local  chan *flight  // claimed jobs waiting for an executor
+	local  *localQueue   // claimed jobs waiting for an executor
 	wake   chan struct{} // NOTIFY, (re)connect
 	orphan chan struct{} // a job began under a binding limit: it may take a successor
 	// handoff: a limited claim was throttled and due jobs remain, so claims offer the
@@ -29,7 +29,7 @@ type producer struct {
 
 func newProducer(queue string, q Queue) *producer {
 	c := newCapacity(q)
-	return &producer{queue: queue, cap: c, local: make(chan *flight, c.size()),
+	return &producer{queue: queue, cap: c, local: newLocalQueue(c.size()),
 		wake: make(chan struct{}, 1), orphan: make(chan struct{}, 1), reconnected: make(chan struct{}, 1)}
 }
 
@@ -66,6 +66,8 @@ func (e *Engine) produce(p *producer) {
 	// its snapshot may predate the job it announces, so a short result from it must
 	// not put the producer to sleep.
 	woken := false
+	// notified: a wake-up (NOTIFY) arrived since the last claim began.
+	notified := false
 	// successors: a job began that can hand its limit slots on (heard while waiting
 	// or while a claim was in flight), so a claim of successors is due (handoff.go).
 	successors := false
@@ -106,6 +108,7 @@ func (e *Engine) produce(p *producer) {
 			signal(e.idle)
 			select {
 			case <-p.wake:
+				notified = true
 			case <-poll.C:
 			case <-freed:
 			case <-orphan:
@@ -118,7 +121,18 @@ func (e *Engine) produce(p *producer) {
 			retryTimer.Stop() // since Go 1.23 a stopped timer delivers nothing stale
 			empty = false
 		}
-		n, ok := p.cap.claimSize(e.cfg.CompletionBatchSize, e.cfg.FetchLimit, len(p.local) > 0)
+		// While jobs wait locally, a claim waits for a quarter of the places to come
+		// free, so that claims are batches. A fair queue told of a new job claims at
+		// once with whatever places are free, and a short claim (the idle workers and a
+		// quarter of the workers more): its jobs do not wait behind the local ones
+		// (localQueue), so the wait for the claim — the one in flight, then this one —
+		// is what remains of the new job's pickup, and a claim's time grows with its
+		// size. A fair queue nobody notifies (a backlog draining) claims full batches.
+		urgent := notified && e.fair(p.queue)
+		n, ok := p.cap.claimSize(e.cfg.CompletionBatchSize, e.cfg.FetchLimit, p.local.len() > 0 && !urgent)
+		if urgent {
+			n = min(n, max(p.cap.idle()+p.cap.workers/4, 1))
+		}
 		if !ok && successors && p.handoff.Load() {
 			// Successors need no capacity of their own (they run on their
 			// predecessors' executors): claim them even when the workers are full.
@@ -151,7 +165,7 @@ func (e *Engine) produce(p *producer) {
 				throttle = res
 			case <-p.cap.slot:
 			case <-p.wake:
-				empty, woken = false, true
+				empty, woken, notified = false, true, true
 			case <-e.fetchCtx.Done():
 				return
 			}
@@ -161,7 +175,7 @@ func (e *Engine) produce(p *producer) {
 		// beyond the idle executors are claimed to wait, not started.
 		waiting := max(n-p.cap.idle(), 0)
 		p.cap.reserve(n)
-		claiming, woken = true, false
+		claiming, woken, notified = true, false, false
 		go func(successors bool) { results <- e.claim(p, n, waiting, successors) }(successors)
 		successors = false
 	}
@@ -187,11 +201,12 @@ func (e *Engine) claim(p *producer, n, waiting int, successors bool) claimResult
 	defer cancel()
 	began := hostclock.Now()
 	var rows []*store.Job
+	var weights []int // a fair claim's: each job's key's weight, 0 for the bypass lane
 	var err error
 	res := claimResult{}
 	switch {
 	case e.fair(p.queue):
-		rows, res, err = e.claimFair(ctx, p, n, waiting)
+		rows, weights, res, err = e.claimFair(ctx, p, n, waiting)
 	case e.limited(p.queue):
 		rows, res, err = e.claimLimited(ctx, p, n, waiting, successors)
 	default:
@@ -208,12 +223,17 @@ func (e *Engine) claim(p *producer, n, waiting int, successors bool) claimResult
 	m := e.cfg.Counters
 	m.ClaimNanos.Add(int64(hostclock.Since(began)))
 	taken := 0
-	for _, row := range rows {
+	for i, row := range rows {
 		f := newFlight(row, e.cfg.Hooks.Adopt(row), p)
 		if f.slotOf.ID == "" {
 			taken++
 		} else {
 			p.cap.holdExtra() // a successor: not part of the n reserved
+		}
+		if i < len(weights) && f.waits {
+			// A fair claim's job that waits for an executor waits for its key's turn
+			// (localQueue); the ones idle executors take at once keep the claim's order.
+			f.weight = weights[i]
 		}
 		e.hold(f)
 	}
@@ -263,15 +283,17 @@ func (e *Engine) hold(f *flight) {
 	}
 	if f.slotOf.ID != "" {
 		p.cap.occupy()
-		select {
-		case p.local <- f:
-		default: // no place left: back to pending rather than block the claim
+		if !p.local.push(f, 0) { // no place left: back to pending rather than block the claim
 			m.HandoffsReturned.Add(1)
 			e.handBack(f, true)
 		}
 		return
 	}
-	p.local <- f // never blocks: local holds the producer's whole capacity
+	// It never blocks, and finds a place: local holds the producer's whole capacity,
+	// and the engine closes it only once no claim is in flight.
+	if !p.local.push(f, f.weight) {
+		e.handBack(f, true)
+	}
 }
 
 // failBackoff paces the retries of a failing statement that starts at initial: it

@@ -3,14 +3,14 @@ package store
 // The fair claim (docs/fairness.md): the claim of a queue made fair by concurrency
 // key, which takes the due jobs of the queue's keys in turn.
 //
-// A fair claim is a pipeline of three statements in one implicit transaction (one
+// A fair claim is a pipeline of two statements in one implicit transaction (one
 // round trip), as the limited claim is (limits.go): a transaction-scoped advisory lock
-// per queue, which serialises the fair claims of the queue across the cluster; the
-// claim, which reads the rotation's position, steps through the keys from there,
-// takes their jobs and moves the rotation on; and a read of the rotation's row,
-// which says whether the claim stopped for want of room rather than of keys. The lock
-// is its own statement so that the claim's snapshot, taken when it starts, sees every
-// fair claim committed before it: two claims never read the same position.
+// per queue, which serialises the fair claims of the queue across the cluster; and
+// the claim, which reads the rotation's position, steps through the keys from there,
+// takes their jobs, moves the rotation on and returns, with each job, whether it
+// stopped for want of room rather than of keys. The lock is its own statement so that
+// the claim's snapshot, taken when it starts, sees every fair claim committed before
+// it: two claims never read the same position.
 
 import (
 	"cmp"
@@ -27,57 +27,62 @@ import (
 const FairChanged = LimitsChanged
 
 type fairStatements struct {
-	lock, claim, more, limitedClaim stmt
-	set, weight, unweight, weights  stmt
-	scopes, keys                    stmt
+	lock, claim, limitedClaim      stmt
+	set, weight, unweight, weights stmt
+	scopes, keys                   stmt
 }
 
 // fairWalk is the fair claim's rotation: the CTEs t (now, the rotation's position
-// last, the queue's bypass priority, open: paused or governed claims take nothing),
-// s0 and walk. walk(key, wrapped, n, wsum, weight) holds the queue's keys that have
-// pending jobs, in rotation order from the first key after last (wrapping past the
-// last key to the first, and stopping before last is passed again), until the keys'
-// weights add up to $5 (the claim's size) or $5 keys were visited.
+// last, the queue's bypass priority, whether any key of the queue has a weight,
+// open: paused or governed claims take nothing), s0 and walk. walk(key, wrapped, n,
+// wsum, weight, id, queue, kind, priority, run_at, ok) holds the queue's keys that
+// have pending jobs, in rotation order from the first key after last (wrapping past
+// the last key to the first, and stopping before last is passed again), until the
+// keys' weights add up to $5 (the claim's size) or $5 keys were visited.
 //
 // Each step is one descent of jobs_fair_idx: the first pending job of the queue whose
-// key sorts after the current one. A key with no pending job is not in the index, so
-// idle keys cost nothing; a key whose pending jobs are all scheduled for later costs
-// its descent (and its candidates' probe finds nothing).
+// key sorts after the current one, which is also the key's first job in claim order
+// (the index's order within a key): the step returns it (id to run_at) and whether
+// it can be taken (ok: due, below the bypass priority, ready in its sequence). A key
+// with no pending job is not in the index, so idle keys cost nothing; a key whose
+// pending jobs are all scheduled for later costs its descent (and its candidates'
+// probe finds nothing). A key's weight is looked up only when the queue has weights.
 func fairWalk(open string) string {
+	step := func(cond string) string {
+		return `SELECT g.concurrency_key AS key, %s AS wrapped, g.id, g.queue, g.kind, g.priority, g.run_at,
+       g.run_at <= (SELECT now FROM t) AND (g.priority < (SELECT bypass FROM t) OR (SELECT bypass FROM t) IS NULL)
+         AND ` + sequenceReady("g") + ` AS ok
+     FROM {{s}}.jobs g
+     WHERE g.status = 'pending' AND g.queue = $2 AND ` + cond + `
+     ORDER BY g.concurrency_key, g.priority DESC, g.run_at, g.id LIMIT 1`
+	}
 	return `t AS MATERIALIZED (
   SELECT n.now,
          (SELECT r.last_key FROM {{s}}.fair_rotation r WHERE r.queue = $2) AS last,
          (SELECT q.fair_bypass_priority FROM {{s}}.queues q WHERE q.name = $2) AS bypass,
+         EXISTS (SELECT 1 FROM {{s}}.fair_weights fw WHERE fw.queue = $2) AS weighted,
          NOT EXISTS (SELECT 1 FROM {{s}}.queues p WHERE p.name = $2 AND p.paused_at IS NOT NULL)
            AND ` + open + ` AS open,
          ` + asyncCommit + `, ` + claimToken + `
   FROM (SELECT coalesce($1::timestamptz, clock_timestamp()) AS now) n
 ),
 s0 AS MATERIALIZED (
-  SELECT k.key, k.wrapped FROM (
-    (SELECT g.concurrency_key AS key, false AS wrapped FROM {{s}}.jobs g
-     WHERE g.status = 'pending' AND g.queue = $2 AND g.concurrency_key > (SELECT last FROM t) AND (SELECT open FROM t)
-     ORDER BY g.concurrency_key LIMIT 1)
+  SELECT k.* FROM (
+    (` + fmt.Sprintf(step(`g.concurrency_key > (SELECT last FROM t) AND (SELECT open FROM t)`), "false") + `)
     UNION ALL
-    (SELECT g.concurrency_key, true FROM {{s}}.jobs g
-     WHERE g.status = 'pending' AND g.queue = $2 AND g.concurrency_key >= '' AND (SELECT open FROM t)
-     ORDER BY g.concurrency_key LIMIT 1)
+    (` + fmt.Sprintf(step(`g.concurrency_key >= '' AND (SELECT open FROM t)`), "true") + `)
   ) k LIMIT 1
 ),
-walk(key, wrapped, n, wsum, weight) AS (
-  SELECT s0.key, s0.wrapped, 1, w.weight, w.weight
+walk(key, wrapped, n, wsum, weight, id, queue, kind, priority, run_at, ok) AS (
+  SELECT s0.key, s0.wrapped, 1, w.weight, w.weight, s0.id, s0.queue, s0.kind, s0.priority, s0.run_at, s0.ok
   FROM s0 CROSS JOIN LATERAL (SELECT ` + fairWeight("s0.key") + ` AS weight) w
   UNION ALL
-  SELECT nx.key, nx.wrapped, p.n + 1, p.wsum + nx.weight, nx.weight
+  SELECT nx.key, nx.wrapped, p.n + 1, p.wsum + nx.weight, nx.weight, nx.id, nx.queue, nx.kind, nx.priority, nx.run_at, nx.ok
   FROM walk p CROSS JOIN LATERAL (
-    SELECT k.key, k.wrapped, ` + fairWeight("k.key") + ` AS weight FROM (
-      (SELECT g.concurrency_key AS key, p.wrapped FROM {{s}}.jobs g
-       WHERE g.status = 'pending' AND g.queue = $2 AND g.concurrency_key > p.key
-       ORDER BY g.concurrency_key LIMIT 1)
+    SELECT k.*, ` + fairWeight("k.key") + ` AS weight FROM (
+      (` + fmt.Sprintf(step(`g.concurrency_key > p.key`), "p.wrapped") + `)
       UNION ALL
-      (SELECT g.concurrency_key, true FROM {{s}}.jobs g
-       WHERE NOT p.wrapped AND g.status = 'pending' AND g.queue = $2 AND g.concurrency_key >= ''
-       ORDER BY g.concurrency_key LIMIT 1)
+      (` + fmt.Sprintf(step(`NOT p.wrapped AND g.concurrency_key >= ''`), "true") + `)
     ) k LIMIT 1
   ) nx
   WHERE p.wsum < $5::int AND p.n < $5::int
@@ -85,9 +90,12 @@ walk(key, wrapped, n, wsum, weight) AS (
 )`
 }
 
-// fairWeight is the weight of key k in queue $2: its fair_weights row, else 1.
+// fairWeight is the weight of key k in queue $2: its fair_weights row, else 1 (and 1
+// without a probe when the queue has no weights: t.weighted).
 func fairWeight(k string) string {
-	return `coalesce((SELECT fw.weight FROM {{s}}.fair_weights fw WHERE fw.queue = $2 AND fw.key = ` + k + `), 1)`
+	return `CASE WHEN (SELECT weighted FROM t)
+       THEN coalesce((SELECT fw.weight FROM {{s}}.fair_weights fw WHERE fw.queue = $2 AND fw.key = ` + k + `), 1)
+       ELSE 1 END`
 }
 
 // fairCandidates is the CTEs fc and cand: the jobs a fair claim chooses among, in the
@@ -119,36 +127,44 @@ rounds AS MATERIALIZED (
 fc1 AS MATERIALIZED (
   SELECT c.*, w.n AS wpos, w.weight, w.weight * (SELECT r FROM rounds) AS lim,
          ceil(c.i::numeric / w.weight)::int AS round
-  FROM walk w CROSS JOIN LATERAL (` + fairKeyJobs("w.key", "w.weight * (SELECT r FROM rounds)") + `) c
+  FROM walk w CROSS JOIN LATERAL (
+    SELECT w.id, w.queue, w.kind, w.key AS ckey, w.priority, w.run_at, 1::bigint AS i
+    WHERE w.ok AND w.weight * (SELECT r FROM rounds) = 1
+    UNION ALL
+    ` + fairKeyJobs("w.key", "w.weight * (SELECT r FROM rounds)", "NOT (w.ok AND w.weight * (SELECT r FROM rounds) = 1)") + `
+  ) c
 ),
 spare AS MATERIALIZED (
   SELECT $5::int - (SELECT count(*) FROM ex) - (SELECT count(*) FROM fc1) AS n
 ),
 fc AS MATERIALIZED (
-  SELECT f.id, f.queue, f.kind, f.ckey, f.priority, f.run_at, f.wpos, f.round, f.i FROM fc1 f
+  SELECT f.id, f.queue, f.kind, f.ckey, f.priority, f.run_at, f.wpos, f.round, f.i, f.weight FROM fc1 f
   UNION ALL
-  SELECT c.id, c.queue, c.kind, c.ckey, c.priority, c.run_at, s.wpos, ceil(c.i::numeric / s.weight)::int, c.i
-  FROM fc1 s CROSS JOIN LATERAL (` + fairKeyJobs("s.ckey", "s.lim + (SELECT n FROM spare)") + `) c
+  SELECT c.id, c.queue, c.kind, c.ckey, c.priority, c.run_at, s.wpos, ceil(c.i::numeric / s.weight)::int, c.i, s.weight
+  FROM fc1 s CROSS JOIN LATERAL (` + fairKeyJobs("s.ckey", "s.lim + (SELECT n FROM spare)", "true") + `) c
   WHERE s.i = s.lim AND (SELECT n FROM spare) > 0 AND c.i > s.lim
 ),
 cand AS MATERIALIZED (
-  SELECT u.id, u.queue, u.kind, u.ckey, u.priority, u.run_at, u.wpos, u.round,
+  SELECT u.id, u.queue, u.kind, u.ckey, u.priority, u.run_at, u.wpos, u.round, u.weight,
          row_number() OVER (ORDER BY u.lane, u.p, u.round, u.wpos, u.i, u.run_at, u.id) AS pos
   FROM (
-    SELECT e.id, e.queue, e.kind, e.ckey, e.priority, e.run_at, 0 AS lane, -e.priority AS p, 0 AS round, 0 AS wpos, 0::bigint AS i FROM ex e
+    SELECT e.id, e.queue, e.kind, e.ckey, e.priority, e.run_at, 0 AS lane, -e.priority AS p, 0 AS round, 0 AS wpos, 0::bigint AS i, 0 AS weight FROM ex e
     UNION ALL
-    SELECT f.id, f.queue, f.kind, f.ckey, f.priority, f.run_at, 1, 0, f.round, f.wpos, f.i FROM fc f
+    SELECT f.id, f.queue, f.kind, f.ckey, f.priority, f.run_at, 1, 0, f.round, f.wpos, f.i, f.weight FROM fc f
   ) u
 )`
 }
 
-// fairOrder is the CTE po: the fair order (pos) of the jobs of relation pick (id,
-// pos) as one jsonb object, which the claim's RETURNING reads by id (as
-// successorMap): the engine runs a claim's jobs in the order they were chosen, so
-// that the job of a key enqueued after another key's backlog does not run after the
-// jobs of that backlog the same claim took.
+// fairOrder is the CTE po: the fair order (pos) and the key's weight (0 for the
+// bypass lane) of each candidate (cand), as one jsonb object of [pos, weight] by id,
+// which the claim's RETURNING reads (as successorMap); and the CTE st, the jobs of
+// relation pick (id, pos) that start at once (startMap). The engine hands a claim's
+// jobs to its executors in the order they were chosen, and those that wait for an
+// executor wait by key, each key taking its weight of jobs per turn (across claims),
+// so that the job of a key enqueued after another key's backlog does not run after
+// the jobs of that backlog a claim took.
 func fairOrder(pick string) string {
-	return `po AS MATERIALIZED (SELECT coalesce(jsonb_object_agg(p.id::text, p.pos), '{}') AS m FROM ` + pick + ` p),
+	return `po AS MATERIALIZED (SELECT coalesce(jsonb_object_agg(c.id::text, jsonb_build_array(c.pos, c.weight)), '{}') AS m FROM cand c),
 ` + startMap(pick, "pos", "$6")
 }
 
@@ -164,25 +180,27 @@ func fairClaimed(pick, extra string) string {
     ` + claimStarted + `
   FROM t, po, st
   WHERE j.id = ANY(ARRAY(SELECT id FROM ` + pick + `)) AND ` + stillPending + ` AND t.async IS NOT NULL
-  RETURNING ` + claimReturns + `, (po.m ->> j.id::text)::bigint AS pos` + extra + `
+  RETURNING ` + claimReturns + `, (po.m -> j.id::text ->> 0)::bigint AS pos, (po.m -> j.id::text ->> 1)::int AS weight` + extra + `
 )`
 }
 
 // fairKeyJobs is the first due jobs of key k (an expression naming one key value)
 // below the bypass priority, at most limit, in claim order and numbered (i): one
-// range of jobs_fair_idx. The key is named as the range from k to k, and leads the
+// range of jobs_fair_idx, read only when the condition when (of the outer row: a
+// one-time filter) holds. The fair claim skips it for a key that takes one job this
+// claim when the walk's step found that job already (walk.ok). The key is named as the range from k to k, and leads the
 // ORDER BY: an order only jobs_fair_idx yields without a sort. With an equality the
 // planner drops the key from the ORDER BY (it is constant), and the generic plan of a
 // table whose statistics knew few keys ranged over jobs_ready_idx and filtered the
 // key: a read that grows with the other keys' backlog. (On Citus, where the key will
 // distribute the table, this range becomes the router statement's
 // concurrency_key = $k: docs/fairness.md.)
-func fairKeyJobs(k, limit string) string {
+func fairKeyJobs(k, limit, when string) string {
 	return `
     SELECT x.*, row_number() OVER (ORDER BY x.priority DESC, x.run_at, x.id) AS i FROM (
       SELECT jobs.id, jobs.queue, jobs.kind, jobs.concurrency_key AS ckey, jobs.priority, jobs.run_at
       FROM {{s}}.jobs
-      WHERE jobs.status = 'pending' AND jobs.queue = $2 AND jobs.concurrency_key >= ` + k + ` AND jobs.concurrency_key <= ` + k + `
+      WHERE ` + when + ` AND jobs.status = 'pending' AND jobs.queue = $2 AND jobs.concurrency_key >= ` + k + ` AND jobs.concurrency_key <= ` + k + `
         AND jobs.run_at <= (SELECT now FROM t)
         AND (jobs.priority < (SELECT bypass FROM t) OR (SELECT bypass FROM t) IS NULL)
         AND ` + sequenceReady("jobs") + `
@@ -210,7 +228,7 @@ func fairAdvance(taken string) string {
   WHERE EXISTS (SELECT 1 FROM walk)
   ON CONFLICT (queue) DO UPDATE SET last_key = excluded.last_key, more = excluded.more,
     turns = r.turns + 1, updated_at = excluded.updated_at
-  RETURNING 1
+  RETURNING r.more
 )`
 }
 
@@ -232,7 +250,7 @@ pick AS MATERIALIZED (
 ` + fairOrder("pick") + `,
 ` + fairClaimed("pick", "") + `,
 ` + fairAdvance("pick") + `
-SELECT * FROM claimed`
+SELECT c.*, coalesce((SELECT r.more FROM rot r), false) AS more FROM claimed c`
 }
 
 // fairLimitedClaimSQL is the fair claim of a queue some limit governs: the fair
@@ -259,7 +277,7 @@ rated AS (
 ` + fairClaimed("f_pick", ", j.id IN (SELECT r.id FROM rated r) AS rated") + `,
 ` + startsLogged + `,
 ` + fairAdvance("f_pick") + `
-SELECT * FROM claimed`
+SELECT c.*, coalesce((SELECT r.more FROM rot r), false) AS more FROM claimed c`
 }
 
 func newFairStatements(b *builder) fairStatements {
@@ -270,7 +288,6 @@ func newFairStatements(b *builder) fairStatements {
        set_config('plan_cache_mode', 'force_generic_plan', true)`),
 		claim:        b.addGuarded(planGuardOn, "fair_claim", fairClaimSQL()),
 		limitedClaim: b.addGuarded(planGuardScans, "fair_limit_claim", fairLimitedClaimSQL()),
-		more:         b.add("fair_more", `SELECT coalesce((SELECT more FROM {{s}}.fair_rotation WHERE queue = $1), false)`),
 
 		// Turning fairness on or off (and setting the bypass priority) announces it on
 		// the jobs channel ($5) so that clients switch claims at once (they also
@@ -348,8 +365,11 @@ ORDER BY 6, 3 DESC, 1`),
 type FairClaim struct {
 	Jobs []*Job
 	// More: the claim stopped for want of room, not of keys: keys it did not reach
-	// may have due jobs, so a short claim does not mean the queue has none.
+	// may have due jobs, so a short claim does not mean the queue has none. (A claim
+	// that took no job does not say.)
 	More bool
+	// Weights: by job, the weight of the job's key, or 0 for a job of the bypass lane.
+	Weights []int
 }
 
 // ClaimFair is Claim for a fair queue (fairClaimSQL; limited: fairLimitedClaimSQL,
@@ -367,7 +387,6 @@ func (s *Store) ClaimFair(ctx context.Context, db Batcher, now *time.Time, p Cla
 		pl.add(s.limits.lock)
 	}
 	pl.add(claim, Now(now), p.Queue, p.WorkerID, micros(p.Lease), p.Limit, p.ready())
-	pl.add(s.fair.more, p.Queue)
 	br, err := pl.send(ctx)
 	if err != nil {
 		return out, err
@@ -382,34 +401,42 @@ func (s *Store) ClaimFair(ctx context.Context, db Batcher, now *time.Time, p Cla
 		}
 	}
 	rows, err := br.Query()
-	// Each row's pos is scanned before the next row appends to pos, so a pointer into
-	// its current backing array is safe.
-	var pos []int64
+	// Each row's extras are scanned before the next row appends to ext, so a pointer
+	// into its current backing array is safe.
+	type extra struct {
+		pos    int64
+		weight int
+		more   bool
+	}
+	var ext []extra
 	jobs, err := collectJobRows(rows, err, func(d []any, j *Job) []any {
-		pos = append(pos, 0)
-		d = append(d, &j.Unblocks, &pos[len(pos)-1])
+		ext = append(ext, extra{})
+		x := &ext[len(ext)-1]
+		d = append(d, &j.Unblocks, &x.pos, &x.weight)
 		if limited {
 			d = append(d, &j.Rated)
 		}
-		return d
+		return append(d, &x.more)
 	})
 	if err != nil {
 		return out, err
-	}
-	if err := br.QueryRow().Scan(&out.More); err != nil {
-		return out, fmt.Errorf("fair rotation: %w", err)
 	}
 	// Jobs read before a failed commit were never claimed: none are returned with
 	// the error (pipeline.end).
 	if err := pl.end(br); err != nil {
 		return FairClaim{}, err
 	}
-	order := make(map[*Job]int64, len(jobs))
+	order := make(map[*Job]extra, len(jobs))
 	for i, j := range jobs {
-		order[j] = pos[i]
+		order[j] = ext[i]
+		out.More = out.More || ext[i].more
 	}
-	sortBatch(jobs, func(a, b *Job) int { return cmp.Compare(order[a], order[b]) })
+	sortBatch(jobs, func(a, b *Job) int { return cmp.Compare(order[a].pos, order[b].pos) })
 	out.Jobs = jobs
+	out.Weights = make([]int, len(jobs))
+	for i, j := range jobs {
+		out.Weights[i] = order[j].weight
+	}
 	return out, nil
 }
 

@@ -35,12 +35,22 @@ FROM generate_series(1, $2) g`, key, n, at, prio); err != nil {
 }
 
 // fairClaim claims up to n jobs of queue default fairly (limited: the fair claim
-// under limits) and returns them and whether More was set.
+// under limits) and returns them and whether the claim stopped for want of room:
+// More, or, for a claim that took no job (which returns no row to say it), the
+// rotation's record of it.
 func fairClaim(t *testing.T, s *Store, pool *pgxpool.Pool, n int, limited bool) ([]*Job, bool) {
 	t.Helper()
 	res, err := s.ClaimFair(context.Background(), pool, nil, ClaimParams{Queue: "default", WorkerID: "w", Limit: n, Lease: time.Minute}, limited)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(res.Weights) != len(res.Jobs) {
+		t.Fatalf("%d weights for %d jobs", len(res.Weights), len(res.Jobs))
+	}
+	if len(res.Jobs) == 0 {
+		if err := pool.QueryRow(context.Background(), `SELECT coalesce((SELECT more FROM `+s.Table("fair_rotation")+` WHERE queue = 'default'), false)`).Scan(&res.More); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return res.Jobs, res.More
 }
