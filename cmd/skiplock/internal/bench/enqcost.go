@@ -14,6 +14,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -148,12 +150,13 @@ func runE1(ctx context.Context, e *Env) (*Result, error) {
 					pool.Close()
 					return nil, err
 				}
-				var n int64
+				var count atomic.Int64
 				cpu0, cpuOK0 := serverCPU(pid)
 				rate, err := rowRateOn(ctx, pool, conns, d, func(ctx context.Context, db *pgxpool.Pool, i int64) error {
-					n++
+					count.Add(1)
 					return r.one(ctx, db, i)
 				})
+				n := count.Load()
 				if err != nil {
 					pool.Close()
 					return nil, fmt.Errorf("E1 %s: %w", r.v.name, err)
@@ -202,22 +205,27 @@ func prepareCost(ctx context.Context, e *Env, name string, v costVariant) (*cost
 			return err
 		}
 	case v.client:
-		// The client is bound to a pool; it gets the one the round passes through
-		// a client per pool, made on first use.
+		// A client is bound to a pool: one per pool the rounds pass, made on first use.
+		var mu sync.Mutex
 		clients := map[*pgxpool.Pool]*skiplock.Client{}
 		r.one = func(ctx context.Context, db *pgxpool.Pool, i int64) error {
+			mu.Lock()
 			c := clients[db]
 			if c == nil {
 				var err error
 				if c, err = skiplock.NewClient(db, skiplock.Config{Schema: schema}); err != nil {
+					mu.Unlock()
 					return err
 				}
 				clients[db] = c
 			}
+			mu.Unlock()
 			_, err := c.Enqueue(ctx, noop{I: int(i)}, nil)
 			return err
 		}
 		r.close = func() {
+			mu.Lock()
+			defer mu.Unlock()
 			for _, c := range clients {
 				c.Close()
 			}
