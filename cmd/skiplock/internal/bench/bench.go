@@ -91,7 +91,8 @@ type Workload struct {
 	Title string
 	Run   func(ctx context.Context, e *Env) (*Result, error)
 	// Long workloads (W10, W10C and W10L: thirteen minutes each) run only when named, not
-	// with "all"; so does W5PY, which needs the Python client beside the binary.
+	// with "all"; so do W5PY, which needs the Python client beside the binary, and E1,
+	// the cost breakdown (four minutes).
 	Long bool
 }
 
