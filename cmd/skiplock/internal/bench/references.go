@@ -71,7 +71,7 @@ func rowRateOn(ctx context.Context, pool *pgxpool.Pool, conns int, d time.Durati
 	if err := <-errs; err != nil {
 		return 0, err
 	}
-	return float64(next.Load()-int64(conns)) / elapsed.Seconds(), nil
+	return float64(next.Load()) / elapsed.Seconds(), nil
 }
 
 // noopArgs are plainInsert's arguments for W1's i-th job.
