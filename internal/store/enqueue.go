@@ -16,7 +16,7 @@ import (
 
 type enqueueStatements struct {
 	// The inserts by [sequence][dedup]: with sequence keys or not, with a
-	// deduplication key or not (insertVariant).
+	// deduplication key or not (see the comment above onConflict).
 	insert, insertMany          [2][2]stmt
 	dedupHolders, uniqueHolders stmt
 }
