@@ -149,7 +149,7 @@ func Select(spec string) ([]Workload, error) {
 			found = found || w.Name == name
 		}
 		if !found {
-			return nil, fmt.Errorf("unknown workload %q (B0…B3, W1…W12, W10C, W10L, W5PY, F1, D1, G1, E1 or all)", name)
+			return nil, fmt.Errorf("unknown workload %q (B0…B3, W1…W12, W10C, W10L, W5PY, W13, E1, F1, D1, G1 or all)", name)
 		}
 	}
 	if want["W1"] || want["W2"] {
