@@ -23,8 +23,8 @@ func newBenchCmd(db *dbFlags) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--workload W1,W5] [--runs 3] [-o json] [--scale 0.1]",
-		Short: "run the benchmark workloads (B0, B1, W1…W14, W10C, W10L, W5PY, F1, D1, G1) and print the figures",
-		Long: `Run the benchmark workloads (B0, B1, W1…W14, W10C, W10L, W5PY, F1, D1, G1) and print the figures,
+		Short: "run the benchmark workloads (B0…B3, W1…W14, W10C, W10L, W5PY, W13, E1, F1, D1, G1) and print the figures",
+		Long: `Run the benchmark workloads (B0…B3, W1…W14, W10C, W10L, W5PY, W13, E1, F1, D1, G1) and print the figures,
 each job checked for exactly-once success (D1 times the dashboard's pages on
 1,000,000 jobs instead; G1 works jobs through the HTTP worker gateway). W10, its control W10C (the same timeline
 with no pin) and W10L (W10 on a queue under a limit that never binds) take 13 minutes
@@ -33,7 +33,8 @@ clients/python, on the SQL worker protocol) runs only when named, from the repos
 (or with SKIPLOCK_PYTHON_CLIENT set) and with /usr/bin/python3's psycopg (or
 SKIPLOCK_PYTHON); so does W13 (the Node client's worker against the Go
 worker: it needs node and clients/node built, found from the working directory or
-$SKIPLOCK_NODE_CLIENT). W14 (hours without drift: 70% of W5's rate for 30 minutes,
+$SKIPLOCK_NODE_CLIENT), and E1 (the per-enqueue cost breakdown of
+docs/enqueue_cost.md, about 4 minutes). W14 (hours without drift: 70% of W5's rate for 30 minutes,
 a control run then a disturbed one with a held snapshot and analytic reads) takes an
 hour at --scale 1 and runs only when named. Without --database-url or DATABASE_URL it starts a
 durable throwaway PostgreSQL (fsync=on, synchronous_commit=on). With -o json it prints

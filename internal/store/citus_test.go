@@ -81,7 +81,8 @@ func TestCitusStatementPlans(t *testing.T) {
 			explainOnCitus(ctx, t, conn.Conn(), st, s.Table("jobs"), true),
 		}
 	}
-	for _, name := range []string{"insert", "insert_sequence", "insert_many", "insert_many_sequence"} {
+	for _, name := range []string{"insert", "insert_sequence", "insert_many", "insert_many_sequence",
+		"insert_dedup", "insert_sequence_dedup", "insert_many_dedup", "insert_many_sequence_dedup"} {
 		if p := plans[name][0]; p.class == planRefused || p.class == "" {
 			t.Errorf("%s: %s %s; EnqueueTx needs it", name, p.class, p.detail)
 		}

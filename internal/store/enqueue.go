@@ -15,7 +15,10 @@ import (
 )
 
 type enqueueStatements struct {
-	insert, insertSeq, insertMany, insertManySeq, dedupHolders, uniqueHolders stmt
+	// The inserts by [sequence][dedup]: with sequence keys or not, with a
+	// deduplication key or not (see the comment above onConflict).
+	insert, insertMany          [2][2]stmt
+	dedupHolders, uniqueHolders stmt
 }
 
 // sequenceLock is a CTE body that takes a transaction-scoped advisory lock per
@@ -46,18 +49,32 @@ func uniqueKeyExpr(key, periodUS string) string {
 }
 
 // Deduplication: ON CONFLICT without a target skips a row that would violate any
-// unique constraint — jobs_dedup_idx on the plain table, the job_dedup table's key
+// unique constraint — jobs_dedup_idx on the plain table, or the job_dedup table's key
 // (kept by trigger) in partitioned mode, where a conflict target must name an index
-// that includes the partition key, and the job_unique key (kept by trigger) of a
-// unique job. Ids are generated unique, so the primary key never conflicts.
+// that includes the partition key. Ids are generated unique, so the primary key never
+// conflicts. A unique job's row is skipped by its BEFORE INSERT trigger
+// (jobs_unique_claim) when its key is held, which needs no ON CONFLICT.
 //
-// Each insert comes in two variants: with sequence keys it first takes the sequences'
-// advisory locks (sequenceLock); without, it takes none and is as lean as before
-// sequences existed (with the lock's CTE always present, every one-by-one enqueue paid
-// for it, and W1 measurably slowed).
+// Each insert comes in four variants, so that every job pays only for the features it
+// uses (docs/enqueue_cost.md):
+//   - with sequence keys it first takes the sequences' advisory locks (sequenceLock);
+//     without, it takes none (with the lock's CTE always present, every one-by-one
+//     enqueue paid for it, and W1 measurably slowed);
+//   - with a deduplication key it inserts with ON CONFLICT DO NOTHING; without, it
+//     inserts plainly. ON CONFLICT makes every row a speculative insertion: a probe of
+//     each unique index before the insert, a speculative token, and a WAL record to
+//     confirm it (~50 bytes), paid by a job that can conflict with nothing.
+
+// onConflict is the clause a dedup variant adds.
+func onConflict(dedup bool) string {
+	if dedup {
+		return "ON CONFLICT DO NOTHING\n"
+	}
+	return ""
+}
 
 // insertSQL is the one-job insert.
-func insertSQL(sequence bool) string {
+func insertSQL(sequence, dedup bool) string {
 	lock, from := lockCTE(sequence, "ARRAY[$16::text]")
 	return `
 WITH ` + lock + `t AS (SELECT coalesce($1::timestamptz, now()) AS now, ` + notifyColumn + from + `)
@@ -68,12 +85,11 @@ SELECT $2, $3, $4::jsonb, $5, coalesce($6::timestamptz, t.now + $7::bigint * int
        $16::text, coalesce($17::bool, false), $18::text[], $19::text, t.now, t.now
 FROM t
 WHERE t.notified >= 0
-ON CONFLICT DO NOTHING
-RETURNING id`
+` + onConflict(dedup) + `RETURNING id`
 }
 
 // insertManySQL is the batch insert.
-func insertManySQL(sequence bool) string {
+func insertManySQL(sequence, dedup bool) string {
 	lock, from := lockCTE(sequence, "$16::text[]")
 	return `
 WITH ` + lock + `t AS MATERIALIZED (SELECT coalesce($1::timestamptz, now()) AS now, clock_timestamp() AS ts, ` + notifyColumn + from + `),
@@ -95,8 +111,7 @@ ins AS (
   FROM input, t
   WHERE t.notified >= 0
   ORDER BY ord
-  ON CONFLICT DO NOTHING
-  RETURNING id
+  ` + onConflict(dedup) + `  RETURNING id
 )
 SELECT input.id, ins.id IS NOT NULL FROM input LEFT JOIN ins ON ins.id = input.id ORDER BY input.ord`
 }
@@ -112,10 +127,14 @@ func lockCTE(sequence bool, keys string) (cte, from string) {
 
 func newEnqueueStatements(b *builder) enqueueStatements {
 	return enqueueStatements{
-		insert:        b.add("insert", insertSQL(false)),
-		insertSeq:     b.add("insert_sequence", insertSQL(true)),
-		insertMany:    b.add("insert_many", insertManySQL(false)),
-		insertManySeq: b.add("insert_many_sequence", insertManySQL(true)),
+		insert: [2][2]stmt{
+			{b.add("insert", insertSQL(false, false)), b.add("insert_dedup", insertSQL(false, true))},
+			{b.add("insert_sequence", insertSQL(true, false)), b.add("insert_sequence_dedup", insertSQL(true, true))},
+		},
+		insertMany: [2][2]stmt{
+			{b.add("insert_many", insertManySQL(false, false)), b.add("insert_many_dedup", insertManySQL(false, true))},
+			{b.add("insert_many_sequence", insertManySQL(true, false)), b.add("insert_many_sequence_dedup", insertManySQL(true, true))},
+		},
 
 		// The job holding each unique key, the key computed as the insert did ($4 the
 		// statement time; at a period boundary it may name the next period, whose key
@@ -194,10 +213,7 @@ func (s *Store) Insert(ctx context.Context, db DBTX, now *time.Time, p InsertPar
 	ch, qs := n.args()
 	ukey, uperiod, ustates := p.unique()
 	for range insertRetries {
-		q := s.enqueue.insert.sql
-		if p.SequenceKey != nil {
-			q = s.enqueue.insertSeq.sql
-		}
+		q := s.enqueue.insert[b2i(p.SequenceKey != nil)][b2i(p.DedupKey != nil)].sql
 		args := []any{Now(now), p.Queue, p.Kind, string(p.Payload), p.Priority,
 			p.RunAt, micros(p.Delay), p.MaxAttempts, p.DedupKey, ch, qs, jsonOrNil(p.Metadata),
 			ukey, uperiod, ustates, p.SequenceKey, p.SequenceSkipFailed, p.Tags, p.ConcurrencyKey}
@@ -217,6 +233,14 @@ func (s *Store) Insert(ctx context.Context, db DBTX, now *time.Time, p InsertPar
 		}
 	}
 	return InsertResult{}, ErrHolderVanished
+}
+
+// b2i indexes the insert variants by a feature's use.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // unique returns the statement parameters of p's uniqueness (NULLs when none).
@@ -301,13 +325,12 @@ func (s *Store) insertMany(ctx context.Context, db DBTX, now *time.Time, ps []In
 		}
 	}
 	ch, qs := nt.args()
-	q := s.enqueue.insertMany.sql
-	for _, k := range seqs {
-		if k != nil {
-			q = s.enqueue.insertManySeq.sql
-			break
-		}
+	var seq, dedup bool
+	for i := range ps {
+		seq = seq || ps[i].SequenceKey != nil
+		dedup = dedup || ps[i].DedupKey != nil
 	}
+	q := s.enqueue.insertMany[b2i(seq)][b2i(dedup)].sql
 	args := []any{Now(now), queues, kinds, payloads, prios, runAts, delays, maxes, keys, ch, qs, metas,
 		ukeys, uperiods, ustates, seqs, seqSkips, tags, ckeys}
 	collect := func(rows pgx.Rows, err error) ([]InsertResult, error) {

@@ -18,21 +18,29 @@ func statementFields(s *Store) map[string]stmt {
 	out := map[string]stmt{}
 	stmtType := reflect.TypeFor[stmt]()
 	var walk func(path string, v reflect.Value)
+	// field records f, a statement or an array of them (the insert variants), at name.
+	var field func(name string, f reflect.Value)
+	field = func(name string, f reflect.Value) {
+		switch {
+		case f.Type() == stmtType:
+			// Unexported fields cannot be Interface()d, but their strings can be read.
+			out[name] = stmt{
+				name:   f.FieldByName("name").String(),
+				sql:    f.FieldByName("sql").String(),
+				layout: Layout(f.FieldByName("layout").String()),
+				guard:  f.FieldByName("guard").String(),
+			}
+		case f.Kind() == reflect.Array:
+			for j := range f.Len() {
+				field(fmt.Sprintf("%s[%d]", name, j), f.Index(j))
+			}
+		case f.Kind() == reflect.Struct:
+			walk(name+".", f)
+		}
+	}
 	walk = func(path string, v reflect.Value) {
 		for i := range v.NumField() {
-			f, ft := v.Field(i), v.Type().Field(i)
-			switch {
-			case ft.Type == stmtType:
-				// Unexported fields cannot be Interface()d, but their strings can be read.
-				out[path+ft.Name] = stmt{
-					name:   f.FieldByName("name").String(),
-					sql:    f.FieldByName("sql").String(),
-					layout: Layout(f.FieldByName("layout").String()),
-					guard:  f.FieldByName("guard").String(),
-				}
-			case ft.Type.Kind() == reflect.Struct:
-				walk(path+ft.Name+".", f)
-			}
+			field(path+v.Type().Field(i).Name, v.Field(i))
 		}
 	}
 	walk("", reflect.ValueOf(s).Elem())

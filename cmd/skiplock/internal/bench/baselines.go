@@ -22,35 +22,7 @@ func insertRate(ctx context.Context, e *Env, conns int, d time.Duration) (float6
 	if _, err := e.Pool.Exec(ctx, `DROP TABLE IF EXISTS bench_b0; CREATE TABLE bench_b0 (id bigserial PRIMARY KEY, v int NOT NULL, at timestamptz NOT NULL DEFAULT now())`); err != nil {
 		return 0, err
 	}
-	pool, err := e.pool(ctx, int32(conns))
-	if err != nil {
-		return 0, err
-	}
-	defer pool.Close()
-	var total atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, conns)
-	deadline := time.Now().Add(d)
-	for i := 0; i < conns; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for time.Now().Before(deadline) {
-				if _, err := pool.Exec(ctx, "INSERT INTO bench_b0 (v) VALUES ($1)", i); err != nil {
-					errs <- err
-					return
-				}
-				total.Add(1)
-			}
-		}()
-	}
-	start := time.Now()
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		return 0, err
-	}
-	return float64(total.Load()) / time.Since(start).Seconds(), nil
+	return rowRate(ctx, e, conns, d, "INSERT INTO bench_b0 (v) VALUES ($1)", func(i int64) []any { return []any{int32(i % 1000)} })
 }
 
 func runB0(ctx context.Context, e *Env) (*Result, error) {

@@ -71,6 +71,8 @@ type Env struct {
 	Scale float64
 	// b0, b1 hold the baselines for ratios; w3 is F1's reference, w5 W9's.
 	b0one, b0many, b1, w3, w5 float64
+	// b2one, b2many and b3 are the enqueue path's references (references.go).
+	b2one, b2many, b3 float64
 	// created lists the schemas the running workload made (schema), dropped when it
 	// ends (isolated).
 	created []string
@@ -89,7 +91,8 @@ type Workload struct {
 	Title string
 	Run   func(ctx context.Context, e *Env) (*Result, error)
 	// Long workloads (W10, W10C and W10L: thirteen minutes each) run only when named, not
-	// with "all"; so does W5PY, which needs the Python client beside the binary.
+	// with "all"; so do W5PY, which needs the Python client beside the binary, and E1,
+	// the cost breakdown (four minutes).
 	Long bool
 }
 
@@ -98,6 +101,8 @@ func All() []Workload {
 	return []Workload{
 		{"B0", "INSERT commit rate, 1 and 16 connections (hardware baseline)", isolated(runB0), false},
 		{"B1", "raw claim+complete SQL, batches of 1,000, 2 connections (SQL ceiling)", isolated(runB1), false},
+		{"B2", "plain one-row INSERT of W1's row into a table as wide as jobs (primary key only), 1 and 16 connections (W1's and W2's limit)", isolated(runB2), false},
+		{"B3", "bare COPY of W3's rows into the jobs table, batches of 1,000, 2 goroutines (W3's limit)", isolated(runB3), false},
 		{"W1", "enqueue one by one, sequential, 1 connection", isolated(runW1), false},
 		{"W2", "enqueue from 16 goroutines", isolated(runW2), false},
 		{"W3", "bulk enqueue, batches of 1,000", isolated(runW3), false},
@@ -116,6 +121,7 @@ func All() []Workload {
 		{"W12", "fair queue throughput, pre-inserted jobs over 1, 100 and 10,000 keys, best concurrency, each beside the plain queue (W5's shape)", isolated(runW12), false},
 		{"F1", "enqueue flows of 1,000 children (one statement each), 2 goroutines", isolated(runF1), false},
 		{"D1", "the dashboard on 1,000,000 jobs: every page and filter through its http.Handler", isolated(runD1), false},
+		{"E1", "the per-enqueue cost breakdown: W1's insert against schemas each lacking one cost (an index, a trigger, the lineage row, the NOTIFY, the statement's shape), 1 and 16 connections, 5 interleaved rounds, with the server's CPU per enqueue (run only when named)", isolated(runE1), true},
 		{"W13", "the Node client's worker on the SQL worker protocol against the Go worker, both at concurrency 16: 20,000 pre-inserted jobs, then pickup at 100 jobs/s (needs node and a built clients/node; run only when named)", isolated(runW13), true},
 		{"W14", "hours without drift: 70% of W5's rate for 30 min, beside a control run of the same timeline; the disturbed run holds a snapshot for the middle 10 min and runs an analytic read every 3 min (one hour in all; run only when named)", isolated(runW14), true},
 	}
@@ -144,11 +150,14 @@ func Select(spec string) ([]Workload, error) {
 			found = found || w.Name == name
 		}
 		if !found {
-			return nil, fmt.Errorf("unknown workload %q (B0, B1, W1…W14, W10C, W10L, W5PY, F1, D1, G1 or all)", name)
+			return nil, fmt.Errorf("unknown workload %q (B0…B3, W1…W14, W10C, W10L, W5PY, W13, E1, F1, D1, G1 or all)", name)
 		}
 	}
 	if want["W1"] || want["W2"] {
-		want["B0"] = true
+		want["B0"], want["B2"] = true, true
+	}
+	if want["W3"] {
+		want["B3"] = true
 	}
 	if want["F1"] {
 		want["W3"] = true
