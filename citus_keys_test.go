@@ -20,7 +20,8 @@ import (
 // reports that key's holder, never the first tenant's — one by one, in a transaction
 // and in one EnqueueManyTx across keys. A unique job's side row sits in the
 // co-located shard of its key on the job's node, and a job that leaves its unique
-// states frees the key of its own tenant only.
+// states frees the key of its own tenant only. The SQL enqueue() (key '') finds its own
+// key's holder.
 func TestCitusDedupUniqueScopedByKey(t *testing.T) {
 	t.Parallel()
 	pool, schema := pgtest.CitusSchema(t)
@@ -98,6 +99,21 @@ func TestCitusDedupUniqueScopedByKey(t *testing.T) {
 				t.Errorf("%s: key %s holds %d jobs, want 1", c.name, key, n)
 			}
 		}
+	}
+
+	// The SQL enqueue() inserts under the key '': its duplicate names the '' key's
+	// holder, not a keyed tenant's job of the same deduplication key.
+	keyed := enqueue(pool, 20, skiplock.EnqueueOpts{ConcurrencyKey: "acme", DeduplicationKey: "from-sql"})
+	var first, again string
+	var dup1, dup2 bool
+	if err := pool.QueryRow(ctx, `SELECT id::text, duplicate FROM `+q("enqueue")+`('order_placed', '{}', deduplication_key => 'from-sql')`).Scan(&first, &dup1); err != nil {
+		t.Fatalf("SQL enqueue: %v", err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT id::text, duplicate FROM `+q("enqueue")+`('order_placed', '{}', deduplication_key => 'from-sql')`).Scan(&again, &dup2); err != nil {
+		t.Fatalf("SQL enqueue again: %v", err)
+	}
+	if dup1 || first == keyed.ID || !dup2 || again != first {
+		t.Errorf("SQL enqueue beside acme's %s: (%s, duplicate %v) then (%s, duplicate %v); want a job of the key '' and its duplicate", keyed.ID, first, dup1, again, dup2)
 	}
 
 	// The unique key's side row is beside its job: the co-located job_unique shard of

@@ -166,6 +166,25 @@ BEGIN
 END
 $$;
 
+-- The SQL enqueue() inserts its jobs under the key '' (it takes no key); its lookup of
+-- a deduplication key's holder names that key, so it finds the holder its insert
+-- conflicted with (a router query), never another tenant's job of the same key string.
+-- The function is 0005's, with that one condition added; the edit fails loudly should
+-- the line it changes ever move.
+DO $$
+DECLARE
+  def   text := pg_get_functiondef('{{schema}}.enqueue(text, jsonb, text, integer, timestamptz, integer, text)'::regprocedure);
+  keyed text;
+BEGIN
+  keyed := replace(def, 'WHERE j.kind = enqueue.kind AND j.deduplication_key = enqueue.deduplication_key;',
+                        'WHERE j.concurrency_key = '''' AND j.kind = enqueue.kind AND j.deduplication_key = enqueue.deduplication_key;');
+  IF keyed = def THEN
+    RAISE EXCEPTION 'skiplock: the Citus layout: enqueue()''s lookup of a deduplication key''s holder was not found to scope it by the key';
+  END IF;
+  EXECUTE keyed;
+END
+$$;
+
 CREATE FUNCTION {{schema}}.jobs_citus_refuse() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog AS $$
 DECLARE
