@@ -20,7 +20,7 @@ import (
 // reports that key's holder, never the first tenant's — one by one, in a transaction
 // and in one EnqueueManyTx across keys. A unique job's side row sits in the
 // co-located shard of its key on the job's node, and a job that leaves its unique
-// states frees the key of its own tenant only. The SQL enqueue() (key ”) finds its own
+// states frees the key of its own tenant only. The SQL enqueue() (the empty key) finds its own
 // key's holder.
 func TestCitusDedupUniqueScopedByKey(t *testing.T) {
 	t.Parallel()
