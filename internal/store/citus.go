@@ -14,6 +14,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 )
 
@@ -43,10 +44,7 @@ func newCitusStatements(b *builder) citusStatements {
 
 // addCitus records a statement of the Citus layout only, run under guard.
 func (b *builder) addCitus(guard, name, text string) stmt {
-	st := b.addGuarded(guard, name, text)
-	b.all[len(b.all)-1].layout = LayoutCitus
-	st.layout = LayoutCitus
-	return st
+	return b.record(stmt{name: name, sql: strings.ReplaceAll(text, "{{s}}", b.q), layout: LayoutCitus, guard: guard})
 }
 
 // layoutState caches Distributed's answer: 0 not known yet, 1 single node, 2 Citus.
