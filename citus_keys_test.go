@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/pgtest"
 	"github.com/skiplock/skiplock/outbox"
@@ -24,14 +25,8 @@ import (
 // key's holder.
 func TestCitusDedupUniqueScopedByKey(t *testing.T) {
 	t.Parallel()
-	pool, schema := pgtest.CitusSchema(t)
+	pool, q, client := citusClient(t)
 	ctx := context.Background()
-	q := func(table string) string { return `"` + schema + `".` + table }
-	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(client.Close)
 	enqueue := func(db skiplock.DB, order int, opts skiplock.EnqueueOpts) skiplock.EnqueueResult {
 		t.Helper()
 		r, err := client.EnqueueTx(ctx, db, orderPlaced{Order: order}, &opts)
@@ -122,7 +117,7 @@ func TestCitusDedupUniqueScopedByKey(t *testing.T) {
 	node, shard := shardOf(t, pool, q("jobs"), "acme")
 	worker := nodeConn(t, node)
 	var holder string
-	err = worker.QueryRow(ctx, fmt.Sprintf(`SELECT job_id::text FROM %s WHERE concurrency_key = 'acme' AND kind = 'order_placed' AND unique_key = 'nightly'`,
+	err := worker.QueryRow(ctx, fmt.Sprintf(`SELECT job_id::text FROM %s WHERE concurrency_key = 'acme' AND kind = 'order_placed' AND unique_key = 'nightly'`,
 		q("job_unique_"+strconv.FormatInt(shardID(t, pool, q("job_unique"), "acme"), 10)))).Scan(&holder)
 	if err != nil || holder != acme.ID {
 		t.Fatalf("acme's unique key on %s (jobs shard %d): holder %q, %v; want %s", node, shard, holder, err, acme.ID)
@@ -145,14 +140,8 @@ func TestCitusDedupUniqueScopedByKey(t *testing.T) {
 // by its own key; an event without a key goes to the key "".
 func TestCitusOutboxColocated(t *testing.T) {
 	t.Parallel()
-	pool, schema := pgtest.CitusSchema(t)
+	pool, q, client := citusClient(t)
 	ctx := context.Background()
-	q := func(table string) string { return `"` + schema + `".` + table }
-	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(client.Close)
 	ob, err := outbox.New(client, outbox.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -214,4 +203,17 @@ func TestCitusOutboxColocated(t *testing.T) {
 	if _, err := ob.Write(ctx, pool, event(skiplock.EachKey)); !errors.Is(err, skiplock.ErrInvalid) {
 		t.Errorf("an event keyed %q: %v; want a validation error", skiplock.EachKey, err)
 	}
+}
+
+// citusClient is a client on a fresh schema with the Citus layout, the pool, and q,
+// which names a table of the schema.
+func citusClient(t *testing.T) (*pgxpool.Pool, func(table string) string, *skiplock.Client) {
+	t.Helper()
+	pool, schema := pgtest.CitusSchema(t)
+	client, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(client.Close)
+	return pool, func(table string) string { return `"` + schema + `".` + table }, client
 }
