@@ -54,8 +54,8 @@ func (orderPlaced) Kind() string { return "order_placed" }
 // an order and the job EnqueueTx adds for it in the same transaction, both keyed by
 // the tenant, land in shards of one hash range on one worker node (read back from that
 // node's shard tables, not through the coordinator); a rollback keeps neither; jobs
-// of other tenants land by their own keys; what the layout cannot hold yet is refused
-// with an error naming it.
+// of other tenants land by their own keys; what the layout cannot hold (batches) is
+// refused with an error naming it.
 func TestCitusEnqueueTxColocated(t *testing.T) {
 	t.Parallel()
 	pool, schema := pgtest.CitusSchema(t)
@@ -178,23 +178,19 @@ func TestCitusEnqueueTxColocated(t *testing.T) {
 		t.Errorf("%s.enqueue: %d jobs inserted", schema, n)
 	}
 
-	// Refused, naming the feature; nothing inserted.
-	for _, c := range []struct {
-		name    string
-		opts    skiplock.EnqueueOpts
-		feature string
-	}{
-		{"deduplication", skiplock.EnqueueOpts{ConcurrencyKey: "acme", DeduplicationKey: "order-3"}, "deduplication keys"},
-		{"unique", skiplock.EnqueueOpts{ConcurrencyKey: "acme", Unique: &skiplock.UniqueOpts{Key: "order-3"}}, "unique jobs"},
-	} {
-		_, err := client.EnqueueTx(ctx, pool, orderPlaced{Order: 3}, &c.opts)
-		var pgErr *pgconn.PgError
-		if !errors.As(err, &pgErr) || pgErr.Code != "0A000" || !strings.Contains(pgErr.Message, c.feature) {
-			t.Errorf("%s on Citus: %v; want SQLSTATE 0A000 naming %q", c.name, err, c.feature)
-		}
+	// Batches are refused, naming them; nothing inserted. (Deduplication and unique
+	// keys work, scoped by the key: TestCitusDedupUniqueScopedByKey.)
+	batchID, err := client.BatchOpen(ctx, skiplock.Batch{Description: "refused on Citus"})
+	if err != nil {
+		t.Fatalf("BatchOpen (a coordinator table): %v", err)
+	}
+	_, err = client.BatchAdd(ctx, batchID, []skiplock.EnqueueParams{{Args: orderPlaced{Order: 3}, Opts: skiplock.EnqueueOpts{ConcurrencyKey: "acme"}}})
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "0A000" || !strings.Contains(pgErr.Message, "batches") {
+		t.Errorf("BatchAdd on Citus: %v; want SQLSTATE 0A000 naming batches", err)
 	}
 	if n := count(t, pool, `SELECT count(*) FROM `+q("jobs")+` WHERE concurrency_key = 'acme'`); n != 1 {
-		t.Errorf("after the refusals tenant acme has %d jobs, want 1", n)
+		t.Errorf("after the refusal tenant acme has %d jobs, want 1", n)
 	}
 
 	// Working jobs is refused at Start, naming it, rather than failing at every poll.

@@ -55,6 +55,16 @@ type Event struct {
 	// MaxAttempts is how many publish attempts the event gets before it is parked as
 	// dead, 1..MaxMaxAttempts. Default DefaultMaxAttempts (25).
 	MaxAttempts int `json:"max_attempts,omitempty"`
+	// ConcurrencyKey is the tenant (account, aggregate) the event belongs to, as
+	// skiplock.EnqueueOpts.ConcurrencyKey is a job's: the same value, one name. On the
+	// Citus layout (docs/citus.md) it places the event in the shard of that key, beside
+	// the tenant's jobs and business rows, so a write in the tenant's transaction stays
+	// on one node; without it every event goes to the shard of the key "". On one
+	// PostgreSQL node there is nothing to place: it is validated and not stored (the
+	// single-node outbox has no such column), and records read back leave it empty.
+	// At most skiplock.MaxConcurrencyKeyLen bytes, no control characters, not
+	// skiplock.EachKey. Optional.
+	ConcurrencyKey string `json:"concurrency_key,omitempty"`
 }
 
 // Record is an outbox event as stored, with its relay state, for inspection and
@@ -105,6 +115,12 @@ func (ev *Event) validate(maxPayload int) (headers []byte, err error) {
 		if err := checkName(f.field, f.v, f.optional); err != nil {
 			return nil, err
 		}
+	}
+	if ev.ConcurrencyKey == skiplock.EachKey {
+		return nil, &skiplock.ValidationError{Field: "concurrency_key", Reason: fmt.Sprintf("%q is reserved for skiplock.Limit.Key (every key)", skiplock.EachKey)}
+	}
+	if reason := validate.Name(ev.ConcurrencyKey, skiplock.MaxConcurrencyKeyLen, true); reason != "" {
+		return nil, &skiplock.ValidationError{Field: "concurrency_key", Reason: reason}
 	}
 	if err := skiplock.ValidatePayload(ev.Payload, maxPayload); err != nil {
 		return nil, err

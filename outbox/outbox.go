@@ -142,6 +142,7 @@ func (o *Outbox) write(ctx context.Context, db skiplock.DB, evs []Event, many bo
 		ps[i] = store.OutboxInsertParams{
 			AggregateType: ev.AggregateType, AggregateID: ev.AggregateID, EventType: ev.EventType,
 			Destination: ev.Destination, Payload: ev.Payload, Headers: headers, MaxAttempts: attempts,
+			ConcurrencyKey: ev.ConcurrencyKey,
 		}
 	}
 	ids, err := o.store.OutboxInsert(ctx, db, o.now(), ps,

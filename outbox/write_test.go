@@ -119,6 +119,9 @@ func TestWriteValidation(t *testing.T) {
 		"huge max attempts":     func(ev *outbox.Event) { ev.MaxAttempts = outbox.MaxMaxAttempts + 1 },
 		"empty header name":     func(ev *outbox.Event) { ev.Headers = map[string]string{"": "v"} },
 		"header value newline":  func(ev *outbox.Event) { ev.Headers = map[string]string{"k": "a\r\nb"} },
+		"overlong key":          func(ev *outbox.Event) { ev.ConcurrencyKey = strings.Repeat("k", skiplock.MaxConcurrencyKeyLen+1) },
+		"control in key":        func(ev *outbox.Event) { ev.ConcurrencyKey = "a\tb" },
+		"the every-key key":     func(ev *outbox.Event) { ev.ConcurrencyKey = skiplock.EachKey },
 	}
 	for name, mutate := range cases {
 		ev := event("1", 1)
@@ -144,6 +147,30 @@ func TestWriteValidation(t *testing.T) {
 	}
 	if _, err := outbox.New(&skiplock.Client{}, outbox.Config{}); !errors.Is(err, skiplock.ErrInvalid) {
 		t.Fatalf("client not made by NewClient: %v", err)
+	}
+}
+
+// TestWriteConcurrencyKeySingleNode: on one PostgreSQL node an event's ConcurrencyKey
+// places nothing (docs/citus.md): the write succeeds, alone and in a batch mixing keys
+// and no key, in input order, and the stored events are the events written.
+func TestWriteConcurrencyKeySingleNode(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	keyed := event("1", 1)
+	keyed.ConcurrencyKey = "acme"
+	id, err := e.ob.Write(e.ctx, e.pool, keyed)
+	e.must(err)
+	other, plain := event("2", 2), event("3", 3)
+	other.ConcurrencyKey = "globex"
+	ids, err := e.ob.WriteMany(e.ctx, e.pool, []outbox.Event{other, plain})
+	e.must(err)
+	for i, want := range map[string]string{id: "1", ids[0]: "2", ids[1]: "3"} {
+		if r := e.get(i); r.AggregateID != want {
+			t.Errorf("event %s: aggregate %q, want %q", i, r.AggregateID, want)
+		}
+	}
+	if c := e.counts(); c.Pending != 3 {
+		t.Fatalf("pending events: %+v, want 3", c)
 	}
 }
 

@@ -26,16 +26,18 @@
 -- lineage trigger functions are redefined to write the co-located tx_lineage shard of
 -- the same key. Citus calls such triggers unsafe because a trigger can reach other
 -- nodes: these reach only rows of their own key, on their own node. The unique-key
--- triggers are unreachable while unique keys are refused (below); job_unique is laid
--- out for the step that scopes them by the key.
+-- triggers are redefined the same way: a job holds (concurrency_key, kind, unique_key)
+-- in the co-located job_unique shard of its key.
+--
+-- Deduplication and unique keys are therefore scoped by the key: the same key string
+-- in two tenants is two jobs, and the store's holder lookups on this layout
+-- (dedup_holders_citus, unique_holders_citus) name the key, so a skipped insert
+-- reports the holder of its own key, never another tenant's.
 --
 -- What cannot hold its guarantee here is refused when a job is inserted, with an error
 -- naming it (SQLSTATE 0A000, feature_not_supported), by jobs_citus_refuse:
 --   flows and batches: a parent, its children and a batch's members may have other
---     keys, and the settlement locks and counts across them;
---   deduplication and unique keys: the layout scopes them by concurrency_key, but the
---     statements that name a key's holder do not take the key yet (docs/citus.md, the
---     plan table), so a holder of another tenant could be reported.
+--     keys, and the settlement locks and counts across them.
 --
 -- The small tables (queues, limits, limit_windows) become reference tables: a copy on
 -- every node, so the claim's joins with them stay on one node. schedules, batches,
@@ -123,6 +125,66 @@ BEGIN
 END
 $$;
 
+-- The unique-key triggers of 0009_unique.sql, keyed: the side row is written to,
+-- and released from, the shard of the job's own key.
+CREATE OR REPLACE FUNCTION {{schema}}.jobs_unique_claim() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+BEGIN
+  IF NEW.status = ANY (NEW.unique_states) THEN
+    INSERT INTO {{schema}}.job_unique (concurrency_key, kind, unique_key, job_id)
+    VALUES (NEW.concurrency_key, NEW.kind, NEW.unique_key, NEW.id)
+    ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+      RETURN NULL;
+    END IF;
+  END IF;
+  RETURN NEW;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION {{schema}}.jobs_unique_track() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+BEGIN
+  IF OLD.status = ANY (OLD.unique_states) AND NOT (NEW.status = ANY (NEW.unique_states)) THEN
+    DELETE FROM {{schema}}.job_unique
+    WHERE concurrency_key = OLD.concurrency_key AND kind = OLD.kind AND unique_key = OLD.unique_key AND job_id = OLD.id;
+  ELSIF NEW.status = ANY (NEW.unique_states) AND NOT (OLD.status = ANY (OLD.unique_states)) THEN
+    INSERT INTO {{schema}}.job_unique (concurrency_key, kind, unique_key, job_id)
+    VALUES (NEW.concurrency_key, NEW.kind, NEW.unique_key, NEW.id)
+    ON CONFLICT DO NOTHING;
+  END IF;
+  RETURN NULL;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION {{schema}}.jobs_unique_release() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+BEGIN
+  DELETE FROM {{schema}}.job_unique
+  WHERE concurrency_key = OLD.concurrency_key AND kind = OLD.kind AND unique_key = OLD.unique_key AND job_id = OLD.id;
+  RETURN NULL;
+END
+$$;
+
+-- The SQL enqueue() inserts its jobs under the key '' (it takes no key); its lookup of
+-- a deduplication key's holder names that key, so it finds the holder its insert
+-- conflicted with (a router query), never another tenant's job of the same key string.
+-- The function is 0005's, with that one condition added; the edit fails loudly should
+-- the line it changes ever move.
+DO $$
+DECLARE
+  def   text := pg_get_functiondef('{{schema}}.enqueue(text, jsonb, text, integer, timestamptz, integer, text)'::regprocedure);
+  keyed text;
+BEGIN
+  keyed := replace(def, 'WHERE j.kind = enqueue.kind AND j.deduplication_key = enqueue.deduplication_key;',
+                        'WHERE j.concurrency_key = '''' AND j.kind = enqueue.kind AND j.deduplication_key = enqueue.deduplication_key;');
+  IF keyed = def THEN
+    RAISE EXCEPTION 'skiplock: the Citus layout: enqueue()''s lookup of a deduplication key''s holder was not found to scope it by the key';
+  END IF;
+  EXECUTE keyed;
+END
+$$;
+
 CREATE FUNCTION {{schema}}.jobs_citus_refuse() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog AS $$
 DECLARE
@@ -132,10 +194,6 @@ BEGIN
     feature := 'flows (a parent job and its children)';
   ELSIF NEW.batch_id IS NOT NULL THEN
     feature := 'batches';
-  ELSIF NEW.deduplication_key IS NOT NULL THEN
-    feature := 'deduplication keys';
-  ELSIF NEW.unique_key IS NOT NULL THEN
-    feature := 'unique jobs';
   END IF;
   RAISE EXCEPTION 'skiplock: % are not supported on the Citus layout yet (job of kind %)', feature, to_json(NEW.kind)
     USING ERRCODE = 'feature_not_supported', HINT = 'see docs/citus.md, "What works on Citus"';
@@ -155,8 +213,7 @@ SELECT {{schema}}.install_flow_triggers();
 CREATE TRIGGER outbox_lineage AFTER INSERT ON {{schema}}.outbox
   REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION {{schema}}.outbox_lineage();
 CREATE TRIGGER jobs_citus_refuse BEFORE INSERT ON {{schema}}.jobs FOR EACH ROW
-  WHEN (NEW.parent_id IS NOT NULL OR NEW.flow_open IS NOT NULL OR NEW.batch_id IS NOT NULL
-        OR NEW.deduplication_key IS NOT NULL OR NEW.unique_key IS NOT NULL)
+  WHEN (NEW.parent_id IS NOT NULL OR NEW.flow_open IS NOT NULL OR NEW.batch_id IS NOT NULL)
   EXECUTE FUNCTION {{schema}}.jobs_citus_refuse();
 
 SELECT create_reference_table('{{schema}}.queues');

@@ -294,3 +294,30 @@ func lineDiff(want, got string) string {
 	}
 	return b.String()
 }
+
+// TestDistributedKnowsTheLayout: Store.Distributed says false for a single-node schema
+// and true for one with the Citus layout, and keeps its first answer (the layout is
+// changed in a maintenance window, with the clients created again): a second call
+// asks nothing, even of a database that can no longer answer.
+func TestDistributedKnowsTheLayout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	check := func(t *testing.T, pool DBTX, schema string, want bool) {
+		s := newStore(t, schema)
+		if got, err := s.Distributed(ctx, pool); err != nil || got != want {
+			t.Fatalf("Distributed = %v, %v; want %v", got, err, want)
+		}
+		if got, err := s.Distributed(ctx, nil); err != nil || got != want {
+			t.Fatalf("Distributed again = %v, %v; want %v without asking the database", got, err, want)
+		}
+	}
+	t.Run("single node", func(t *testing.T) {
+		t.Parallel()
+		check(t, pgtest.Pool(t), pgtest.Schema(t), false)
+	})
+	t.Run("citus", func(t *testing.T) {
+		t.Parallel()
+		pool, schema := pgtest.CitusSchema(t)
+		check(t, pool, schema, true)
+	})
+}

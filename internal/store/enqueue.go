@@ -19,6 +19,10 @@ type enqueueStatements struct {
 	// deduplication key or not (see the comment above onConflict).
 	insert, insertMany          [2][2]stmt
 	dedupHolders, uniqueHolders stmt
+	// The holder lookups of the Citus layout (docs/citus.md): a deduplication or unique
+	// key is held per concurrency_key there, so each names the key of the jobs whose
+	// insert was skipped and runs as a router query on that key's node.
+	dedupHoldersCitus, uniqueHoldersCitus stmt
 }
 
 // sequenceLock is a CTE body that takes a transaction-scoped advisory lock per
@@ -136,26 +140,44 @@ func newEnqueueStatements(b *builder) enqueueStatements {
 			{b.add("insert_many_sequence", insertManySQL(true, false)), b.add("insert_many_sequence_dedup", insertManySQL(true, true))},
 		},
 
-		// The job holding each unique key, the key computed as the insert did ($4 the
-		// statement time; at a period boundary it may name the next period, whose key
-		// nobody holds yet — the caller then inserts again). Each key probes the index
-		// with its own values (a lateral subquery, kept from being flattened into a join
-		// by OFFSET 0), so no statistics can make the plan read the table whole
-		// (planguard.go).
-		uniqueHolders: b.addGuarded(planGuardOn, "unique_holders", `
+		uniqueHolders: b.addGuarded(planGuardOn, "unique_holders", uniqueHoldersSQL("")),
+		dedupHolders:  b.addGuarded(planGuardOn, "dedup_holders", dedupHoldersSQL("")),
+
+		// On Citus the same lookups name one concurrency_key ($5, $3), so that a holder
+		// of another key — which holds the same key string for its own tenant, and never
+		// conflicts with this insert — is never reported. Citus makes a router query of
+		// them only under a custom plan (a generic plan of anything but a one-table
+		// statement with the key equal to a parameter is "could not create distributed
+		// plan"), so they run under planCitusCustom; they run only after an insert was
+		// skipped.
+		uniqueHoldersCitus: b.addCitus(planCitusCustom, "unique_holders_citus", uniqueHoldersSQL(" AND u.concurrency_key = $5::text")),
+		dedupHoldersCitus:  b.addCitus(planCitusCustom, "dedup_holders_citus", dedupHoldersSQL(" AND j.concurrency_key = $3::text")),
+	}
+}
+
+// uniqueHoldersSQL finds the job holding each unique key, the key computed as the
+// insert did ($4 the statement time; at a period boundary it may name the next
+// period, whose key nobody holds yet — the caller then inserts again). Each key probes
+// the index with its own values (a lateral subquery, kept from being flattened into a
+// join by OFFSET 0), so no statistics can make the plan read the table whole
+// (planguard.go). The probe's conditions end with and (the Citus layout's key).
+func uniqueHoldersSQL(and string) string {
+	return `
 WITH t AS (SELECT coalesce($4::timestamptz, now()) AS now)
 SELECT k.kind, k.key, k.period_us, u.job_id
 FROM unnest($1::text[], $2::text[], $3::bigint[]) AS k(kind, key, period_us)
 CROSS JOIN LATERAL (SELECT u.job_id FROM {{s}}.job_unique u
-  WHERE u.kind = k.kind AND u.unique_key = `+uniqueKeyExpr("k.key", "k.period_us")+` OFFSET 0) u`),
+  WHERE u.kind = k.kind AND u.unique_key = ` + uniqueKeyExpr("k.key", "k.period_us") + and + ` OFFSET 0) u`
+}
 
-		// The job holding each deduplication key, probed key by key as above.
-		dedupHolders: b.addGuarded(planGuardOn, "dedup_holders", `
+// dedupHoldersSQL finds the job holding each deduplication key, probed key by key as
+// uniqueHoldersSQL does.
+func dedupHoldersSQL(and string) string {
+	return `
 SELECT k.kind, k.key, j.id
 FROM unnest($1::text[], $2::text[]) AS k(kind, key)
 CROSS JOIN LATERAL (SELECT j.id FROM {{s}}.jobs j
-  WHERE j.kind = k.kind AND j.deduplication_key = k.key OFFSET 0) j`),
-	}
+  WHERE j.kind = k.kind AND j.deduplication_key = k.key` + and + ` OFFSET 0) j`
 }
 
 // InsertParams describe one job to insert.
@@ -354,46 +376,68 @@ func (s *Store) insertMany(ctx context.Context, db DBTX, now *time.Time, ps []In
 }
 
 // holders returns, for each job whose insert was skipped, the id of the job holding
-// its deduplication or unique key, or "" when no job holds it any more.
+// its deduplication or unique key, or "" when no job holds it any more. On the Citus
+// layout a key is held per concurrency_key, so the lookups run once per key of ps.
 func (s *Store) holders(ctx context.Context, db DBTX, now *time.Time, ps []InsertParams) ([]string, error) {
-	var dk, dv, uk, uv []string
-	var up []int64
+	dist, err := s.Distributed(ctx, db)
+	if err != nil {
+		return nil, err
+	}
+	groups := map[string][]int{} // indexes of ps by the key their holder is looked up under
+	var order []string
 	for i := range ps {
-		p := &ps[i]
-		switch {
-		case p.DedupKey != nil:
-			dk, dv = append(dk, p.Kind), append(dv, *p.DedupKey)
-		case p.UniqueKey != nil:
-			uk, uv, up = append(uk, p.Kind), append(uv, *p.UniqueKey), append(up, micros(p.UniquePeriod))
+		ck := ""
+		if dist {
+			ck = ps[i].ConcurrencyKey
 		}
-	}
-	var dedup, unique map[[2]string]string
-	var err error
-	if len(dk) > 0 {
-		if dedup, err = s.dedupHolders(ctx, db, dk, dv); err != nil {
-			return nil, err
+		if _, ok := groups[ck]; !ok {
+			order = append(order, ck)
 		}
-	}
-	if len(uk) > 0 {
-		if unique, err = s.uniqueHolders(ctx, db, now, uk, uv, up); err != nil {
-			return nil, err
-		}
+		groups[ck] = append(groups[ck], i)
 	}
 	out := make([]string, len(ps))
-	for i := range ps {
-		p := &ps[i]
-		switch {
-		case p.DedupKey != nil:
-			out[i] = dedup[[2]string{p.Kind, *p.DedupKey}]
-		case p.UniqueKey != nil:
-			out[i] = unique[[2]string{p.Kind, *p.UniqueKey}]
+	for _, ck := range order {
+		var dk, dv, uk, uv []string
+		var up []int64
+		for _, i := range groups[ck] {
+			p := &ps[i]
+			switch {
+			case p.DedupKey != nil:
+				dk, dv = append(dk, p.Kind), append(dv, *p.DedupKey)
+			case p.UniqueKey != nil:
+				uk, uv, up = append(uk, p.Kind), append(uv, *p.UniqueKey), append(up, micros(p.UniquePeriod))
+			}
+		}
+		var dedup, unique map[[2]string]string
+		if len(dk) > 0 {
+			if dedup, err = s.dedupHolders(ctx, db, dist, ck, dk, dv); err != nil {
+				return nil, err
+			}
+		}
+		if len(uk) > 0 {
+			if unique, err = s.uniqueHolders(ctx, db, now, dist, ck, uk, uv, up); err != nil {
+				return nil, err
+			}
+		}
+		for _, i := range groups[ck] {
+			p := &ps[i]
+			switch {
+			case p.DedupKey != nil:
+				out[i] = dedup[[2]string{p.Kind, *p.DedupKey}]
+			case p.UniqueKey != nil:
+				out[i] = unique[[2]string{p.Kind, *p.UniqueKey}]
+			}
 		}
 	}
 	return out, nil
 }
 
-func (s *Store) uniqueHolders(ctx context.Context, db DBTX, now *time.Time, kinds, keys []string, periods []int64) (map[[2]string]string, error) {
-	m, err := guarded(ctx, db, s.enqueue.uniqueHolders, func(rows pgx.Rows, err error) (map[[2]string]string, error) {
+func (s *Store) uniqueHolders(ctx context.Context, db DBTX, now *time.Time, dist bool, ckey string, kinds, keys []string, periods []int64) (map[[2]string]string, error) {
+	st, args := s.enqueue.uniqueHolders, []any{kinds, keys, periods, Now(now)}
+	if dist {
+		st, args = s.enqueue.uniqueHoldersCitus, append(args, ckey)
+	}
+	m, err := guarded(ctx, db, st, func(rows pgx.Rows, err error) (map[[2]string]string, error) {
 		if err != nil {
 			return nil, err
 		}
@@ -408,15 +452,19 @@ func (s *Store) uniqueHolders(ctx context.Context, db DBTX, now *time.Time, kind
 			m[[2]string{k, v}] = id
 		}
 		return m, rows.Err()
-	}, kinds, keys, periods, Now(now))
+	}, args...)
 	if err != nil {
 		return nil, fmt.Errorf("finding unique key holders: %w", err)
 	}
 	return m, nil
 }
 
-func (s *Store) dedupHolders(ctx context.Context, db DBTX, kinds, keys []string) (map[[2]string]string, error) {
-	m, err := guarded(ctx, db, s.enqueue.dedupHolders, func(rows pgx.Rows, err error) (map[[2]string]string, error) {
+func (s *Store) dedupHolders(ctx context.Context, db DBTX, dist bool, ckey string, kinds, keys []string) (map[[2]string]string, error) {
+	st, args := s.enqueue.dedupHolders, []any{kinds, keys}
+	if dist {
+		st, args = s.enqueue.dedupHoldersCitus, append(args, ckey)
+	}
+	m, err := guarded(ctx, db, st, func(rows pgx.Rows, err error) (map[[2]string]string, error) {
 		if err != nil {
 			return nil, err
 		}
@@ -430,7 +478,7 @@ func (s *Store) dedupHolders(ctx context.Context, db DBTX, kinds, keys []string)
 			m[[2]string{k, v}] = id
 		}
 		return m, rows.Err()
-	}, kinds, keys)
+	}, args...)
 	if err != nil {
 		return nil, fmt.Errorf("finding deduplication key holders: %w", err)
 	}

@@ -59,6 +59,7 @@ const orderedPredicate = `
         AND e.published_at IS NULL AND e.id < o.id)`
 
 type outboxStatements struct {
+	insertCitus                                                                                                                      stmt
 	insert, claim, claimOrdered, finish, get, listDead, listPending, listPublished, byTx, requeue, prunePublished, pruneDead, counts stmt
 }
 
@@ -72,37 +73,10 @@ func newOutboxStatements(b *builder) outboxStatements {
 		// therefore always has a smaller id, and one that has not committed yet makes this
 		// statement wait. $11 is the NOTIFY channel ('' sends none); one per statement,
 		// delivered at commit, dropped on rollback.
-		insert: b.add("outbox_insert", `
-WITH lk AS MATERIALIZED (
-  SELECT count(l.locked) AS n FROM (
-    SELECT pg_advisory_xact_lock(k.key) AS locked FROM (
-      SELECT DISTINCT hashtextextended($2 || length(a.t) || ':' || a.t || a.i, 0) AS key
-      FROM unnest($3::text[], $4::text[]) AS a(t, i)
-      WHERE $10::bool
-      ORDER BY key
-    ) AS k
-  ) AS l
-),
-t AS MATERIALIZED (
-  SELECT coalesce($1::timestamptz, now()) AS now, clock_timestamp() AS ts,
-         (SELECT count(*) FROM (SELECT pg_notify($11, '') WHERE $11 <> '') AS x) AS notified
-  FROM lk
-),
-input AS MATERIALIZED (
-  SELECT {{s}}.uuid_v7(t.ts, e.ord) AS id, t.now, e.*
-  FROM t, unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[], $8::jsonb[], $9::int[])
-       WITH ORDINALITY AS e(aggregate_type, aggregate_id, event_type, destination, payload, headers, max_attempts, ord)
-  WHERE t.notified >= 0
-),
-ins AS (
-  INSERT INTO {{s}}.outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, headers,
-                            max_attempts, available_at, created_at)
-  SELECT id, aggregate_type, aggregate_id, event_type, destination, payload, headers, max_attempts, now, now
-  FROM input
-  ORDER BY ord
-  RETURNING id
-)
-SELECT input.id FROM input ORDER BY input.ord`),
+		insert: b.add("outbox_insert", outboxInsertSQL(false)),
+		// On the Citus layout an event names its concurrency_key ($12), the distribution
+		// column, so it lands in the shard of its tenant's jobs and rows.
+		insertCitus: b.addFor(LayoutCitus, "outbox_insert_citus", outboxInsertSQL(true)),
 
 		claim:        b.addGuarded(planGuardOn, "outbox_claim", fmt.Sprintf(claimOutbox, "")+outboxPrefixed("o")),
 		claimOrdered: b.addGuarded(planGuardOn, "outbox_claim_ordered", fmt.Sprintf(claimOutbox, orderedPredicate)+outboxPrefixed("o")),
@@ -250,6 +224,46 @@ func collectOutboxEvents(rows pgx.Rows, err error) ([]*OutboxEvent, error) {
 	return collect(rows, err, scanOutboxEvent)
 }
 
+// outboxInsertSQL is the outbox's insert of a batch; with key, each event also names
+// its concurrency_key, a column of the Citus layout only.
+func outboxInsertSQL(key bool) string {
+	keyArg, keyCol := "", ""
+	if key {
+		keyArg, keyCol = ", $12::text[]", ", concurrency_key"
+	}
+	return `
+WITH lk AS MATERIALIZED (
+  SELECT count(l.locked) AS n FROM (
+    SELECT pg_advisory_xact_lock(k.key) AS locked FROM (
+      SELECT DISTINCT hashtextextended($2 || length(a.t) || ':' || a.t || a.i, 0) AS key
+      FROM unnest($3::text[], $4::text[]) AS a(t, i)
+      WHERE $10::bool
+      ORDER BY key
+    ) AS k
+  ) AS l
+),
+t AS MATERIALIZED (
+  SELECT coalesce($1::timestamptz, now()) AS now, clock_timestamp() AS ts,
+         (SELECT count(*) FROM (SELECT pg_notify($11, '') WHERE $11 <> '') AS x) AS notified
+  FROM lk
+),
+input AS MATERIALIZED (
+  SELECT {{s}}.uuid_v7(t.ts, e.ord) AS id, t.now, e.*
+  FROM t, unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[], $8::jsonb[], $9::int[]` + keyArg + `)
+       WITH ORDINALITY AS e(aggregate_type, aggregate_id, event_type, destination, payload, headers, max_attempts` + keyCol + `, ord)
+  WHERE t.notified >= 0
+),
+ins AS (
+  INSERT INTO {{s}}.outbox (id, aggregate_type, aggregate_id, event_type, destination, payload, headers,
+                            max_attempts, available_at, created_at` + keyCol + `)
+  SELECT id, aggregate_type, aggregate_id, event_type, destination, payload, headers, max_attempts, now, now` + keyCol + `
+  FROM input
+  ORDER BY ord
+  RETURNING id
+)
+SELECT input.id FROM input ORDER BY input.ord`
+}
+
 // OutboxInsertParams describe one event to write.
 type OutboxInsertParams struct {
 	AggregateType string
@@ -259,6 +273,10 @@ type OutboxInsertParams struct {
 	Payload       []byte // valid JSON
 	Headers       []byte // a JSON object of strings
 	MaxAttempts   int
+	// ConcurrencyKey places the event on the Citus layout: in the shard of that key,
+	// beside its tenant's jobs. The single-node layout has no column for it and
+	// ignores it.
+	ConcurrencyKey string
 }
 
 // OutboxInsertOptions apply to a whole insert statement.
@@ -274,14 +292,25 @@ type OutboxInsertOptions struct {
 func (s *Store) OutboxInsert(ctx context.Context, db DBTX, now *time.Time, evs []OutboxInsertParams, o OutboxInsertOptions) ([]string, error) {
 	n := len(evs)
 	types, ids, etypes, dests := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-	payloads, headers, maxes := make([]string, n), make([]string, n), make([]int32, n)
+	payloads, headers, maxes, ckeys := make([]string, n), make([]string, n), make([]int32, n), make([]string, n)
+	keyed := false
 	for i, e := range evs {
 		types[i], ids[i], etypes[i], dests[i] = e.AggregateType, e.AggregateID, e.EventType, e.Destination
-		payloads[i], headers[i], maxes[i] = string(e.Payload), string(e.Headers), int32(e.MaxAttempts)
+		payloads[i], headers[i], maxes[i], ckeys[i] = string(e.Payload), string(e.Headers), int32(e.MaxAttempts), e.ConcurrencyKey
+		keyed = keyed || e.ConcurrencyKey != ""
 	}
 	ns := "skiplock.outbox." + s.Schema + "."
-	rows, err := db.Query(ctx, s.outbox.insert.sql, Now(now), ns, types, ids, etypes, dests, payloads, headers, maxes,
-		o.Ordered, o.Channel)
+	q, args := s.outbox.insert.sql, []any{Now(now), ns, types, ids, etypes, dests, payloads, headers, maxes, o.Ordered, o.Channel}
+	if keyed { // without a key an event takes the column's default, '', on either layout
+		dist, err := s.Distributed(ctx, db)
+		if err != nil {
+			return nil, err
+		}
+		if dist {
+			q, args = s.outbox.insertCitus.sql, append(args, ckeys)
+		}
+	}
+	rows, err := db.Query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
