@@ -127,11 +127,30 @@ node_pid() {
 	[ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && echo "$pid"
 }
 
+# clear_stale_lock removes a node's postmaster.pid left by a SIGKILL (`kill`) when no
+# postmaster of this node holds it: like a rebooted machine. On a busy host the dead
+# postmaster's pid soon names another process of the postgres user (pid_max may be
+# 32768), and PostgreSQL would then refuse to start ("Is another postmaster running?")
+# — pg_autoctl, seeing the pid is not its postmaster, waits for ever. `kill` takes the
+# node's whole process group, backends included, so no process of the old instance
+# remains attached to its shared memory.
+clear_stale_lock() {
+	local f="$DIR/$1/postmaster.pid" pid
+	[ -f "$f" ] || return 0
+	pid="$(head -n1 "$f" 2>/dev/null || true)"
+	if [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q -- "-D $DIR/$1 "; then
+		return 0
+	fi
+	log "$1: removing the stale postmaster.pid (pid $pid is not its postmaster)"
+	rm -f "$f"
+}
+
 run_node() {
 	local n="$1"
 	if node_pid "$n" >/dev/null; then
 		return 0
 	fi
+	clear_stale_lock "$n"
 	log "running $n (port $(port_of "$n")); log: $DIR/$n.log"
 	# setsid: the node is its own process group (what `kill` signals), and outlives
 	# this script and its terminal.
