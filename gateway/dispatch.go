@@ -13,7 +13,6 @@ package gateway
 import (
 	"context"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/skiplock/skiplock"
@@ -62,47 +61,10 @@ func (q *queue) wake() {
 // them out: the jobs claimed ahead among them read running from here on (handOut).
 func (g *Gateway) claimJobs(ctx context.Context, name string, want int, wait time.Duration) ([]*skiplock.Job, error) {
 	jobs, err := g.waitJobs(ctx, name, want, wait)
-	if err != nil || len(jobs) == 0 {
-		return jobs, err
+	if err == nil && len(jobs) > 0 {
+		g.handOut(jobs)
 	}
-	return g.handOut(ctx, jobs), nil
-}
-
-// handOut records that the jobs claimed ahead (StateClaimed: written claimed, not
-// running, by ClaimAhead) among jobs were handed to a worker, in one statement, and
-// returns jobs without those whose lease was lost meanwhile (an operator cancelled
-// them). When the write fails the jobs are handed out all the same: the worker holds
-// their leases, and they read claimed until they finish.
-func (g *Gateway) handOut(ctx context.Context, jobs []*skiplock.Job) []*skiplock.Job {
-	var ahead []*skiplock.Job
-	for _, j := range jobs {
-		if j.State == skiplock.StateClaimed {
-			ahead = append(ahead, j)
-		}
-	}
-	if len(ahead) == 0 {
-		return jobs
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	lost, err := g.m.Start(sctx, ahead...)
-	if err != nil {
-		g.log.Warn("gateway: recording that jobs claimed ahead were handed out failed; they read claimed until they finish", "jobs", len(ahead), "error", err)
-		return jobs
-	}
-	for _, j := range ahead {
-		j.State = skiplock.StateRunning
-	}
-	if len(lost) == 0 {
-		return jobs
-	}
-	out := jobs[:0:0]
-	for _, j := range jobs {
-		if !slices.Contains(lost, j) {
-			out = append(out, j)
-		}
-	}
-	return out
+	return jobs, err
 }
 
 // waitJobs takes up to want jobs of queue from those claimed ahead, or waits up to

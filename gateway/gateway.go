@@ -213,6 +213,7 @@ type run struct {
 	// finishersDone is closed once every finisher has returned.
 	finishersDone chan struct{}
 	listener      *notify.Listener
+	starts        starts // starter.go
 }
 
 // New checks opts and returns a gateway for client's schema. The client needs no
@@ -318,7 +319,8 @@ func (g *Gateway) Start(ctx context.Context) error {
 		return errors.New("gateway: already started")
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	r := &run{ctx: rctx, cancel: cancel, finishes: make(chan *finishReq, 4*g.opts.MaxClaimBatch), finishersDone: make(chan struct{})}
+	r := &run{ctx: rctx, cancel: cancel, finishes: make(chan *finishReq, 4*g.opts.MaxClaimBatch), finishersDone: make(chan struct{}),
+		starts: starts{signal: make(chan struct{}, 1)}}
 	if !g.opts.PollOnly {
 		l, err := notify.New(notify.Config{
 			ConnConfig: g.client.Pool().Config().ConnConfig.Copy(),
@@ -339,6 +341,7 @@ func (g *Gateway) Start(ctx context.Context) error {
 		fin.Go(func() { g.finisher(r) })
 	}
 	r.wg.Go(func() { fin.Wait(); close(r.finishersDone) })
+	r.wg.Go(func() { g.starter(r) })
 	for i := range g.opts.Push {
 		r.wg.Go(func() { g.pushLoop(r, &g.opts.Push[i]) })
 	}
