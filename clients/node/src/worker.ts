@@ -575,6 +575,12 @@ export class Worker {
   private startJobs(): void {
     while (this.active < this.concurrency && this.buffer.length > 0 && !this.stopping) {
       const job = this.buffer.shift()!;
+      if (job.signal.aborted) {
+        // Its lease was lost while it waited (a heartbeat said so): someone else owns it.
+        this.running.delete(job.id);
+        this.report(job, "lost");
+        continue;
+      }
       this.active++;
       const task = this.execute(job).finally(() => {
         this.tasks.delete(task);
