@@ -306,34 +306,52 @@ func (g *Gateway) heartbeat(w http.ResponseWriter, r *http.Request, _ string) {
 	writeJSON(w, http.StatusOK, HeartbeatResponse{ID: job.ID, LeaseMS: g.lease.Milliseconds()})
 }
 
+// handles rebuilds the claims a many-job route names, n of them (item gives the
+// i-th's job id and lease token): 1 to MaxClaimBatch, each job once. It writes the
+// refusal itself, naming the item (jobs[i].id).
+func (g *Gateway) handles(w http.ResponseWriter, r *http.Request, n int, item func(i int) (id, token string)) ([]*skiplock.Job, bool) {
+	if n == 0 || n > g.opts.MaxClaimBatch {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("jobs: give 1 to %d", g.opts.MaxClaimBatch), "jobs")
+		return nil, false
+	}
+	jobs := make([]*skiplock.Job, n)
+	ids := make(map[string]bool, n)
+	for i := range n {
+		id, token := item(i)
+		if ids[id] {
+			writeError(w, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("jobs[%d]: job %s is given twice", i, id), fmt.Sprintf("jobs[%d].id", i))
+			return nil, false
+		}
+		ids[id] = true
+		job, err := g.m.Handle(id, token)
+		if err != nil {
+			g.writeItemFailure(w, r, i, err)
+			return nil, false
+		}
+		jobs[i] = job
+	}
+	return jobs, true
+}
+
+// writeItemFailure answers an error of a many-job route's i-th item: a refused
+// value names the item's field (jobs[i].output); anything else is writeFailure's.
+func (g *Gateway) writeItemFailure(w http.ResponseWriter, r *http.Request, i int, err error) {
+	var ve *skiplock.ValidationError
+	if errors.As(err, &ve) {
+		writeError(w, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("jobs[%d]: %s", i, ve.Reason), fmt.Sprintf("jobs[%d].%s", i, ve.Field))
+		return
+	}
+	g.writeFailure(w, r, err)
+}
+
 func (g *Gateway) heartbeatMany(w http.ResponseWriter, r *http.Request, _ string) {
 	var req HeartbeatManyRequest
 	if !g.decode(w, r, &req) {
 		return
 	}
-	if len(req.Jobs) == 0 || len(req.Jobs) > g.opts.MaxClaimBatch {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("jobs: give 1 to %d", g.opts.MaxClaimBatch), "jobs")
+	jobs, ok := g.handles(w, r, len(req.Jobs), func(i int) (string, string) { return req.Jobs[i].ID, req.Jobs[i].LeaseToken })
+	if !ok {
 		return
-	}
-	jobs := make([]*skiplock.Job, len(req.Jobs))
-	ids := make(map[string]bool, len(req.Jobs))
-	for i, l := range req.Jobs {
-		if ids[l.ID] {
-			writeError(w, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("jobs[%d]: job %s is given twice", i, l.ID), fmt.Sprintf("jobs[%d].id", i))
-			return
-		}
-		ids[l.ID] = true
-		job, err := g.m.Handle(l.ID, l.LeaseToken)
-		if err != nil {
-			var ve *skiplock.ValidationError
-			if errors.As(err, &ve) {
-				writeError(w, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("jobs[%d]: %s", i, ve.Reason), fmt.Sprintf("jobs[%d].%s", i, ve.Field))
-				return
-			}
-			g.writeFailure(w, r, err)
-			return
-		}
-		jobs[i] = job
 	}
 	lost, err := g.m.Heartbeat(r.Context(), jobs...)
 	if err != nil {
@@ -376,35 +394,17 @@ func (g *Gateway) completeMany(w http.ResponseWriter, r *http.Request, _ string)
 	if !g.decode(w, r, &req) {
 		return
 	}
-	if len(req.Jobs) == 0 || len(req.Jobs) > g.opts.MaxClaimBatch {
-		writeError(w, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("jobs: give 1 to %d", g.opts.MaxClaimBatch), "jobs")
+	jobs, ok := g.handles(w, r, len(req.Jobs), func(i int) (string, string) { return req.Jobs[i].ID, req.Jobs[i].LeaseToken })
+	if !ok {
 		return
 	}
-	fs := make([]skiplock.Finish, len(req.Jobs))
-	ids := make(map[string]bool, len(req.Jobs))
-	for i, c := range req.Jobs {
-		at := func(field string) string { return fmt.Sprintf("jobs[%d].%s", i, field) }
-		if ids[c.ID] {
-			writeError(w, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("jobs[%d]: job %s is given twice", i, c.ID), at("id"))
-			return
-		}
-		ids[c.ID] = true
-		if c.LeaseToken == "" {
-			writeError(w, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("jobs[%d]: lease_token is required", i), at("lease_token"))
-			return
-		}
-		job, err := g.m.Handle(c.ID, c.LeaseToken)
-		if err == nil && len(c.Output) > 0 {
-			err = job.SetOutput(c.Output)
-		}
-		if err != nil {
-			var ve *skiplock.ValidationError
-			if errors.As(err, &ve) {
-				writeError(w, http.StatusBadRequest, CodeInvalidRequest, fmt.Sprintf("jobs[%d]: %s", i, ve.Reason), at(ve.Field))
+	fs := make([]skiplock.Finish, len(jobs))
+	for i, job := range jobs {
+		if out := req.Jobs[i].Output; len(out) > 0 {
+			if err := job.SetOutput(out); err != nil {
+				g.writeItemFailure(w, r, i, err)
 				return
 			}
-			g.writeFailure(w, r, err)
-			return
 		}
 		fs[i] = skiplock.Finish{Job: job, Action: skiplock.FinishComplete}
 	}

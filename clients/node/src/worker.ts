@@ -327,6 +327,8 @@ export class Worker {
   private active = 0;
   /** Outcomes on their way to the database. */
   private held = 0;
+  /** The claimer waits for places (not for a NOTIFY or the poll): a finished job wakes it. */
+  private waitingForPlaces = false;
   /** Moving average of the handlers' run times in ms (0: none ran yet). */
   private avgRunMs = 0;
   private tasks = new Set<Promise<void>>();
@@ -515,7 +517,9 @@ export class Worker {
       const limit = this.limit();
       const free = limit - this.active - this.buffer.length;
       if (free <= 0 || (this.buffer.length > 0 && free < limit / 4) || this.held >= MAX_HELD) {
+        this.waitingForPlaces = true;
         await this.sleep(this.pollInterval);
+        this.waitingForPlaces = false;
         continue;
       }
       this.woken = false;
@@ -556,10 +560,27 @@ export class Worker {
     return this.concurrency + Math.min(Math.floor((this.prefetchWindow * 1000) / this.avgRunMs), this.prefetch);
   }
 
+  /**
+   * Wakes the claimer if it waits for places. One waiting for jobs (its last claim
+   * found fewer than it asked for) sleeps on: a claim per finished job would find
+   * nothing, and delay the claim a NOTIFY calls for.
+   */
+  private placeFreed(): void {
+    if (this.waitingForPlaces) {
+      this.wake();
+    }
+  }
+
   /** Starts buffered jobs on the free handlers. */
   private startJobs(): void {
     while (this.active < this.concurrency && this.buffer.length > 0 && !this.stopping) {
       const job = this.buffer.shift()!;
+      if (job.signal.aborted) {
+        // Its lease was lost while it waited (a heartbeat said so): someone else owns it.
+        this.running.delete(job.id);
+        this.report(job, "lost");
+        continue;
+      }
       this.active++;
       const task = this.execute(job).finally(() => {
         this.tasks.delete(task);
@@ -698,7 +719,7 @@ export class Worker {
         this.held++;
       }
       this.startJobs();
-      this.wake();
+      this.placeFreed();
     }
     if (o !== null) {
       await this.record(job, o);
@@ -766,7 +787,7 @@ export class Worker {
     } finally {
       this.running.delete(job.id);
       this.held--;
-      this.wake();
+      this.placeFreed();
     }
   }
 

@@ -490,6 +490,12 @@ class Worker:
                 job = self._jobs.get()
                 if job is None:
                     return
+                if job._lost:
+                    # Its lease was lost while it waited (a heartbeat said so): someone
+                    # else owns it now, and nothing of it is written.
+                    self._ran(job)
+                    self._release([job])
+                    continue
                 if self._stopping.is_set():
                     # Claimed but not started: back to the queue, its attempt returned.
                     out = _Outcome(job, "snooze", delay=datetime.timedelta(0))
