@@ -131,9 +131,18 @@ func TestFairClaimSharesOneClaimRoundRobin(t *testing.T) {
 	if err := s.FairWeightSet(ctx, pool, nil, "default", "a", 3); err != nil {
 		t.Fatal(err)
 	}
-	jobs, _ = fairClaim(t, s, pool, 8, false)
-	if got := keyCounts(jobs); got != "a=6 b=2" {
+	res, err := s.ClaimFair(ctx, pool, nil, ClaimParams{Queue: "default", WorkerID: "w", Limit: 8, Lease: time.Minute}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := keyCounts(res.Jobs); got != "a=6 b=2" {
 		t.Fatalf("claim of 8 with a weighing 3 took %s, want a=6 b=2", got)
+	}
+	// Each job comes with its key's weight: the engine's local turns use it.
+	for i, j := range res.Jobs {
+		if want := map[string]int{"a": 3, "b": 1}[j.ConcurrencyKey]; res.Weights[i] != want {
+			t.Fatalf("job %d of key %s: weight %d, want %d", i, j.ConcurrencyKey, res.Weights[i], want)
+		}
 	}
 	if ok, err := s.FairWeightDelete(ctx, pool, "default", "a"); err != nil || !ok {
 		t.Fatalf("delete weight: %v %v", ok, err)
@@ -167,9 +176,18 @@ func TestFairClaimPriority(t *testing.T) {
 	if _, err := s.FairSet(ctx, pool, nil, "default", true, &nine, "c"); err != nil {
 		t.Fatal(err)
 	}
-	jobs, _ = fairClaim(t, s, pool, 4, false)
-	if got := keyCounts(jobs); got != "b=4" {
+	res, err := s.ClaimFair(ctx, pool, nil, ClaimParams{Queue: "default", WorkerID: "w", Limit: 4, Lease: time.Minute}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := keyCounts(res.Jobs); got != "b=4" {
 		t.Fatalf("claim with bypass took %s, want b=4", got)
+	}
+	// The bypass lane's jobs come with weight 0: the engine runs them first, not by key.
+	for i, w := range res.Weights {
+		if w != 0 {
+			t.Fatalf("bypass job %d: weight %d, want 0", i, w)
+		}
 	}
 }
 
