@@ -50,7 +50,7 @@ func costVariants() []costVariant {
 		{name: "+notify", what: "store.Insert with the NOTIFY inside its commit", notify: true},
 		{name: "stmt", what: "store.Insert without NOTIFY: the base every '-' row removes one cost from"},
 		{name: "-lineage", what: "without the lineage trigger (tx_lineage row)", ddl: []string{"DROP TRIGGER jobs_lineage ON {{s}}.jobs"}},
-		{name: "+lineage_set", what: "the lineage trigger's function with the SET search_path clause it had before migration 0020", ddl: []string{`CREATE OR REPLACE FUNCTION {{s}}.jobs_lineage() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+		{name: "+lineage_set", what: "the lineage trigger's function with the SET search_path clause it had before migration 0019", ddl: []string{`CREATE OR REPLACE FUNCTION {{s}}.jobs_lineage() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
 BEGIN
   INSERT INTO {{s}}.tx_lineage (txid, job_id, created_at) SELECT pg_current_xact_id(), id, created_at FROM new_rows;
   RETURN NULL;

@@ -20,7 +20,7 @@ const (
 	w14Recovered      = 0.10
 	// w14DeadFloor: dead-tuple counts this close are equal whatever their ratio (a
 	// control's count near 0 would make any ratio fail).
-	w14DeadFloor    = 10000
+	w14DeadFloor = 10000
 	// w14RateShareMet is the share of the rate every window must offer, and
 	// w14BacklogShare the backlog (offered so far, not yet completed) a window may end
 	// with, as a share of what it offered: more is a queue falling behind its load.
