@@ -77,6 +77,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/notify"
 )
@@ -169,6 +170,13 @@ type Options struct {
 	// PollOnly does without the LISTEN connection (behind PgBouncer in transaction
 	// mode): waiting requests then find new jobs at the next poll.
 	PollOnly bool
+	// ListenURL is where the gateway's one LISTEN connection goes when it must not go
+	// where the client's pool does: with the pool behind PgBouncer in transaction
+	// pooling, a connection string to PostgreSQL itself (for an HA pair, every node
+	// with target_session_attrs=read-write) keeps NOTIFY's wake-ups instead of
+	// PollOnly's polling, as skiplock.Config.ListenURL does for a client. Not with
+	// PollOnly. Default: the pool's configuration.
+	ListenURL string
 
 	// Push registers push targets (push mode): the gateway claims the jobs of each
 	// target's queue and POSTs them to its URL.
@@ -202,6 +210,9 @@ type Gateway struct {
 	mu      sync.Mutex
 	running *run
 	queues  map[string]*queue // queues with waiting claims, by name
+
+	// listenConn is Options.ListenURL's configuration, or nil (the pool's).
+	listenConn *pgx.ConnConfig
 }
 
 // run is one Start's lifetime.
@@ -259,9 +270,18 @@ func New(client *skiplock.Client, opts Options) (*Gateway, error) {
 		return nil, bad("MaxClaimBatch", "%d is below MaxClaim (%d)", opts.MaxClaimBatch, opts.MaxClaim)
 	case opts.PollInterval < time.Millisecond:
 		return nil, bad("PollInterval", "%s is below 1ms", opts.PollInterval)
+	case opts.ListenURL != "" && opts.PollOnly:
+		return nil, bad("ListenURL", "is set with PollOnly, which opens no LISTEN connection: set one or the other")
 	}
 	g := &Gateway{client: client, m: client.Manual(), log: opts.Logger,
 		tokens: map[[32]byte]*Token{}, queues: map[string]*queue{}}
+	if opts.ListenURL != "" {
+		c, err := pgx.ParseConfig(opts.ListenURL)
+		if err != nil {
+			return nil, bad("ListenURL", "%v", err) // pgx leaves the password out
+		}
+		g.listenConn = c
+	}
 	g.lease = g.m.LeaseDuration()
 	opts.Tokens = slices.Clone(opts.Tokens)
 	for i := range opts.Tokens {
@@ -322,8 +342,12 @@ func (g *Gateway) Start(ctx context.Context) error {
 	r := &run{ctx: rctx, cancel: cancel, finishes: make(chan *finishReq, 4*g.opts.MaxClaimBatch), finishersDone: make(chan struct{}),
 		starts: starts{signal: make(chan struct{}, 1)}}
 	if !g.opts.PollOnly {
+		conn := g.listenConn
+		if conn == nil {
+			conn = g.client.Pool().Config().ConnConfig
+		}
 		l, err := notify.New(notify.Config{
-			ConnConfig: g.client.Pool().Config().ConnConfig.Copy(),
+			ConnConfig: conn.Copy(),
 			Channels:   []string{skiplock.Channel(g.client.Schema())},
 			OnNotify:   g.heard,
 			OnConnect:  g.wakeAll, // notifications sent while disconnected are lost: claim now

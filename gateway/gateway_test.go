@@ -610,6 +610,43 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// Options.ListenURL takes the gateway's LISTEN connection where it names (PostgreSQL
+// itself, when the client's pool goes through a transaction-pooling PgBouncer), and
+// a NOTIFY heard there wakes a waiting claim: with an hour's poll, only the NOTIFY can.
+func TestListenURLTakesTheListener(t *testing.T) {
+	t.Parallel()
+	c := skiplocktest.NewClient(t, skiplock.Config{})
+	url := skiplocktest.URL(t)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	const app = "skiplock-gateway-direct-listener"
+	e := startEnv(t, c, gateway.Options{Unauthenticated: true, PollInterval: time.Hour, ListenURL: url + sep + "application_name=" + app})
+	waitFor(t, "the gateway's LISTEN connection", e.gw.Listening)
+	var n int
+	if err := c.Pool().QueryRow(context.Background(),
+		"SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN%'", app).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("listeners named %s: %d (%v), want 1", app, n, err)
+	}
+	got := make(chan string, 1)
+	go func() {
+		_, body := e.call("POST", "/v1/claim", "", gateway.ClaimRequest{Queue: "mail", WaitMS: 20000})
+		got <- string(body)
+	}()
+	waitFor(t, "the claim to wait, idle", func() bool {
+		n, idle, _ := e.gw.QueueState("mail")
+		return n == 1 && idle
+	})
+	id, err := c.EnqueueRaw(context.Background(), "k", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "mail"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := <-got; !strings.Contains(body, id.ID) {
+		t.Fatalf("the waiting claim answered %s, want job %s", body, id.ID)
+	}
+}
+
 func TestNewRefusesBadOptions(t *testing.T) {
 	t.Parallel()
 	c := skiplocktest.NewClient(t, skiplock.Config{})
@@ -628,11 +665,16 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		{"push without secret", gateway.Options{Unauthenticated: true, Push: []gateway.PushTarget{{Queue: "q", URL: "http://x"}}}, "gateway.Options.Push[0].Secrets"},
 		{"push to no URL", gateway.Options{Unauthenticated: true, Push: []gateway.PushTarget{{Queue: "q", URL: "ftp://x", Secrets: []string{"k"}}}}, "gateway.Options.Push[0].URL"},
 		{"push twice", gateway.Options{Unauthenticated: true, Push: []gateway.PushTarget{{Queue: "q", URL: "http://x", Secrets: []string{"k"}}, {Queue: "q", URL: "http://y", Secrets: []string{"k"}}}}, "gateway.Options.Push[1].Queue"},
+		{"listen url and poll only", gateway.Options{Unauthenticated: true, PollOnly: true, ListenURL: "postgres://localhost/db"}, "gateway.Options.ListenURL"},
+		{"bad listen url", gateway.Options{Unauthenticated: true, ListenURL: "postgres://u:hunter2secret@localhost:notaport/db"}, "gateway.Options.ListenURL"},
 	} {
 		_, err := gateway.New(c, c2.opts)
 		var ve *skiplock.ValidationError
 		if !errors.As(err, &ve) || ve.Field != c2.field {
 			t.Errorf("%s: got %v, want a ValidationError of %s", c2.name, err, c2.field)
+		}
+		if err != nil && strings.Contains(err.Error(), "hunter2secret") {
+			t.Errorf("%s: the error shows the password: %v", c2.name, err)
 		}
 	}
 	if _, err := gateway.New(nil, gateway.Options{Unauthenticated: true}); !errors.Is(err, skiplock.ErrInvalid) {

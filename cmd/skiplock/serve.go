@@ -19,6 +19,7 @@ import (
 func newServeCmd(db *dbFlags) *cobra.Command {
 	var (
 		listen, tokensFile, pushSecret, publicURL string
+		listenURL                                 string
 		tokens, pushes                            []string
 		maxBody, maxClaim, pushConcurrency, conns int
 		maxWait, poll, lease, pushTimeout, pushCB time.Duration
@@ -61,6 +62,7 @@ Run it as the worker role of docs/roles.md.`,
 	durationFlag(cmd, &maxWait, "max-wait", gateway.DefaultMaxWait, "the longest wait_ms a claim request may ask for (at most 5m)")
 	durationFlag(cmd, &poll, "poll-interval", gateway.DefaultPollInterval, "the safety-net claim of a queue that requests wait on")
 	fs.BoolVar(&pollOnly, "poll-only", false, "no LISTEN connection (behind PgBouncer in transaction mode): waiting claims find jobs at the next poll")
+	fs.StringVar(&listenURL, "listen-url", "", "behind PgBouncer in transaction pooling mode: `url` of PostgreSQL itself for the LISTEN connection (for an HA pair: every node, target_session_attrs=read-write), instead of --poll-only")
 	durationFlag(cmd, &lease, "lease", 30*time.Second, "how long a claim or a heartbeat leases a job for")
 	intFlag(cmd, &conns, "max-conns", 10, 2, 1000, "the most database connections")
 	fs.StringArrayVar(&pushes, "push", nil, "push the jobs of a queue to a URL, as `queue=url` (repeatable)")
@@ -84,7 +86,7 @@ Run it as the worker role of docs/roles.md.`,
 			entries = append(entries, fromFile...)
 		}
 		opts = gateway.Options{MaxBodyBytes: int64(maxBody), MaxClaim: maxClaim, MaxWait: maxWait,
-			PollInterval: poll, PollOnly: pollOnly, PublicURL: publicURL, Logger: db.logger(cmd)}
+			PollInterval: poll, PollOnly: pollOnly, ListenURL: listenURL, PublicURL: publicURL, Logger: db.logger(cmd)}
 		for _, e := range entries {
 			t, err := parseToken(e)
 			if err != nil {
