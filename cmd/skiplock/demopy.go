@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/cmd/skiplock/internal/bench"
+	"github.com/skiplock/skiplock/internal/pgcluster"
 )
 
 // The demo's Python worker: beside the Go email workers, a process on the Python
@@ -70,7 +71,7 @@ func startDemoPython(ctx context.Context, dsn, schema string) (*demoPython, erro
 	cmd := exec.Command(python, "-c", demoPyScript)
 	cmd.Env = append(os.Environ(), "PYTHONPATH="+dir, "PYTHONDONTWRITEBYTECODE=1", "DEMO_DSN="+dsn, "DEMO_SCHEMA="+schema)
 	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlives the demo
+	pgcluster.DieWithParent(cmd, syscall.SIGKILL) // never outlives the demo
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
