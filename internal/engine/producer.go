@@ -127,11 +127,17 @@ func (e *Engine) produce(p *producer) {
 		// quarter of the workers more): its jobs do not wait behind the local ones
 		// (localQueue), so the wait for the claim — the one in flight, then this one —
 		// is what remains of the new job's pickup, and a claim's time grows with its
-		// size. A fair queue nobody notifies (a backlog draining) claims full batches.
+		// size. A fair queue nobody notifies (a backlog draining) claims at most its
+		// workers' number: a full batch (up to FetchLimit) drained a burst faster, but
+		// it is the claim in flight a new job of a quiet key waits for, and on a quiet
+		// 2-core machine it made W11's p99 with the burst 2.4× what it is with this
+		// bound (docs/fairness.md, "Figures").
 		urgent := notified && e.fair(p.queue)
 		n, ok := p.cap.claimSize(e.cfg.CompletionBatchSize, e.cfg.FetchLimit, p.local.len() > 0 && !urgent)
 		if urgent {
 			n = min(n, max(p.cap.idle()+p.cap.workers/4, 1))
+		} else if e.fair(p.queue) {
+			n = min(n, max(p.cap.workers, 1))
 		}
 		if !ok && successors && p.handoff.Load() {
 			// Successors need no capacity of their own (they run on their
