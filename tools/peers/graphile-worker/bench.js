@@ -58,6 +58,12 @@ const median = (xs) => {
 };
 const sleepUntil = (t) => new Promise((resolve) => setTimeout(resolve, Math.max(t - now(), 0)));
 
+// quietLogger logs warnings and errors only: the default logger writes a line per job,
+// which costs a throughput run (W5) its console writes and a latency run its lines.
+const quietLogger = new Logger(() => (level, message) => {
+  if (level === "error" || level === "warning") console.error(`[graphile-worker] ${level}: ${message}`);
+});
+
 async function freshSchema() {
   const pool = new Pool({ connectionString: cs });
   await pool.query("DROP SCHEMA IF EXISTS graphile_worker CASCADE");
@@ -80,7 +86,7 @@ async function w5(concurrentJobs, localQueue, runners) {
   let done = 0;
   let finish;
   const allDone = new Promise((resolve) => (finish = resolve));
-  const worker = { connectionString: cs, concurrentJobs, maxPoolSize: concurrentJobs + 1 };
+  const worker = { connectionString: cs, concurrentJobs, maxPoolSize: concurrentJobs + 1, logger: quietLogger };
   if (localQueue > 0) Object.assign(worker, { localQueue: { size: localQueue }, completeJobBatchDelay: 0, failJobBatchDelay: 0 });
   const taskList = { noop: async (p) => { runs[p.i]++; if (++done === total) finish(); } };
   const t0 = now();
@@ -179,12 +185,9 @@ async function w10(scale) {
   let warmed, finish;
   const warmDone = new Promise((resolve) => (warmed = resolve));
   const allDone = new Promise((resolve) => (finish = resolve));
-  // Only warnings and errors are logged: the default logger's line per job would bury
-  // the windows' lines (and cost this process 800 console writes a second).
-  const logger = new Logger(() => (level, message) => {
-    if (level === "error" || level === "warning") console.error(`[graphile-worker] ${level}: ${message}`);
-  });
-  const runner = await run({ preset: { worker: { connectionString: cs, concurrentJobs: 100, logger } }, noHandleSignals: true,
+  // Only warnings and errors are logged (quietLogger): the default logger's line per job
+  // would bury the windows' lines (and cost this process 800 console writes a second).
+  const runner = await run({ preset: { worker: { connectionString: cs, concurrentJobs: 100, logger: quietLogger } }, noHandleSignals: true,
     taskList: { noop: async (p) => {
       const t = now();
       if (runs[p.i]++ > 0) return;
