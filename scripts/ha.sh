@@ -112,7 +112,16 @@ ports() {
 	fi
 }
 
-port_of() { case "$1" in monitor) echo "$MPORT" ;; node1) echo "$P1" ;; node2) echo "$P2" ;; pgbouncer) echo $((P2 + 1)) ;; esac; }
+# PgBouncer's port is the one after node2's unless `pgbouncer` had to take another
+# (recorded in pgbouncer/port).
+port_of() {
+	case "$1" in
+	monitor) echo "$MPORT" ;;
+	node1) echo "$P1" ;;
+	node2) echo "$P2" ;;
+	pgbouncer) if [ -s "$DIR/pgbouncer/port" ]; then head -n1 "$DIR/pgbouncer/port"; else echo $((P2 + 1)); fi ;;
+	esac
+}
 monitor_url() { echo "postgres://autoctl_node@127.0.0.1:$MPORT/pg_auto_failover?sslmode=disable"; }
 app_uri() { echo "postgres://postgres@127.0.0.1:$P1,127.0.0.1:$P2/postgres?target_session_attrs=read-write&sslmode=disable"; }
 # Through PgBouncer < 1.21 in transaction pooling, pgx must not keep named prepared
@@ -438,18 +447,32 @@ cmd_pgbouncer() {
 	if ! bouncer_pid >/dev/null; then
 		target="$(monitor_primary)"
 		[ -n "$target" ] || die "the monitor names no primary (see: scripts/ha.sh status)"
-		bouncer_ini "${target%:*}" "${target#*:}"
-		touch "$d/pgbouncer.log" "$d/pgbouncer.out"
-		[ "$(id -u)" -eq 0 ] && chown -R postgres: "$d"
-		log "running pgbouncer on 127.0.0.1:$(port_of pgbouncer) -> $target; log: $d/pgbouncer.log"
-		# Its log goes to logfile; what it prints before opening it, to pgbouncer.out.
-		pg_cmd setsid "$bin" "$d/pgbouncer.ini"
-		(exec "${CMD[@]}" >>"$d/pgbouncer.out" 2>&1 </dev/null) &
-		local deadline=$((SECONDS + 30))
-		until bouncer_pid >/dev/null; do
-			[ "$SECONDS" -lt "$deadline" ] || die "pgbouncer did not start; see $d/pgbouncer.out and pgbouncer.log"
-			sleep 0.2
+		# The port after node2's was free when the cluster started, but on a busy machine
+		# an outgoing connection may since have taken it as its local port (it is in the
+		# kernel's ephemeral range): then PgBouncer cannot bind it, and another port,
+		# below that range, is taken instead.
+		local port=$(($(port_of node2) + 1)) attempt deadline
+		for attempt in 1 2 3 4 5; do
+			echo "$port" >"$d/port"
+			bouncer_ini "${target%:*}" "${target#*:}"
+			: >"$d/pgbouncer.log"
+			: >"$d/pgbouncer.out"
+			[ "$(id -u)" -eq 0 ] && chown -R postgres: "$d"
+			log "running pgbouncer on 127.0.0.1:$port -> $target; log: $d/pgbouncer.log"
+			# Its log goes to logfile; what it prints before opening it, to pgbouncer.out.
+			pg_cmd setsid "$bin" "$d/pgbouncer.ini"
+			(exec "${CMD[@]}" >>"$d/pgbouncer.out" 2>&1 </dev/null) &
+			deadline=$((SECONDS + 30))
+			until bouncer_pid >/dev/null; do
+				grep -qs "in use" "$d/pgbouncer.log" "$d/pgbouncer.out" && break
+				[ "$SECONDS" -lt "$deadline" ] || die "pgbouncer did not start on port $port: $(tail -n 5 "$d/pgbouncer.log" "$d/pgbouncer.out" 2>&1 | tr '\n' ' ')"
+				sleep 0.2
+			done
+			bouncer_pid >/dev/null && break
+			log "port $port is in use; trying another"
+			port=$((20000 + RANDOM % 12000))
 		done
+		bouncer_pid >/dev/null || die "pgbouncer found no free port in 5 tries: $(tail -n 5 "$d/pgbouncer.log" "$d/pgbouncer.out" 2>&1 | tr '\n' ' ')"
 	fi
 	if ! follower_pid >/dev/null; then
 		log "running the pgbouncer follower; log: $d/follower.log"
