@@ -29,7 +29,8 @@
 #   wait      wait until one node is primary and the other secondary (SKIPLOCK_HA_WAIT s)
 #   destroy   stop, then remove SKIPLOCK_HA_DIR
 #   pgbouncer start PgBouncer (Debian's pgbouncer, transaction pooling) on the port after
-#             node2's, in front of the current primary, and its follower: a loop that
+#             node2's (another, printed and kept for pgbouncer-uri, when that one is
+#             in use), in front of the current primary, and its follower: a loop that
 #             asks the monitor for the writable node (pgautofailover.get_primary) every
 #             0.25 s and, when it changes, rewrites PgBouncer's [databases] entry and
 #             reloads it (SIGHUP), so new server connections go to the new primary and
