@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"math"
 	"sync/atomic"
 	"time"
 
@@ -188,7 +187,7 @@ func (e *Engine) produce(p *producer) {
 }
 
 // fairQuiet is how many claims in a row a fair queue makes without hearing of a new
-// job (NOTIFY) before its claims grow to full batches (fairBound).
+// job (NOTIFY) before its claims start to grow (fairBound).
 const fairQuiet = 2
 
 // fairBound is the most a fair queue's claim that no wake-up prompted (a backlog
@@ -197,15 +196,18 @@ const fairQuiet = 2
 // in flight is what a quiet key's new job waits for first, and full batches (up to
 // FetchLimit) made W11's p99 with a burst 2.4× worse on a quiet 2-core machine
 // (docs/fairness.md, "Figures"). Once fairQuiet claims in a row began with nothing
-// announced, nobody is waiting for that claim: full batches, whose per-job cost is a
-// plain claim's (the walk's steps are shared by the claim's jobs), and which W12
-// needs to keep up with a plain queue. The first new job after such a silence waits
-// for one full claim; the wake-up it brings bounds the claims after it.
+// announced, nobody is waiting behind the claim in flight: the bound doubles with each
+// further claim, towards full batches, whose per-job cost is about a plain claim's
+// (a key's walk step is shared by its jobs in the claim), and which W12 needs to keep
+// up with a plain queue. Doubling rather than jumping bounds what the first new job
+// after a silence waits for by the claims the silence has made room for; its wake-up
+// brings the bound back to the workers' number.
 func fairBound(workers, unheard int) int {
-	if unheard >= fairQuiet {
-		return math.MaxInt
+	workers = max(workers, 1)
+	if unheard < fairQuiet {
+		return workers
 	}
-	return max(workers, 1)
+	return workers << min(unheard-fairQuiet+1, 20)
 }
 
 // orphans is the channel of job starts that can take a successor while the
