@@ -62,11 +62,11 @@ SELECT 't', 'k', '{}', 'a' FROM generate_series(1, $1)`, burst))
 	}
 }
 
-// A fair queue draining a backlog that nobody adds to claims full batches, as a plain
-// queue does (the claims a wake-up prompts, and those while new jobs are announced,
-// stay short: engine.fairBound), and its claims still take the keys in turn: each
-// claim of several jobs holds jobs of both keys.
-func TestFairQueueQuietBacklogClaimsFullBatches(t *testing.T) {
+// A fair queue draining a backlog that nobody adds to claims more than its workers'
+// number, its claims growing towards a plain queue's (the claims a wake-up prompts, and
+// those while new jobs are announced, stay short: engine.fairBound), and its claims
+// still take the keys in turn: each claim of several jobs holds jobs of both keys.
+func TestFairQueueQuietBacklogClaimsGrow(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, skiplock.Config{Clock: realClock{}})
 	const n = 600
@@ -86,7 +86,7 @@ SELECT 'q', 'k', '{}', CASE WHEN g % 3 = 0 THEN 'b' ELSE 'a' END FROM generate_s
 	// A short claim takes at most the workers' number, a woken one the idle workers
 	// and a quarter more (5 here).
 	if largest <= workers+workers/4 {
-		t.Fatalf("the largest claim took %d jobs: want more than %d (full batches once nothing is announced)", largest, workers+workers/4)
+		t.Fatalf("the largest claim took %d jobs: want more than %d (claims grow once nothing is announced)", largest, workers+workers/4)
 	}
 	// Before b's last job was claimed, both keys had due jobs (a has twice b's).
 	if mixed := scalar[int64](e, `SELECT count(*) FROM (SELECT attempted_at FROM `+e.q("jobs")+` WHERE queue = 'q'
