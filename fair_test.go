@@ -62,6 +62,40 @@ SELECT 't', 'k', '{}', 'a' FROM generate_series(1, $1)`, burst))
 	}
 }
 
+// A fair queue draining a backlog that nobody adds to claims more than its workers'
+// number, its claims growing towards a plain queue's (the claims a wake-up prompts, and
+// those while new jobs are announced, stay short: engine.fairBound), and its claims
+// still take the keys in turn: each claim of several jobs holds jobs of both keys.
+func TestFairQueueQuietBacklogClaimsGrow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{Clock: realClock{}})
+	const n = 600
+	e.must(execSQL(e, `INSERT INTO `+e.q("jobs")+` (queue, kind, payload, concurrency_key)
+SELECT 'q', 'k', '{}', CASE WHEN g % 3 = 0 THEN 'b' ELSE 'a' END FROM generate_series(1, $1) g`, n))
+	e.must(e.client.QueueSetFair(e.ctx, "q", nil))
+	ws := skiplock.NewWorkers()
+	e.must(ws.AddHandler("k", func(context.Context, *skiplock.Job) error { return nil }, nil))
+	const workers = 4
+	startClient(t, e.newClient(skiplock.Config{Workers: ws, Clock: realClock{},
+		Queues: map[string]skiplock.QueueConfig{"q": {MaxWorkers: workers, MaxPrefetch: 40, PrefetchWindow: time.Hour}}}))
+	waitFor(t, 60*time.Second, "the queue to drain", func() bool {
+		return scalar[int64](e, "SELECT count(*) FROM "+e.q("jobs")+" WHERE queue = 'q' AND status = 'succeeded'") == n
+	})
+	// A claim's jobs share its time (attempted_at).
+	largest := scalar[int64](e, `SELECT max(c) FROM (SELECT count(*) AS c FROM `+e.q("jobs")+` WHERE queue = 'q' GROUP BY attempted_at) x`)
+	// A short claim takes at most the workers' number, a woken one the idle workers
+	// and a quarter more (5 here).
+	if largest <= workers+workers/4 {
+		t.Fatalf("the largest claim took %d jobs: want more than %d (claims grow once nothing is announced)", largest, workers+workers/4)
+	}
+	// Before b's last job was claimed, both keys had due jobs (a has twice b's).
+	if mixed := scalar[int64](e, `SELECT count(*) FROM (SELECT attempted_at FROM `+e.q("jobs")+` WHERE queue = 'q'
+    AND attempted_at < (SELECT max(attempted_at) FROM `+e.q("jobs")+` WHERE queue = 'q' AND concurrency_key = 'b')
+  GROUP BY attempted_at HAVING count(*) >= 3 AND count(DISTINCT concurrency_key) < 2) x`); mixed > 0 {
+		t.Fatalf("%d claims of 3 jobs or more took one key only while both had due jobs", mixed)
+	}
+}
+
 // The fair verbs refuse bad input with a *ValidationError, and QueueUnsetFair turns
 // fairness off (keeping weights).
 func TestFairQueueVerbs(t *testing.T) {

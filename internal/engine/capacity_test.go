@@ -106,3 +106,19 @@ func TestCapacityPrefetchAndBatching(t *testing.T) {
 		t.Fatalf("size %d, want 108", c.size())
 	}
 }
+
+// A fair queue's unprompted claims stay at the workers' number while new jobs are
+// announced, then double with each claim made in silence.
+func TestFairBound(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ workers, unheard, want int }{
+		{100, 0, 100}, {100, 1, 100}, {100, 2, 200}, {100, 3, 400}, {100, 5, 1600}, {0, 0, 1}, {0, 3, 4},
+	} {
+		if got := fairBound(c.workers, c.unheard); got != c.want {
+			t.Errorf("fairBound(%d, %d) = %d, want %d", c.workers, c.unheard, got, c.want)
+		}
+	}
+	if got := fairBound(100, 1000); got <= 0 {
+		t.Errorf("fairBound after a long silence = %d: overflowed", got)
+	}
+}

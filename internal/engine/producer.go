@@ -68,6 +68,8 @@ func (e *Engine) produce(p *producer) {
 	woken := false
 	// notified: a wake-up (NOTIFY) arrived since the last claim began.
 	notified := false
+	// unheard counts the claims begun since the last wake-up (fairBound).
+	unheard := 0
 	// successors: a job began that can hand its limit slots on (heard while waiting
 	// or while a claim was in flight), so a claim of successors is due (handoff.go).
 	successors := false
@@ -108,7 +110,7 @@ func (e *Engine) produce(p *producer) {
 			signal(e.idle)
 			select {
 			case <-p.wake:
-				notified = true
+				notified, unheard = true, 0
 			case <-poll.C:
 			case <-freed:
 			case <-orphan:
@@ -127,17 +129,13 @@ func (e *Engine) produce(p *producer) {
 		// quarter of the workers more): its jobs do not wait behind the local ones
 		// (localQueue), so the wait for the claim — the one in flight, then this one —
 		// is what remains of the new job's pickup, and a claim's time grows with its
-		// size. A fair queue nobody notifies (a backlog draining) claims at most its
-		// workers' number: a full batch (up to FetchLimit) drained a burst faster, but
-		// it is the claim in flight a new job of a quiet key waits for, and on a quiet
-		// 2-core machine it made W11's p99 with the burst 2.4× what it is with this
-		// bound (docs/fairness.md, "Figures").
+		// size. Other claims of a fair queue are bounded by fairBound.
 		urgent := notified && e.fair(p.queue)
 		n, ok := p.cap.claimSize(e.cfg.CompletionBatchSize, e.cfg.FetchLimit, p.local.len() > 0 && !urgent)
 		if urgent {
 			n = min(n, max(p.cap.idle()+p.cap.workers/4, 1))
 		} else if e.fair(p.queue) {
-			n = min(n, max(p.cap.workers, 1))
+			n = min(n, fairBound(p.cap.workers, unheard))
 		}
 		if !ok && successors && p.handoff.Load() {
 			// Successors need no capacity of their own (they run on their
@@ -171,7 +169,7 @@ func (e *Engine) produce(p *producer) {
 				throttle = res
 			case <-p.cap.slot:
 			case <-p.wake:
-				empty, woken, notified = false, true, true
+				empty, woken, notified, unheard = false, true, true, 0
 			case <-e.fetchCtx.Done():
 				return
 			}
@@ -182,9 +180,34 @@ func (e *Engine) produce(p *producer) {
 		waiting := max(n-p.cap.idle(), 0)
 		p.cap.reserve(n)
 		claiming, woken, notified = true, false, false
+		unheard++
 		go func(successors bool) { results <- e.claim(p, n, waiting, successors) }(successors)
 		successors = false
 	}
+}
+
+// fairQuiet is how many claims in a row a fair queue makes without hearing of a new
+// job (NOTIFY) before its claims start to grow (fairBound).
+const fairQuiet = 2
+
+// fairBound is the most a fair queue's claim that no wake-up prompted (a backlog
+// draining) takes, unheard being the claims begun since the producer last heard of a
+// new job. While new jobs are being announced, at most the workers' number: the claim
+// in flight is what a quiet key's new job waits for first, and full batches (up to
+// FetchLimit) made W11's p99 with a burst 2.4× worse on a quiet 2-core machine
+// (docs/fairness.md, "Figures"). Once fairQuiet claims in a row began with nothing
+// announced, nobody is waiting behind the claim in flight: the bound doubles with each
+// further claim, towards full batches, whose per-job cost is about a plain claim's
+// (a key's walk step is shared by its jobs in the claim), and which W12 needs to keep
+// up with a plain queue. Doubling rather than jumping bounds what the first new job
+// after a silence waits for by the claims the silence has made room for; its wake-up
+// brings the bound back to the workers' number.
+func fairBound(workers, unheard int) int {
+	workers = max(workers, 1)
+	if unheard < fairQuiet {
+		return workers
+	}
+	return workers << min(unheard-fairQuiet+1, 20)
 }
 
 // orphans is the channel of job starts that can take a successor while the

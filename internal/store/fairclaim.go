@@ -172,15 +172,22 @@ func fairOrder(pick string) string {
 // relation pick (id) that are still pending (stillPending) and returns each with its
 // fair order (po: fairOrder) and then extra. This is where the fair claims set status
 // 'running' (claimSet).
+//
+// The maps po and st are read as subqueries (InitPlans, evaluated once), not joined:
+// a one-row CTE in the update's FROM is read again for every job it updates, and a
+// CTE scan copies its row each time, so each job copied both maps, whose size grows
+// with the claim — quadratic in the claim's size. In a claim of 1,000 jobs that copy
+// was a quarter of the statement's CPU time (docs/fairness.md, "Third pass").
 func fairClaimed(pick, extra string) string {
 	return `claimed AS (
   UPDATE {{s}}.jobs AS j
   ` + claimSet + `,
     slot_of = NULL, slot_token = NULL,
-    ` + claimStarted + `
-  FROM t, po, st
+    started = (SELECT st.m FROM st) ? j.id::text
+  FROM t
   WHERE j.id = ANY(ARRAY(SELECT id FROM ` + pick + `)) AND ` + stillPending + ` AND t.async IS NOT NULL
-  RETURNING ` + claimReturns + `, (po.m -> j.id::text ->> 0)::bigint AS pos, (po.m -> j.id::text ->> 1)::int AS weight` + extra + `
+  RETURNING ` + claimReturns + `, ((SELECT po.m FROM po) -> j.id::text ->> 0)::bigint AS pos,
+    ((SELECT po.m FROM po) -> j.id::text ->> 1)::int AS weight` + extra + `
 )`
 }
 
