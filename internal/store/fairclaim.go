@@ -183,7 +183,7 @@ func fairClaimed(pick, extra string) string {
   UPDATE {{s}}.jobs AS j
   ` + claimSet + `,
     slot_of = NULL, slot_token = NULL,
-    started = (SELECT st.m FROM st) ? j.id::text
+    ` + claimStarted + `
   FROM t
   WHERE j.id = ANY(ARRAY(SELECT id FROM ` + pick + `)) AND ` + stillPending + ` AND t.async IS NOT NULL
   RETURNING ` + claimReturns + `, ((SELECT po.m FROM po) -> j.id::text ->> 0)::bigint AS pos,

@@ -58,8 +58,11 @@ func startMap(rel, order, n string) string {
 )`
 }
 
-// claimStarted is what a claim writes to the started column (startMap).
-const claimStarted = `started = st.m ? j.id::text`
+// claimStarted is what a claim writes to the started column (startMap). The map is
+// read as a subquery (an InitPlan, evaluated once per statement), never joined into
+// the UPDATE's FROM: a one-row CTE joined there is read again, its jsonb copied, for
+// every job updated, which made a claim's cost quadratic in its size.
+const claimStarted = `started = (SELECT st.m FROM st) ? j.id::text`
 
 type leaseStatements struct {
 	claim, claimHead, heartbeat stmt
@@ -156,7 +159,7 @@ UPDATE {{s}}.jobs AS j
 `+claimSet+`,
     slot_of = NULL, slot_token = NULL,
     `+claimStarted+`
-FROM t, st
+FROM t
 WHERE j.id = ANY(ARRAY(SELECT id FROM claimed)) AND t.async IS NOT NULL
 RETURNING `+claimReturns),
 

@@ -269,7 +269,7 @@ claimed AS (
   ` + claimSet + `,
     ` + successorSlots + `,
     ` + claimStarted + `
-  FROM t, sm, st
+  FROM t, sm
   WHERE j.id = ANY(ARRAY(SELECT id FROM pick UNION ALL SELECT id FROM succ)) AND ` + stillPending + ` AND t.async IS NOT NULL
   RETURNING ` + claimReturns + `, j.slot_of, j.slot_token, j.id IN (SELECT r.id FROM rated r) AS rated
 ),
