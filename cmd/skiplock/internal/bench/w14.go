@@ -259,8 +259,8 @@ func runW14(ctx context.Context, e *Env) (*Result, error) {
 		// W5 shrunk with the scale is a burst of a fraction of a second (5,000 jobs at
 		// 0.1) whose rate moved by 2× between runs: the offered rate, and so whether
 		// even the control kept up, moved with it. The rate comes from W5 at its full
-		// size instead.
-		r, _, err := work(ctx, e, workOpts{name: "W14 rate (W5 at full size)", n: 50000, workers: W5Workers})
+		// size instead (as workload W14r, in its own schema).
+		r, _, err := work(ctx, e, workOpts{name: "W14r", n: 50000, workers: W5Workers})
 		if err != nil {
 			return nil, err
 		}
