@@ -217,6 +217,21 @@ func w14Number(s, key string) (int64, string, bool) {
 
 func (r *w14Recorder) done() int64 { return r.first.Load() }
 
+// w14Drain is how long a run waits for its last jobs after its last enqueue.
+func w14Drain(plan w14Plan) time.Duration { return max(5*plan.window, 30*time.Second) }
+
+// w14Undrained is wait's error when jobs were still waiting drain after the last
+// enqueue: the run could not keep up. The run is still reported (its windows show
+// where it fell behind) and its verdict is missed.
+type w14Undrained struct {
+	started, total int64
+	drain          time.Duration
+}
+
+func (u *w14Undrained) Error() string {
+	return fmt.Sprintf("%d of %d jobs started within %s of the last enqueue", u.started, u.total, u.drain)
+}
+
 // wait waits until every job ran, for at most drain; a handler run with a bad
 // payload ends it at once.
 func (r *w14Recorder) wait(ctx context.Context, drain time.Duration) error {
@@ -231,7 +246,7 @@ func (r *w14Recorder) wait(ctx context.Context, drain time.Duration) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-deadline.C:
-			return fmt.Errorf("%d of %d jobs started within %s of the last enqueue", r.done(), r.total, drain)
+			return &w14Undrained{started: r.done(), total: r.total, drain: drain}
 		case <-check.C:
 			if n := r.bad.Load(); n > 0 {
 				return fmt.Errorf("%d handler runs with a payload out of range", n)
@@ -247,6 +262,9 @@ type w14Run struct {
 	total   int
 	xid     int64 // the disturbed run's held xid
 	reads   []time.Duration
+	// unstarted counts the jobs that had not started when the run gave up waiting
+	// (w14Undrained): their pickup times are missing from the windows.
+	unstarted int64
 }
 
 func runW14(ctx context.Context, e *Env) (*Result, error) {
@@ -283,7 +301,7 @@ func runW14(ctx context.Context, e *Env) (*Result, error) {
 			rate, 100*w14RateShare, w5, w14Tick, w14AppConns, W5Workers, w14WorkerConns,
 			time.Duration(w14RetentionWindows)*plan.window, plan.window/2),
 		Target:   fmt.Sprintf("disturbed windows' median p99 ≤ %g× the control's; no upward trend; size and dead tuples within %.0f%% of the control's %d windows after the release", w14P99Factor, 100*w14Recovered, w14RecoverWindows),
-		Met:      boolp(v.met()),
+		Met:      boolp(v.met() && control.unstarted == 0 && disturbed.unstarted == 0),
 		Verified: fmt.Sprintf("ok: every job of both runs ran once (%d + %d jobs)", control.total, disturbed.total),
 		Extra: map[string]any{
 			"control":   w14Windows(control.windows),
@@ -297,6 +315,16 @@ func runW14(ctx context.Context, e *Env) (*Result, error) {
 			"reads":    fmt.Sprint(disturbed.reads),
 			"verdict":  v.String(),
 		},
+	}
+	for _, side := range []struct {
+		name string
+		run  *w14Run
+	}{{"control", control}, {"disturbed", disturbed}} {
+		if side.run.unstarted > 0 {
+			r.Verified = fmt.Sprintf("incomplete: no job ran twice, but the %s run fell behind: %d of its %d jobs had not started %s after its last enqueue (their pickups are missing from its windows)",
+				side.name, side.run.unstarted, side.run.total, w14Drain(plan))
+			r.Extra["verdict"] = "missed: the " + side.name + " run did not keep up; " + v.String()
+		}
 	}
 	return r, nil
 }
@@ -390,8 +418,11 @@ FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'jobs'`
 	if enqErr != nil {
 		return nil, enqErr
 	}
-	drain := max(5*plan.window, 30*time.Second)
-	if err := rec.wait(ctx, drain); err != nil {
+	drain := w14Drain(plan)
+	var undrained *w14Undrained
+	if err := rec.wait(ctx, drain); errors.As(err, &undrained) {
+		run.unstarted = undrained.total - undrained.started
+	} else if err != nil {
 		return nil, err
 	}
 	run.elapsed = time.Since(rec.start)
