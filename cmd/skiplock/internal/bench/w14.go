@@ -32,6 +32,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -217,6 +219,23 @@ func w14Number(s, key string) (int64, string, bool) {
 
 func (r *w14Recorder) done() int64 { return r.first.Load() }
 
+// EnvW14Rate, when set, fixes W14's offered rate (jobs/s) instead of 70% of W5's: two
+// builds compared on a shared machine, whose W5 moves with its load, then offer the same.
+const EnvW14Rate = "SKIPLOCK_W14_RATE"
+
+// w14FixedRate reads EnvW14Rate: 0 when unset.
+func w14FixedRate() (float64, error) {
+	v := os.Getenv(EnvW14Rate)
+	if v == "" {
+		return 0, nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f <= 0 || math.IsInf(f, 0) || math.IsNaN(f) {
+		return 0, fmt.Errorf("W14: %s=%q is not a positive number of jobs per second", EnvW14Rate, v)
+	}
+	return f, nil
+}
+
 // w14Drain is how long a run waits for its last jobs after its last enqueue.
 func w14Drain(plan w14Plan) time.Duration { return max(5*plan.window, 30*time.Second) }
 
@@ -273,7 +292,14 @@ func runW14(ctx context.Context, e *Env) (*Result, error) {
 	}
 	plan := newW14Plan(e.Scale)
 	w5 := e.w5
-	if e.Scale < 1 && e.Scale >= w14ProbeMinScale {
+	fixed, err := w14FixedRate()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case fixed > 0:
+		w5 = fixed / w14RateShare
+	case e.Scale < 1 && e.Scale >= w14ProbeMinScale:
 		// W5 shrunk with the scale is a burst of a fraction of a second (5,000 jobs at
 		// 0.1) whose rate moved by 2× between runs: the offered rate, and so whether
 		// even the control kept up, moved with it. The rate comes from W5 at its full
@@ -285,6 +311,10 @@ func runW14(ctx context.Context, e *Env) (*Result, error) {
 		w5 = r.JobsPerSec
 	}
 	rate := w14RateShare * w5
+	offered := fmt.Sprintf("%.0f%% of W5's %.0f", 100*w14RateShare, w5)
+	if fixed > 0 {
+		offered = "fixed by " + EnvW14Rate
+	}
 	control, err := runW14Timeline(ctx, e, plan, rate, false)
 	if err != nil {
 		return nil, fmt.Errorf("W14 (control): %w", err)
@@ -296,9 +326,9 @@ func runW14(ctx context.Context, e *Env) (*Result, error) {
 	v := judgeW14(plan, rate, control.windows, disturbed.windows)
 	r := &Result{Workload: "W14", N: disturbed.total, Seconds: disturbed.elapsed.Seconds(),
 		JobsPerSec: float64(disturbed.total) / disturbed.elapsed.Seconds(),
-		Settings: e.Settings + fmt.Sprintf("; %.0f jobs/s offered (%.0f%% of W5's %.0f): Client.EnqueueMany every %s, pool of %d; "+
+		Settings: e.Settings + fmt.Sprintf("; %.0f jobs/s offered (%s): Client.EnqueueMany every %s, pool of %d; "+
 			"worker: MaxWorkers %d, pool of %d, client defaults but retention: succeeded jobs kept %s, run every %s",
-			rate, 100*w14RateShare, w5, w14Tick, w14AppConns, W5Workers, w14WorkerConns,
+			rate, offered, w14Tick, w14AppConns, W5Workers, w14WorkerConns,
 			time.Duration(w14RetentionWindows)*plan.window, plan.window/2),
 		Target:   fmt.Sprintf("disturbed windows' median p99 ≤ %g× the control's; no upward trend; size and dead tuples within %.0f%% of the control's %d windows after the release", w14P99Factor, 100*w14Recovered, w14RecoverWindows),
 		Met:      boolp(v.met() && control.unstarted == 0 && disturbed.unstarted == 0),

@@ -241,3 +241,19 @@ func TestW14WaitUndrained(t *testing.T) {
 		t.Fatalf("wait with a bad payload: %v, want its own error", err)
 	}
 }
+
+// SKIPLOCK_W14_RATE fixes the offered rate; a value that is not a positive number is
+// refused with the variable's name.
+func TestW14FixedRate(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		want float64
+		ok   bool
+	}{{"", 0, true}, {"4000", 4000, true}, {"0", 0, false}, {"-1", 0, false}, {"fast", 0, false}, {"NaN", 0, false}} {
+		t.Setenv(EnvW14Rate, c.v)
+		got, err := w14FixedRate()
+		if got != c.want || (err == nil) != c.ok || err != nil && !strings.Contains(err.Error(), EnvW14Rate) {
+			t.Errorf("%s=%q: %v, %v", EnvW14Rate, c.v, got, err)
+		}
+	}
+}
