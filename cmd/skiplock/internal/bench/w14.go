@@ -346,15 +346,19 @@ func runW14(ctx context.Context, e *Env) (*Result, error) {
 			"verdict":  v.String(),
 		},
 	}
+	var behind []string
 	for _, side := range []struct {
 		name string
 		run  *w14Run
 	}{{"control", control}, {"disturbed", disturbed}} {
 		if side.run.unstarted > 0 {
-			r.Verified = fmt.Sprintf("incomplete: no job ran twice, but the %s run fell behind: %d of its %d jobs had not started %s after its last enqueue (their pickups are missing from its windows)",
-				side.name, side.run.unstarted, side.run.total, w14Drain(plan))
-			r.Extra["verdict"] = "missed: the " + side.name + " run did not keep up; " + v.String()
+			behind = append(behind, fmt.Sprintf("the %s run: %d of its %d jobs had not started %s after its last enqueue",
+				side.name, side.run.unstarted, side.run.total, w14Drain(plan)))
 		}
+	}
+	if len(behind) > 0 {
+		r.Verified = "incomplete: no job ran twice, but " + strings.Join(behind, "; ") + " (their pickups are missing from the windows)"
+		r.Extra["verdict"] = "missed: a run did not keep up; " + v.String()
 	}
 	return r, nil
 }
