@@ -161,7 +161,11 @@ func (c *Client) JobRunNow(ctx context.Context, id string) (*Job, error) {
 }
 
 // JobsByTx returns every job the transaction txid wrote (Job.TxID), oldest first:
-// with outbox's Admin.EventsByTx, everything one business transaction wrote.
+// with outbox's Admin.EventsByTx, everything one business transaction wrote. A
+// transaction that wrote one job and nothing else — Enqueue, EnqueueRaw or
+// EnqueueMany of one job, which insert in a transaction of their own — records no
+// lineage (that job is all of it), so JobsByTx returns none for it; a caller's
+// transaction (EnqueueTx and the other …Tx calls) and a batch are always recorded.
 func (c *Client) JobsByTx(ctx context.Context, txid int64) ([]*Job, error) {
 	if ctx == nil {
 		return nil, invalid("ctx", "must not be nil")

@@ -317,6 +317,9 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx DB, jobs []EnqueueParams)
 		}
 	}
 	if len(ps) == 1 {
+		// On the pool the insert is its own transaction: its job is all the
+		// transaction wrote, so it records no lineage row (JobsByTx).
+		ps[0].Solo = own
 		var r store.InsertResult
 		r, err = c.store.Insert(ctx, tx, now, ps[0], notify)
 		results = []store.InsertResult{r}

@@ -60,7 +60,8 @@ type Job struct {
 	// History lists the job's finished attempts, oldest first (the newest MaxHistory).
 	History []AttemptRecord `json:"history,omitempty"`
 	// TxID is the id of the transaction that enqueued the job (0 for jobs enqueued
-	// before skiplock recorded it): JobsByTx lists everything that transaction wrote.
+	// before skiplock recorded it): JobsByTx lists everything that transaction wrote,
+	// but for a job Enqueue, EnqueueRaw or EnqueueMany wrote alone (its transaction is just it).
 	TxID      int64     `json:"txid,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`

@@ -74,10 +74,16 @@ GRANT UPDATE (status) ON `+e.q("jobs")+` TO "`+role+`"`)
 	}
 	// New partitions take the storage (autovacuum) options of the one they follow.
 	// So does the default partition the conversion creates.
+	// The legacy table keeps the options set above over migration 0020's.
+	legacy := strings.Join(scalar[[]string](e, "SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = $1::regclass", e.q("jobs_legacy")), ",")
+	if !strings.Contains(","+legacy+",", ",autovacuum_vacuum_scale_factor=0,") ||
+		!strings.Contains(legacy, "autovacuum_vacuum_threshold=10000") || !strings.Contains(legacy, "autovacuum_vacuum_cost_delay=0") {
+		t.Errorf("options of jobs_legacy: %s", legacy)
+	}
 	for _, p := range []string{"jobs_p" + e.dbDay(2), "jobs_default"} {
 		if opts := scalar[[]string](e, "SELECT coalesce(reloptions, '{}') FROM pg_class WHERE oid = $1::regclass",
-			e.q(p)); strings.Join(opts, ",") != "autovacuum_vacuum_scale_factor=0,autovacuum_vacuum_threshold=10000" {
-			t.Errorf("options of partition %s: %v", p, opts)
+			e.q(p)); strings.Join(opts, ",") != legacy {
+			t.Errorf("options of partition %s: %v, want those of jobs_legacy (%s)", p, opts, legacy)
 		}
 	}
 	if _, err := skiplock.PartitionJobs(e.ctx, e.pool, e.schema, skiplock.PartitionOpts{}); !errors.Is(err, skiplock.ErrAlreadyPartitioned) {

@@ -308,7 +308,7 @@ func browserPages(t *testing.T, browserCtx context.Context) {
 	b.open("/jobs/"+f.orderJob, http.StatusOK)
 	b.click(tid("job-lineage"), http.StatusOK)
 	b.wantIDs("lineage", "lineage", "lineage-jobs", "lineage-events", "job-row", "event-row")
-	if !strings.HasSuffix(b.location(), "/tx/"+strconv.FormatInt(f.lineageTx, 10)) {
+	if !strings.HasSuffix(b.location(), "/tx/"+strconv.FormatInt(f.lineageTx, 10)+"?job="+f.orderJob) {
 		t.Errorf("lineage link went to %s", b.location())
 	}
 	if j, e := eval[int](b, `document.querySelectorAll('[data-testid="lineage-jobs"] [data-testid="job-row"]').length`),

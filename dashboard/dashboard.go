@@ -34,6 +34,8 @@
 //	/outbox/{id}           one event
 //	/outbox/requeue-dead   the confirmation of requeueing every dead event
 //	/tx/{txid}             lineage: the jobs (paged) and outbox events one transaction wrote
+//	                       (?job=ID, as a job's page links it: that job when its
+//	                       transaction wrote only it, which records no lineage)
 //
 // # Security
 //

@@ -932,14 +932,14 @@ func TestLineage(t *testing.T) {
 		t.Fatal("no txid recorded")
 	}
 	r := b.get("/jobs/" + res.ID)
-	m := regexp.MustCompile(`href="(/tx/\d+)" data-testid="job-lineage"`).FindStringSubmatch(r.body)
+	m := regexp.MustCompile(`href="(/tx/\d+)\?job=` + res.ID + `" data-testid="job-lineage"`).FindStringSubmatch(r.body)
 	if m == nil {
 		t.Fatalf("no lineage link\n%s", r.body)
 	}
 	if r := b.get("/outbox/" + ev); !strings.Contains(r.body, `href="`+m[1]+`" data-testid="event-lineage"`) {
 		t.Errorf("the event links elsewhere or nowhere")
 	}
-	r = b.get(m[1])
+	r = b.get(m[1] + "?job=" + res.ID)
 	wantStatus(t, "lineage", r, http.StatusOK)
 	for _, id := range []string{`data-job-id="` + res.ID, `data-job-id="` + res2.ID, `data-event-id="` + ev} {
 		if !strings.Contains(r.body, id) {
@@ -949,6 +949,28 @@ func TestLineage(t *testing.T) {
 	if testids(r.body, "job-row") != 2 || testids(r.body, "event-row") != 1 {
 		t.Errorf("lineage: %d jobs, %d events", testids(r.body, "job-row"), testids(r.body, "event-row"))
 	}
+	if r := b.get(m[1]); testids(r.body, "job-row") != 2 || testids(r.body, "event-row") != 1 {
+		t.Errorf("lineage without the job hint: %d jobs, %d events", testids(r.body, "job-row"), testids(r.body, "event-row"))
+	}
+
+	// A job enqueued alone (its own transaction) records no lineage: its page's link
+	// names it, and the lineage page shows it, only under its own transaction.
+	alone, err := f.client.EnqueueRaw(ctx, "send_email", []byte(`{"order":8}`), nil)
+	must(t, err)
+	r = b.get("/jobs/" + alone.ID)
+	m = regexp.MustCompile(`href="(/tx/\d+)\?job=` + alone.ID + `" data-testid="job-lineage"`).FindStringSubmatch(r.body)
+	if m == nil {
+		t.Fatalf("no lineage link on a lone job's page\n%s", r.body)
+	}
+	r = b.get(m[1] + "?job=" + alone.ID)
+	wantStatus(t, "lone lineage", r, http.StatusOK)
+	if testids(r.body, "job-row") != 1 || !strings.Contains(r.body, `data-job-id="`+alone.ID) {
+		t.Errorf("lineage of a lone job: %d job rows\n%s", testids(r.body, "job-row"), r.body)
+	}
+	if r := b.get("/tx/1?job=" + alone.ID); r.code != http.StatusOK || testids(r.body, "job-row") != 0 {
+		t.Errorf("a job hint under another transaction: %d, %d job rows", r.code, testids(r.body, "job-row"))
+	}
+	wantStatus(t, "bad job hint", b.get(m[1]+"?job=x"), http.StatusBadRequest)
 	wantStatus(t, "bad txid", b.get("/tx/x"), http.StatusBadRequest)
 	if r := b.get("/tx/1"); r.code != http.StatusOK || testids(r.body, "job-row") != 0 {
 		t.Errorf("an unknown txid: %d", r.code)

@@ -335,7 +335,9 @@ func (h *handler) job(q *request, id string) {
 		d.History = append(d.History, r)
 	}
 	if d.TxID != 0 {
-		d.LineageURL = q.prefix + "/tx/" + strconv.FormatInt(d.TxID, 10)
+		// With the job's id: a transaction that wrote only this job (Client.Enqueue)
+		// recorded no lineage, and the lineage page then shows the job itself.
+		d.LineageURL = q.prefix + "/tx/" + strconv.FormatInt(d.TxID, 10) + "?" + url.Values{"job": {j.ID}}.Encode()
 	}
 	for _, a := range jobActions {
 		if slices.Contains(a.From, j.State) && h.can(q.r, a.Single) {

@@ -183,6 +183,24 @@ func (h *handler) lineage(q *request, s string) {
 	if after != "" {
 		d.FirstURL = base
 	}
+	if job := q.r.URL.Query().Get("job"); job != "" && after == "" && len(jobs) == 0 {
+		// A transaction that wrote one job and nothing else (Client.Enqueue) records
+		// no lineage (migration 0020): its lineage is that job, named by the job's
+		// page. Shown only when it really was written by txid.
+		if !uuidv7.Valid(job) {
+			h.fail(q, http.StatusBadRequest, "A job id is a UUID.")
+			return
+		}
+		j, err := h.c.JobGet(q.ctx, job)
+		switch {
+		case errors.Is(err, skiplock.ErrNotFound):
+		case err != nil:
+			h.failErr(q, err)
+			return
+		case j.TxID == txid:
+			jobs = []*skiplock.Job{j}
+		}
+	}
 	now := h.now()
 	for _, j := range jobs {
 		d.Jobs = append(d.Jobs, newJobRow(q, j, now, false))

@@ -36,7 +36,8 @@ worker: it needs node and clients/node built, found from the working directory o
 $SKIPLOCK_NODE_CLIENT), and E1 (the per-enqueue cost breakdown of
 docs/enqueue_cost.md, about 4 minutes). W14 (hours without drift: 70% of W5's rate for 30 minutes,
 a control run then a disturbed one with a held snapshot and analytic reads) takes an
-hour at --scale 1 and runs only when named. Without --database-url or DATABASE_URL it starts a
+hour at --scale 1 and runs only when named (SKIPLOCK_W14_RATE=N offers N jobs/s instead, to
+compare two builds on a machine whose W5 moves). Without --database-url or DATABASE_URL it starts a
 durable throwaway PostgreSQL (fsync=on, synchronous_commit=on). With -o json it prints
 one JSON object per workload as each finishes.
 

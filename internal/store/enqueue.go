@@ -77,18 +77,28 @@ func onConflict(dedup bool) string {
 	return ""
 }
 
+// soloSetting is the transaction-local setting a solo insert (InsertParams.Solo) makes
+// before its row is written, and the condition (the WHEN of the jobs_lineage trigger,
+// migration 0020) under which an insert statement records its lineage: a transaction
+// that wrote one job and nothing else needs no tx_lineage row to be found from its
+// job, and the row was a quarter of the WAL of a one-by-one enqueue
+// (docs/enqueue_cost.md). The setting ends with its transaction, so it never reaches
+// another on the same connection. The column is read by the insert's WHERE, so the
+// planner cannot drop it.
+const soloSetting = `CASE WHEN $20::bool THEN pg_catalog.set_config('skiplock.lineage', 'off', true) END AS solo`
+
 // insertSQL is the one-job insert.
 func insertSQL(sequence, dedup bool) string {
 	lock, from := lockCTE(sequence, "ARRAY[$16::text]")
 	return `
-WITH ` + lock + `t AS (SELECT coalesce($1::timestamptz, now()) AS now, ` + notifyColumn + from + `)
+WITH ` + lock + `t AS (SELECT coalesce($1::timestamptz, now()) AS now, ` + notifyColumn + `, ` + soloSetting + from + `)
 INSERT INTO {{s}}.jobs (queue, kind, payload, priority, run_at, max_attempts, deduplication_key, metadata,
                        unique_key, unique_states, sequence_key, sequence_skip_failed, tags, concurrency_key, created_at, updated_at)
 SELECT $2, $3, $4::jsonb, $5, coalesce($6::timestamptz, t.now + $7::bigint * interval '1 microsecond'), $8, $9, $12::jsonb,
        ` + uniqueKeyExpr("$13::text", "$14::bigint") + `, string_to_array($15::text, ',')::{{s}}.job_status[],
        $16::text, coalesce($17::bool, false), $18::text[], $19::text, t.now, t.now
 FROM t
-WHERE t.notified >= 0
+WHERE t.notified >= 0 AND (t.solo IS NULL OR t.solo = 'off')
 ` + onConflict(dedup) + `RETURNING id`
 }
 
@@ -179,6 +189,11 @@ type InsertParams struct {
 	Tags []string
 	// ConcurrencyKey is the key limits partition by; "" for none.
 	ConcurrencyKey string
+	// Solo says the insert is its transaction's only write (the client's own
+	// transaction on its pool, not a caller's): it then writes no lineage row
+	// (soloSetting), since the transaction's lineage is the job itself. Insert only;
+	// a batch always records its lineage.
+	Solo bool
 }
 
 // InsertResult tells whether a job was inserted, and its id (or the id of the job
@@ -213,7 +228,7 @@ func (s *Store) Insert(ctx context.Context, db DBTX, now *time.Time, p InsertPar
 		q := s.enqueue.insert[b2i(p.SequenceKey != nil)][b2i(p.DedupKey != nil)].sql
 		args := []any{Now(now), p.Queue, p.Kind, string(p.Payload), p.Priority,
 			p.RunAt, micros(p.Delay), p.MaxAttempts, p.DedupKey, ch, qs, jsonOrNil(p.Metadata),
-			ukey, uperiod, ustates, p.SequenceKey, p.SequenceSkipFailed, p.Tags, p.ConcurrencyKey}
+			ukey, uperiod, ustates, p.SequenceKey, p.SequenceSkipFailed, p.Tags, p.ConcurrencyKey, p.Solo}
 		id, err := queryInsert(ctx, s, db, n, collectID, q, args...)
 		if err == nil {
 			return InsertResult{ID: id, Inserted: true}, nil

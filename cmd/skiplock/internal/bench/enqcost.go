@@ -33,6 +33,8 @@ type costVariant struct {
 	plain  string
 	notify bool
 	client bool
+	// solo makes store.Insert's a lone enqueue's (InsertParams.Solo): no lineage row.
+	solo bool
 }
 
 // idlePartialIndexes are the partial indexes of jobs that a new pending job without
@@ -50,6 +52,7 @@ func costVariants() []costVariant {
 		{name: "+notify", what: "store.Insert with the NOTIFY inside its commit", notify: true},
 		{name: "stmt", what: "store.Insert without NOTIFY: the base every '-' row removes one cost from"},
 		{name: "-lineage", what: "without the lineage trigger (tx_lineage row)", ddl: []string{"DROP TRIGGER jobs_lineage ON {{s}}.jobs"}},
+		{name: "solo", what: "store.Insert as a lone enqueue sends it (Solo: the trigger's WHEN skips the lineage row, migration 0020)", solo: true},
 		{name: "+lineage_set", what: "the lineage trigger's function with the SET search_path clause it had before migration 0019", ddl: []string{`CREATE OR REPLACE FUNCTION {{s}}.jobs_lineage() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
 BEGIN
   INSERT INTO {{s}}.tx_lineage (txid, job_id, created_at) SELECT pg_current_xact_id(), id, created_at FROM new_rows;
@@ -242,7 +245,7 @@ func prepareCost(ctx context.Context, e *Env, name string, v costVariant) (*cost
 		r.one = func(ctx context.Context, db *pgxpool.Pool, i int64) error {
 			args := noopArgs(i)
 			_, err := st.Insert(ctx, db, nil, store.InsertParams{Queue: skiplock.DefaultQueue, Kind: noop{}.Kind(),
-				Payload: []byte(args[2].(string)), MaxAttempts: skiplock.DefaultMaxAttempts}, n)
+				Payload: []byte(args[2].(string)), MaxAttempts: skiplock.DefaultMaxAttempts, Solo: v.solo}, n)
 			return err
 		}
 	}

@@ -2,11 +2,14 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
 
@@ -207,5 +210,50 @@ func TestJudgeW14(t *testing.T) {
 	behind := build(false, func(k int, w *W14Window) { w.OfferedPerSec = rate / 2; w.CompletedPerSec = rate / 2 })
 	if v := judgeW14(plan, rate, behind, build(true, nil)); !strings.Contains(v.String(), "the control itself did not keep up") {
 		t.Errorf("a control behind the rate is not named: %s", v)
+	}
+}
+
+// A run whose jobs do not all start within the drain reports how many did, as a
+// w14Undrained (runW14 then reports the run as fallen behind rather than failing);
+// a handler run with a bad payload still ends the wait at once with an error of its own.
+func TestW14WaitUndrained(t *testing.T) {
+	t.Parallel()
+	rec := newW14Recorder(newW14Plan(0.001), 3)
+	rec.start = time.Now()
+	if err := rec.handle(context.Background(), &skiplock.Job{Payload: []byte(`{"i":1,"t":0}`)}); err != nil {
+		t.Fatal(err)
+	}
+	var u *w14Undrained
+	if err := rec.wait(context.Background(), 20*time.Millisecond); !errors.As(err, &u) || u.started != 1 || u.total != 3 {
+		t.Fatalf("wait: %v, want 1 of 3 started", err)
+	}
+	for _, i := range []int{0, 2} {
+		if err := rec.handle(context.Background(), &skiplock.Job{Payload: []byte(`{"i":` + strconv.Itoa(i) + `,"t":0}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rec.wait(context.Background(), time.Second); err != nil {
+		t.Fatalf("wait with every job started: %v", err)
+	}
+	rec2 := newW14Recorder(newW14Plan(0.001), 1)
+	rec2.bad.Add(1)
+	if err := rec2.wait(context.Background(), time.Second); err == nil || errors.As(err, &u) {
+		t.Fatalf("wait with a bad payload: %v, want its own error", err)
+	}
+}
+
+// SKIPLOCK_W14_RATE fixes the offered rate; a value that is not a positive number is
+// refused with the variable's name.
+func TestW14FixedRate(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		want float64
+		ok   bool
+	}{{"", 0, true}, {"4000", 4000, true}, {"0", 0, false}, {"-1", 0, false}, {"fast", 0, false}, {"NaN", 0, false}} {
+		t.Setenv(EnvW14Rate, c.v)
+		got, err := w14FixedRate()
+		if got != c.want || (err == nil) != c.ok || err != nil && !strings.Contains(err.Error(), EnvW14Rate) {
+			t.Errorf("%s=%q: %v, %v", EnvW14Rate, c.v, got, err)
+		}
 	}
 }
