@@ -58,29 +58,25 @@ func runW13(ctx context.Context, e *Env) (*Result, error) {
 		schema string
 		start  w13Start
 		secs   float64
+		pick   *Result
 	}{{name: "Go", schema: "bench_w13_go", start: w13Go}, {name: "Node", schema: "bench_w13_node", start: w13Node(script, e.URL)}}
 	ratios := make([]string, 0, w13Rounds)
 	for round := range w13Rounds {
 		var rates [2]float64
 		for k := range 2 {
 			w := &workers[(round+k)%2] // Go first in odd rounds, Node first in even ones
-			secs, err := w13Work(ctx, e, w.schema, n, w.start)
+			// The last round's worker goes on to the pickup, warm as in the rounds before.
+			secs, pick, err := w13Work(ctx, e, w.schema, n, w.start, round == w13Rounds-1)
 			if err != nil {
 				return nil, fmt.Errorf("W13 (%s worker, round %d): %w", w.name, round+1, err)
 			}
 			w.secs += secs
+			w.pick = pick
 			rates[(round+k)%2] = float64(n) / secs
 		}
 		ratios = append(ratios, fmt.Sprintf("%.2f×", rates[1]/rates[0]))
 	}
-	goPick, err := w13Pickup(ctx, e, workers[0].schema, w13Go)
-	if err != nil {
-		return nil, fmt.Errorf("W13 (Go worker, pickup): %w", err)
-	}
-	nodePick, err := w13Pickup(ctx, e, workers[1].schema, workers[1].start)
-	if err != nil {
-		return nil, fmt.Errorf("W13 (Node worker, pickup): %w", err)
-	}
+	goPick, nodePick := workers[0].pick, workers[1].pick
 	total := float64(n * w13Rounds)
 	goRate, nodeRate := total/workers[0].secs, total/workers[1].secs
 	r := &Result{Workload: "W13", N: n * w13Rounds, Seconds: workers[1].secs, JobsPerSec: nodeRate, Settings: e.Settings,
@@ -146,34 +142,36 @@ func w13Node(script, url string) w13Start {
 }
 
 // w13Work works n pre-inserted jobs in a fresh schema with the worker start starts and
-// returns the seconds from the first claim to the last completion, from the rows.
-func w13Work(ctx context.Context, e *Env, name string, n int, start w13Start) (float64, error) {
+// returns the seconds from the first claim to the last completion, from the rows; with
+// pickup, the same worker then takes the jobs of w13Pickup, whose latencies it returns.
+func w13Work(ctx context.Context, e *Env, name string, n int, start w13Start, pickup bool) (float64, *Result, error) {
 	schema, err := e.schema(ctx, name)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if err := preinsert(ctx, e, schema, n); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	stop, err := start(ctx, e, schema)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
+	var secs float64
+	var pick *Result
 	err = w13Succeeded(ctx, e, schema, n)
+	if err == nil {
+		err = e.Pool.QueryRow(ctx, `SELECT extract(epoch FROM max(updated_at) - min(attempted_at)) FROM "`+schema+`".jobs`).Scan(&secs)
+	}
+	if err == nil && secs <= 0 {
+		err = errors.New("no time elapsed between the first claim and the last completion")
+	}
+	if err == nil && pickup {
+		pick, err = w13Pickup(ctx, e, schema, n)
+	}
 	if serr := stop(); serr != nil && err == nil {
 		err = fmt.Errorf("stopping the worker: %w", serr)
 	}
-	if err != nil {
-		return 0, err
-	}
-	var secs float64
-	if err := e.Pool.QueryRow(ctx, `SELECT extract(epoch FROM max(updated_at) - min(attempted_at)) FROM "`+schema+`".jobs`).Scan(&secs); err != nil {
-		return 0, err
-	}
-	if secs <= 0 {
-		return 0, errors.New("no time elapsed between the first claim and the last completion")
-	}
-	return secs, nil
+	return secs, pick, err
 }
 
 // w13Succeeded waits until want jobs of schema have succeeded.
@@ -201,24 +199,10 @@ func w13Succeeded(ctx context.Context, e *Env, schema string, want int) error {
 	}
 }
 
-// w13Pickup starts a worker on schema (its last round's, every job succeeded), enqueues
-// w13Pickups jobs one at a time at w13Rate while the worker waits for them, and returns
-// their pickup latencies (created_at to attempted_at).
-func w13Pickup(ctx context.Context, e *Env, schema string, start w13Start) (*Result, error) {
-	var done int
-	if err := e.Pool.QueryRow(ctx, `SELECT count(*) FROM "`+schema+`".jobs`).Scan(&done); err != nil {
-		return nil, err
-	}
-	stop, err := start(ctx, e, schema)
-	if err != nil {
-		return nil, err
-	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			_ = stop()
-		}
-	}()
+// w13Pickup enqueues w13Pickups jobs into schema, whose done jobs have succeeded, one
+// at a time at w13Rate while its worker waits for them, and returns their pickup
+// latencies (created_at to attempted_at).
+func w13Pickup(ctx context.Context, e *Env, schema string, done int) (*Result, error) {
 	var since time.Time
 	if err := e.Pool.QueryRow(ctx, `SELECT now()`).Scan(&since); err != nil {
 		return nil, err
@@ -252,10 +236,6 @@ func w13Pickup(ctx context.Context, e *Env, schema string, start w13Start) (*Res
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
-	}
-	stopped = true
-	if err := stop(); err != nil {
-		return nil, fmt.Errorf("stopping the worker: %w", err)
 	}
 	var pick Result
 	l.fill(&pick)
