@@ -248,6 +248,37 @@ describe("skiplock node client", { skip: DSN === "" || SCHEMA === "" ? "SKIPLOCK
     assert.equal((await row(id)).status, "cancelled");
   });
 
+  it("works a backlog in strict priority order at concurrency 1", async () => {
+    const queue = "node_order";
+    // 1,200 jobs of five priorities, committed together: after the first job (a claim of
+    // one), claims of up to 1,000 ahead. Two claims side by side would skip each other's
+    // rows, and a job of the first could start before a higher-priority one of the second.
+    await db.query(`SELECT ${S}.enqueue('ordered', jsonb_build_object('i', g), queue => $1, priority => g % 5) FROM generate_series(1, 1200) AS g`, [queue]);
+    const seen: number[] = [];
+    start(queue, { ordered: (job) => void seen.push(job.priority) }, { concurrency: 1 });
+    await waitFor("every job to succeed", async () => {
+      const r = await db.query(`SELECT count(*)::int AS n FROM ${S}.jobs WHERE queue = $1 AND status = 'succeeded'`, [queue]);
+      return r.rows[0].n === 1200;
+    });
+    assert.equal(seen.length, 1200);
+    for (let i = 1; i < seen.length; i++) {
+      assert.ok(seen[i] <= seen[i - 1], `job ${i + 1} (priority ${seen[i]}) ran after one of priority ${seen[i - 1]}`);
+    }
+  });
+
+  it("replaces a handler's connection that fails between jobs", async () => {
+    const queue = "node_spare";
+    const pids: number[] = [];
+    start(queue, { pid: async (job) => pids.push((await job.client.query("SELECT pg_backend_pid() AS p")).rows[0].p) }, { concurrency: 1 });
+    const first = (await enqueue(db, "pid", {}, { queue, schema: SCHEMA })).id;
+    await waitFor("the first job to succeed", async () => (await row(first)).status === "succeeded");
+    // The connection the handler kept for its next job dies while it waits.
+    await db.query("SELECT pg_terminate_backend($1)", [pids[0]]);
+    const second = (await enqueue(db, "pid", {}, { queue, schema: SCHEMA })).id;
+    await waitFor("the second job to succeed", async () => (await row(second)).status === "succeeded");
+    assert.notEqual(pids[pids.length - 1], pids[0], "the second job ran on a new connection");
+  });
+
   it("refuses bad options", () => {
     assert.throws(() => new Worker(DSN, {}), /at least one kind/);
     assert.throws(() => new Worker(DSN, { a: () => 1 }, { concurrency: 0 }), RangeError);

@@ -2,10 +2,12 @@ package chaos
 
 // The lang-sigkill scenario (issue #47): the round's worker processes are the Python
 // client (clients/python) and the Node client (clients/node) on the SQL worker
-// protocol, not Go clients. Their jobs have side effects (lang/worker.py and
+// protocol, not Go clients, and one worker on the HTTP worker gateway (gateway/,
+// served from the harness's process; lang/gateway_worker.mjs speaks only HTTP to it). Their jobs have side effects (lang/worker.py and
 // lang/worker.mjs write an audit row with the lease token they ran under; half of the
 // Python worker's jobs write it and complete in one transaction). The faults: workers
-// SIGKILLed mid-job at random moments and restarted in their language, and one frozen
+// SIGKILLed mid-job at random moments and restarted in their language (the gateway's
+// worker among them: its jobs, leased under the gateway's name, are reclaimed), and one frozen
 // (SIGSTOP) past its lease and thawed, so its late completions arrive stale. The usual
 // checks apply — 0 lost, 0 double success, 0 stale writes — and verifyLangs adds: a
 // business write committed with its completion exists only beside the transition to
@@ -17,6 +19,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,20 +29,24 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/gateway"
 	"github.com/skiplock/skiplock/internal/clienttest"
 	"github.com/skiplock/skiplock/internal/ident"
 )
 
 // The languages of the scenario's workers, in the order the round starts them.
 const (
-	langPython = "py"
-	langNode   = "node"
+	langPython  = "py"
+	langNode    = "node"
+	langGateway = "gw" // a worker on the HTTP gateway (its jobs' worker_id is the gateway's)
 )
 
 var langOrder = []string{langPython, langNode, langPython}
 
 var langScenario = &scenario{name: "lang-sigkill",
-	summary: "Python and Node worker processes (SQL worker protocol) SIGKILLed mid-job and restarted, one frozen past its lease",
+	summary: "Python and Node worker processes (SQL worker protocol) and an HTTP gateway worker SIGKILLed mid-job and restarted, one frozen past its lease",
 	langs:   true, inject: injectLangFaults, verify: verifyLangs, recoverOn: "jobs"}
 
 // langsMissing says why the scenario cannot run here ("" when it can): the Python
@@ -107,6 +115,12 @@ func (r *round) startLangWorker(ctx context.Context, lang string) (*proc, error)
 	case langNode:
 		cmd = exec.Command("node", filepath.Join(dir, "worker.mjs"), filepath.Join(root, "clients", "node"))
 		cmd.Env = os.Environ()
+	case langGateway:
+		if r.gatewayURL == "" {
+			return nil, errors.New("chaos: no gateway for a gateway worker")
+		}
+		cmd = exec.Command("node", filepath.Join(dir, "gateway_worker.mjs"), filepath.Join(root, "clients", "node"))
+		cmd.Env = append(os.Environ(), "SKIPLOCK_CHAOS_GATEWAY="+r.gatewayURL)
 	default:
 		return nil, fmt.Errorf("chaos: no worker in language %q", lang)
 	}
@@ -129,6 +143,53 @@ func (r *round) startLangWorker(ctx context.Context, lang string) (*proc, error)
 	return p, nil
 }
 
+// startGateway serves the HTTP worker gateway for the round's schema from this
+// process, on a loopback port, its client connected through the fault proxy under the
+// name r<round>-gw-0 (the worker_id of the jobs it claims), with the round's lease.
+func (r *round) startGateway(ctx context.Context) error {
+	id := fmt.Sprintf("r%02d-%s-0", r.h.round, langGateway)
+	cfg, err := pgxpool.ParseConfig(r.h.proxyURL)
+	if err != nil {
+		return err
+	}
+	cfg.MaxConns = 8
+	cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	cfg.ConnConfig.RuntimeParams["application_name"] = "chaos-" + id
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("opening the gateway's pool: %w", err)
+	}
+	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: r.schema, ID: id, LeaseDuration: leaseDuration, Logger: r.log})
+	var g *gateway.Gateway
+	if err == nil {
+		g, err = gateway.New(c, gateway.Options{Unauthenticated: true, Logger: r.log})
+	}
+	if err == nil {
+		err = g.Start(ctx)
+	}
+	if err != nil {
+		pool.Close()
+		return fmt.Errorf("starting the gateway: %w", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		_ = g.Stop(ctx)
+		pool.Close()
+		return err
+	}
+	srv := &http.Server{Handler: g, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	r.gatewayURL = "http://" + l.Addr().String()
+	r.gatewayStop = func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+		_ = g.Stop(sctx)
+		pool.Close()
+	}
+	return nil
+}
+
 // langOf returns the language of a worker process startLangWorker started.
 func langOf(p *proc) string {
 	if parts := strings.Split(p.name, "-"); len(parts) >= 3 {
@@ -137,9 +198,10 @@ func langOf(p *proc) string {
 	return ""
 }
 
-// injectLangFaults SIGKILLs a random live worker at each fault, restarting one of its
-// language, except the second fault, which freezes one (a Node worker) past its lease (its jobs are
-// reclaimed and run again elsewhere) and thaws it: what it then completes is stale.
+// injectLangFaults SIGKILLs a random live worker at each fault (the first: the gateway's
+// worker), restarting one of its language, except the second fault, which freezes one
+// (a Node worker) past its lease (its jobs are reclaimed and run again elsewhere) and
+// thaws it: what it then completes is stale.
 func injectLangFaults(ctx context.Context, r *round) error {
 	began := wallNow()
 	n := max(r.p.faults, 3) + 1
@@ -148,17 +210,19 @@ func injectLangFaults(ctx context.Context, r *round) error {
 		if len(live) == 0 {
 			return errors.New("no live worker")
 		}
-		if i == 1 {
-			// A Node worker if one runs: it reports each outcome (onOutcome), so its
-			// refused late completions show in the audit.
-			var node []*proc
+		if prefer := map[int]string{0: langGateway, 1: langNode}[i]; prefer != "" {
+			// The first kill hits the gateway's worker, so every round kills one mid-job
+			// (its leases are the gateway's, and expire). The freeze, a Node worker if one
+			// runs: it reports each outcome (onOutcome), so its refused late completions
+			// show in the audit.
+			var of []*proc
 			for _, p := range live {
-				if langOf(p) == langNode {
-					node = append(node, p)
+				if langOf(p) == prefer {
+					of = append(of, p)
 				}
 			}
-			if len(node) > 0 {
-				live = node
+			if len(of) > 0 {
+				live = of
 			}
 		}
 		victim, err := r.busyVictim(ctx, live)
@@ -194,6 +258,10 @@ func (r *round) busyVictim(ctx context.Context, live []*proc) (*proc, error) {
 	names := make([]string, len(live))
 	for i, p := range live {
 		names[i] = p.name
+		if langOf(p) == langGateway {
+			// Its jobs are leased under the gateway's name: busy while the gateway holds one.
+			names[i] = fmt.Sprintf("r%02d-%s-0", r.h.round, langGateway)
+		}
 	}
 	deadline := wallNow().Add(2 * time.Second)
 	for wallNow().Before(deadline) {
@@ -208,8 +276,8 @@ WHERE status = 'running' AND worker_id = ANY($1)`, names)
 		}
 		if len(busy) > 0 {
 			pick := busy[r.rng.IntN(len(busy))]
-			for _, p := range live {
-				if p.name == pick {
+			for i, p := range live {
+				if names[i] == pick {
 					return p, nil
 				}
 			}
@@ -258,13 +326,13 @@ WHERE new_status = 'succeeded' GROUP BY 1`)
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	for _, lang := range []string{langPython, langNode} {
+	for _, lang := range []string{langPython, langNode, langGateway} {
 		if per[lang] == 0 {
 			row.Violations = append(row.Violations, fmt.Sprintf("no job succeeded on a %s worker: the round proves nothing about it", lang))
 		}
 	}
-	r.note("succeeded on Python workers %d, on Node workers %d; %d runs reclaimed from killed or frozen workers; %d late completions refused as lease lost (reported to the worker, nothing written)",
-		per[langPython], per[langNode], reclaimed, lostReports)
+	r.note("succeeded on Python workers %d, on Node workers %d, through the gateway %d; %d runs reclaimed from killed or frozen workers; %d late completions refused as lease lost (reported to the worker, nothing written)",
+		per[langPython], per[langNode], per[langGateway], reclaimed, lostReports)
 	if reclaimed == 0 {
 		r.note("no run was reclaimed this round (timing): the kills hit idle workers")
 	}

@@ -60,6 +60,9 @@ type round struct {
 	// The mvcc-pin scenario's windows (pin.go).
 	pin     *pinRun
 	stopped bool
+	// The lang-sigkill scenario's HTTP worker gateway (lang.go): its URL and its stop.
+	gatewayURL  string
+	gatewayStop func()
 	// The failover scenarios' watchers (hawatch.go) and write probes of the old primary.
 	ha     *haRun
 	probes []*producer
@@ -216,6 +219,15 @@ func pause(ctx context.Context, d time.Duration) error {
 
 // startLoad starts the round's workers, relays and in-process clients and the producer.
 func (r *round) startLoad(ctx context.Context) error {
+	if r.s.langs {
+		// One worker on the HTTP gateway beside the Python and Node ones.
+		if err := r.startGateway(ctx); err != nil {
+			return err
+		}
+		if _, err := r.startLangWorker(ctx, langGateway); err != nil {
+			return err
+		}
+	}
 	for i := 0; i < r.h.cfg.Workers-r.s.inProcess; i++ {
 		if r.s.langs {
 			if _, err := r.startLangWorker(ctx, langOrder[i%len(langOrder)]); err != nil {
@@ -327,6 +339,9 @@ func (r *round) stopAll() {
 		wg.Go(w.stop)
 	}
 	wg.Wait()
+	if r.gatewayStop != nil {
+		r.gatewayStop()
+	}
 }
 
 // drain waits until every committed job is finished and every committed event is

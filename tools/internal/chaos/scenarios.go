@@ -28,7 +28,8 @@ type scenario struct {
 	holdOnly    bool // duplicates only for events of a batch killed between publish and mark
 	inProcess   int  // workers that are in-process clients with fake clocks
 	zombie      bool // the first worker also runs the low-level loop the zombie fault freezes
-	// langs: the worker processes are the Python and Node clients (lang.go), not Go.
+	// langs: the worker processes are the Python and Node clients and a worker on the
+	// HTTP gateway (lang.go), not Go.
 	langs     bool
 	recoverOn string
 	inject    func(ctx context.Context, r *round) error

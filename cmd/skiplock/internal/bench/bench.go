@@ -122,7 +122,7 @@ func All() []Workload {
 		{"F1", "enqueue flows of 1,000 children (one statement each), 2 goroutines", isolated(runF1), false},
 		{"D1", "the dashboard on 1,000,000 jobs: every page and filter through its http.Handler", isolated(runD1), false},
 		{"E1", "the per-enqueue cost breakdown: W1's insert against schemas each lacking one cost (an index, a trigger, the lineage row, the NOTIFY, the statement's shape), 1 and 16 connections, 5 interleaved rounds, with the server's CPU per enqueue (run only when named)", isolated(runE1), true},
-		{"W13", "the Node client's worker on the SQL worker protocol against the Go worker, both at concurrency 16: 20,000 pre-inserted jobs, then pickup at 100 jobs/s (needs node and a built clients/node; run only when named)", isolated(runW13), true},
+		{"W13", "the Node client's worker on the SQL worker protocol against the Go worker, both at concurrency 16: 20,000 pre-inserted jobs in each of 3 rounds alternating which goes first, then pickup at 100 jobs/s (needs node and a built clients/node; run only when named)", isolated(runW13), true},
 		{"W14", "hours without drift: 70% of W5's rate for 30 min, beside a control run of the same timeline; the disturbed run holds a snapshot for the middle 10 min and runs an analytic read every 3 min (one hour in all; run only when named)", isolated(runW14), true},
 	}
 }

@@ -4,7 +4,9 @@ package bench
 // 0018) against the Go worker, at the same concurrency: the rate at which each works a
 // pre-inserted backlog, and the pickup latency (enqueue to claim) of jobs enqueued at a
 // steady 100/s. Both are measured from the jobs' rows (the database's clock), the same
-// way for both workers, so the Node process's start-up is not counted.
+// way for both workers, so the Node process's start-up is not counted. The backlog is
+// worked in w13Rounds rounds that alternate which worker goes first, so that on a
+// shared machine a swing of the load between two phases does not decide the ratio.
 
 import (
 	"context"
@@ -13,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -32,6 +35,11 @@ const (
 	w13Rate    = 100
 )
 
+// w13Rounds is how many rounds W13 runs: each works a fresh backlog of n jobs with the
+// Go worker and with the Node worker, the order alternating from round to round, so
+// that a load swing on a shared machine reaches both workers instead of one phase.
+const w13Rounds = 3
+
 func runW13(ctx context.Context, e *Env) (*Result, error) {
 	dir := os.Getenv(EnvNodeClient)
 	if dir == "" {
@@ -45,19 +53,39 @@ func runW13(ctx context.Context, e *Env) (*Result, error) {
 		return nil, fmt.Errorf("W13 runs the Node client's worker: %w", err)
 	}
 	n := e.n(20000)
-	goRate, goPick, err := w13Measure(ctx, e, "bench_w13_go", n, w13Go)
-	if err != nil {
-		return nil, fmt.Errorf("W13 (Go worker): %w", err)
+	workers := [2]struct {
+		name   string
+		schema string
+		start  w13Start
+		secs   float64
+		pick   *Result
+	}{{name: "Go", schema: "bench_w13_go", start: w13Go}, {name: "Node", schema: "bench_w13_node", start: w13Node(script, e.URL)}}
+	ratios := make([]string, 0, w13Rounds)
+	for round := range w13Rounds {
+		var rates [2]float64
+		for k := range 2 {
+			w := &workers[(round+k)%2] // Go first in odd rounds, Node first in even ones
+			// The last round's worker goes on to the pickup, warm as in the rounds before.
+			secs, pick, err := w13Work(ctx, e, w.schema, n, w.start, round == w13Rounds-1)
+			if err != nil {
+				return nil, fmt.Errorf("W13 (%s worker, round %d): %w", w.name, round+1, err)
+			}
+			w.secs += secs
+			w.pick = pick
+			rates[(round+k)%2] = float64(n) / secs
+		}
+		ratios = append(ratios, fmt.Sprintf("%.2f×", rates[1]/rates[0]))
 	}
-	nodeRate, nodePick, err := w13Measure(ctx, e, "bench_w13_node", n, w13Node(script, e.URL))
-	if err != nil {
-		return nil, fmt.Errorf("W13 (Node worker): %w", err)
-	}
-	r := &Result{Workload: "W13", N: n, Seconds: float64(n) / nodeRate, JobsPerSec: nodeRate, Settings: e.Settings,
+	goPick, nodePick := workers[0].pick, workers[1].pick
+	total := float64(n * w13Rounds)
+	goRate, nodeRate := total/workers[0].secs, total/workers[1].secs
+	r := &Result{Workload: "W13", N: n * w13Rounds, Seconds: workers[1].secs, JobsPerSec: nodeRate, Settings: e.Settings,
 		Limit: "the Go worker (same run, same concurrency)", Ratio: nodeRate / goRate,
 		Verified: "every job succeeded (its row's status); the Node worker's runs are not tracked one by one",
 		Extra: map[string]any{
 			"concurrency":          W13Workers,
+			"rounds":               fmt.Sprintf("%d, each %d jobs per worker, Go and Node alternating first; rates over all rounds", w13Rounds, n),
+			"round_ratios":         strings.Join(ratios, " "),
 			"prefetch":             "both workers' defaults, the same adaptive rule: about 50 ms of work, at most 1,000 jobs ahead",
 			"go_jobs_per_sec":      int(goRate),
 			"go_pickup_p50_p99":    fmt.Sprintf("%.2f / %.2f ms", goPick.P50ms, goPick.P99ms),
@@ -113,9 +141,10 @@ func w13Node(script, url string) w13Start {
 	}
 }
 
-// w13Measure works n pre-inserted jobs with the worker start starts and returns its
-// rate (n over the first claim to the last completion), then its pickup latencies.
-func w13Measure(ctx context.Context, e *Env, name string, n int, start w13Start) (float64, *Result, error) {
+// w13Work works n pre-inserted jobs in a fresh schema with the worker start starts and
+// returns the seconds from the first claim to the last completion, from the rows; with
+// pickup, the same worker then takes the jobs of w13Pickup, whose latencies it returns.
+func w13Work(ctx context.Context, e *Env, name string, n int, start w13Start, pickup bool) (float64, *Result, error) {
 	schema, err := e.schema(ctx, name)
 	if err != nil {
 		return 0, nil, err
@@ -127,85 +156,88 @@ func w13Measure(ctx context.Context, e *Env, name string, n int, start w13Start)
 	if err != nil {
 		return 0, nil, err
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			_ = stop()
-		}
-	}()
-	jobs := `"` + schema + `".jobs`
-	succeeded := func(want int) error {
-		stopProgress := e.progress(name, want, func() int64 {
-			var k int64
-			_ = e.Pool.QueryRow(ctx, `SELECT count(*) FROM `+jobs+` WHERE status = 'succeeded'`).Scan(&k)
-			return k
-		})
-		defer stopProgress()
-		for {
-			var k int
-			if err := e.Pool.QueryRow(ctx, `SELECT count(*) FROM `+jobs+` WHERE status = 'succeeded'`).Scan(&k); err != nil {
-				return err
-			}
-			if k >= want {
-				return nil
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}
-	if err := succeeded(n); err != nil {
-		return 0, nil, err
-	}
 	var secs float64
-	if err := e.Pool.QueryRow(ctx, `SELECT extract(epoch FROM max(updated_at) - min(attempted_at)) FROM `+jobs).Scan(&secs); err != nil {
-		return 0, nil, err
+	var pick *Result
+	err = w13Succeeded(ctx, e, schema, n)
+	if err == nil {
+		err = e.Pool.QueryRow(ctx, `SELECT extract(epoch FROM max(updated_at) - min(attempted_at)) FROM "`+schema+`".jobs`).Scan(&secs)
 	}
-	if secs <= 0 {
-		return 0, nil, errors.New("no time elapsed between the first claim and the last completion")
+	if err == nil && secs <= 0 {
+		err = errors.New("no time elapsed between the first claim and the last completion")
 	}
-	// Pickup: jobs enqueued one at a time at w13Rate while the worker waits for them.
+	if err == nil && pickup {
+		pick, err = w13Pickup(ctx, e, schema, n)
+	}
+	if serr := stop(); serr != nil && err == nil {
+		err = fmt.Errorf("stopping the worker: %w", serr)
+	}
+	return secs, pick, err
+}
+
+// w13Succeeded waits until want jobs of schema have succeeded.
+func w13Succeeded(ctx context.Context, e *Env, schema string, want int) error {
+	q := `SELECT count(*) FROM "` + schema + `".jobs WHERE status = 'succeeded'`
+	stopProgress := e.progress(schema, want, func() int64 {
+		var k int64
+		_ = e.Pool.QueryRow(ctx, q).Scan(&k)
+		return k
+	})
+	defer stopProgress()
+	for {
+		var k int
+		if err := e.Pool.QueryRow(ctx, q).Scan(&k); err != nil {
+			return err
+		}
+		if k >= want {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// w13Pickup enqueues w13Pickups jobs into schema, whose done jobs have succeeded, one
+// at a time at w13Rate while its worker waits for them, and returns their pickup
+// latencies (created_at to attempted_at).
+func w13Pickup(ctx context.Context, e *Env, schema string, done int) (*Result, error) {
 	var since time.Time
 	if err := e.Pool.QueryRow(ctx, `SELECT now()`).Scan(&since); err != nil {
-		return 0, nil, err
+		return nil, err
 	}
 	c, err := skiplock.NewClient(e.Pool, skiplock.Config{Schema: schema})
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
 	defer c.Close()
 	t0 := time.Now()
 	for i := range w13Pickups {
 		if _, err := c.Enqueue(ctx, noop{I: i}, nil); err != nil {
-			return 0, nil, err
+			return nil, err
 		}
 		<-time.After(time.Until(t0.Add(time.Duration(i+1) * time.Second / w13Rate)))
 	}
-	if err := succeeded(n + w13Pickups); err != nil {
-		return 0, nil, err
+	if err := w13Succeeded(ctx, e, schema, done+w13Pickups); err != nil {
+		return nil, err
 	}
-	rows, err := e.Pool.Query(ctx, `SELECT attempted_at - created_at FROM `+jobs+` WHERE created_at >= $1`, since)
+	rows, err := e.Pool.Query(ctx, `SELECT attempted_at - created_at FROM "`+schema+`".jobs WHERE created_at >= $1`, since)
 	if err != nil {
-		return 0, nil, err
+		return nil, err
 	}
 	var l latencies
 	for rows.Next() {
 		var d time.Duration
 		if err := rows.Scan(&d); err != nil {
-			return 0, nil, err
+			return nil, err
 		}
 		l.add(d)
 	}
 	if err := rows.Err(); err != nil {
-		return 0, nil, err
-	}
-	stopped = true
-	if err := stop(); err != nil {
-		return 0, nil, fmt.Errorf("stopping the worker: %w", err)
+		return nil, err
 	}
 	var pick Result
 	l.fill(&pick)
-	return float64(n) / secs, &pick, nil
+	return &pick, nil
 }
