@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/ha.sh start|stop|status|uri|failover|kill|sync|async|wait|destroy|pgbouncer|pgbouncer-uri
+# scripts/ha.sh start|stop|status|uri|failover|kill|sync|async|wait|destroy|pgbouncer|pgbouncer-uri|events
 #
 # A real high-availability PostgreSQL on loopback, run by pg_auto_failover (Debian's
 # postgresql-15-auto-failover): a monitor, a primary and a standby with synchronous
@@ -39,6 +39,8 @@
 #             says why a follower rather than PgBouncer's own host list.
 #   pgbouncer-uri  the application's connection string through PgBouncer
 #   follow    the follower's loop (what `pgbouncer` runs in the background)
+#   events    the monitor's last 500 events (pg_autoctl show events): every state
+#             each node was assigned and reported, with the monitor's reason
 #
 # Environment:
 #   SKIPLOCK_HA_DIR     where the nodes live, one data directory each (monitor/, node1/,
@@ -526,7 +528,7 @@ stop_bouncer() {
 }
 
 cmd="${1:-}"
-[ $# -le 1 ] || die "unexpected arguments after '$cmd' (usage: scripts/ha.sh start|stop|status|uri|failover|kill|sync|async|wait|destroy|pgbouncer|pgbouncer-uri)"
+[ $# -le 1 ] || die "unexpected arguments after '$cmd' (usage: scripts/ha.sh start|stop|status|uri|failover|kill|sync|async|wait|destroy|pgbouncer|pgbouncer-uri|events)"
 case "$cmd" in
 start) start ;;
 stop) stop ;;
@@ -547,6 +549,11 @@ pgbouncer-uri)
 	bouncer_uri
 	;;
 follow) follow ;;
+events)
+	require
+	ports
+	as_pg pg_autoctl show events --pgdata "$DIR/monitor" --count 500
+	;;
 kill) cmd_kill ;;
 sync) cmd_quorum true ;;
 async) cmd_quorum false ;;
@@ -560,5 +567,5 @@ destroy)
 	rm -rf "$DIR"
 	;;
 -h | --help | help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
-*) die "usage: scripts/ha.sh start|stop|status|uri|failover|kill|sync|async|wait|destroy|pgbouncer|pgbouncer-uri (see --help)" ;;
+*) die "usage: scripts/ha.sh start|stop|status|uri|failover|kill|sync|async|wait|destroy|pgbouncer|pgbouncer-uri|events (see --help)" ;;
 esac

@@ -90,6 +90,10 @@ type Config struct {
 	// RequireHA fails the failover scenarios instead of skipping them when pg_autoctl
 	// (postgresql-15-auto-failover) is not installed. Default: $SKIPLOCK_REQUIRE_HA is set.
 	RequireHA bool
+	// KeepLogs keeps the children's logs (and, after a failover scenario, the HA
+	// cluster's: ha-*.log, ha-events.txt) also when every invariant held; the report
+	// names their directory. Default: kept only when something failed.
+	KeepLogs bool
 	// Logger receives the harness's progress. Default: discard.
 	Logger *slog.Logger
 	// Progress, if set, receives one line per finished round.
@@ -166,8 +170,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return report, err
 	}
 	runErr := h.runAll(ctx, selected, report)
-	h.cleanup(report.OK() && runErr == nil)
-	if !report.OK() || runErr != nil {
+	keep := !report.OK() || runErr != nil || cfg.KeepLogs
+	h.cleanup(!keep)
+	if keep {
 		report.LogDir = h.logDir
 	}
 	return report, runErr
