@@ -114,3 +114,27 @@ func TestSplitBrainAndOutageWindow(t *testing.T) {
 		t.Errorf("never seen failing: window from %v; want none", got.Sub(t0))
 	}
 }
+
+// make chaos runs every failover scenario but the one that only measures: the
+// PgBouncer round is back in it (#48).
+func TestShortProfileScenarios(t *testing.T) {
+	all, err := selectScenarios(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, s := range shortProfile(all) {
+		got[s.name] = true
+	}
+	for _, want := range []string{"failover", "failover-kill", "failover-pgbouncer"} {
+		if !got[want] {
+			t.Errorf("short profile lacks %s", want)
+		}
+	}
+	if got["failover-async"] {
+		t.Error("short profile runs failover-async, which only measures")
+	}
+	if len(got) != len(all)-1 {
+		t.Errorf("short profile runs %d of %d scenarios; want all but failover-async", len(got), len(all))
+	}
+}
