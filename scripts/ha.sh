@@ -526,7 +526,8 @@ servers_on() {
 
 # repoint old new pid moves PgBouncer from node old to node new (host:port each):
 # rewrite [databases], RELOAD on the admin console (it answers once the new entry is in
-# force; SIGHUP when the console does not answer), then KILL and RESUME each database.
+# force; SIGHUP when the console does not answer), then, if any server connection to
+# the old node is still open, KILL and RESUME each database.
 # A reload alone closes a server connection to the old node only once its client
 # releases it: a transaction still running there keeps its client on the old node —
 # one whose commit waits for the standby that has just been promoted waits until the
@@ -534,18 +535,23 @@ servers_on() {
 # keeper stalled for 45 s kept PgBouncer's clients there that long). KILL drops every
 # client and server connection of the database at once; its clients reconnect, and
 # RESUME lets them in, to the new node. What was in flight fails, as a direct client's
-# would: the old node's commits wait for a standby that no longer follows it.
+# would: the old node's commits wait for a standby that no longer follows it. When
+# the old node is already down (the usual switchover or a lost machine) nothing is
+# left to cut, and the clients' connections, some of them already on the new node,
+# are left alone.
 repoint() {
 	local old="$1" new="$2" pid="$3" d="$DIR/pgbouncer" before db left
 	bouncer_ini "${new%:*}" "${new#*:}"
 	[ "$(id -u)" -eq 0 ] && chown postgres: "$d/pgbouncer.ini" "$d/target"
 	bouncer_admin -c RELOAD >/dev/null 2>&1 || kill -HUP "$pid"
 	before="$(servers_on "$old")"
-	for db in $({ bouncer_admin -c "SHOW DATABASES" 2>/dev/null || true; } | awk -F'|' '$1 != "pgbouncer" { print $1 }'); do
-		bouncer_admin -c "KILL $db" -c "RESUME $db" >/dev/null 2>&1 || true
-	done
+	if [ "$before" -gt 0 ]; then
+		for db in $({ bouncer_admin -c "SHOW DATABASES" 2>/dev/null || true; } | awk -F'|' '$1 != "pgbouncer" { print $1 }'); do
+			bouncer_admin -c "KILL $db" -c "RESUME $db" >/dev/null 2>&1 || true
+		done
+	fi
 	left="$(servers_on "$old")"
-	echo "$(date -u +%FT%T.%3NZ) pgbouncer: $old -> $new (reloaded; killed $before server connections to $old; $left left)"
+	echo "$(date -u +%FT%T.%3NZ) pgbouncer: $old -> $new (reloaded; $before server connections to $old, killed; $left left)"
 }
 
 # follow (run by `pgbouncer`, in the background) repoints PgBouncer at the node the
