@@ -540,18 +540,18 @@ servers_on() {
 # left to cut, and the clients' connections, some of them already on the new node,
 # are left alone.
 repoint() {
-	local old="$1" new="$2" pid="$3" d="$DIR/pgbouncer" before db left
+	local old="$1" new="$2" pid="$3" d="$DIR/pgbouncer" before db what
 	bouncer_ini "${new%:*}" "${new#*:}"
 	[ "$(id -u)" -eq 0 ] && chown postgres: "$d/pgbouncer.ini" "$d/target"
 	bouncer_admin -c RELOAD >/dev/null 2>&1 || kill -HUP "$pid"
-	before="$(servers_on "$old")"
+	before="$(servers_on "$old")" what="no server connection to $old left"
 	if [ "$before" -gt 0 ]; then
 		for db in $({ bouncer_admin -c "SHOW DATABASES" 2>/dev/null || true; } | awk -F'|' '$1 != "pgbouncer" { print $1 }'); do
 			bouncer_admin -c "KILL $db" -c "RESUME $db" >/dev/null 2>&1 || true
 		done
+		what="killed $before server connections to $old; $(servers_on "$old") left"
 	fi
-	left="$(servers_on "$old")"
-	echo "$(date -u +%FT%T.%3NZ) pgbouncer: $old -> $new (reloaded; $before server connections to $old, killed; $left left)"
+	echo "$(date -u +%FT%T.%3NZ) pgbouncer: $old -> $new (reloaded; $what)"
 }
 
 # follow (run by `pgbouncer`, in the background) repoints PgBouncer at the node the
