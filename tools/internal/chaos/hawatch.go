@@ -437,6 +437,15 @@ func injectFailover(ctx context.Context, r *round) error {
 // primary with writes, and returns once both nodes are primary and standby again.
 func (w *haRun) failover(ctx context.Context, kind string) error {
 	r := w.r
+	// Only once the primary's commits wait for the standby (scripts/ha.sh wait checks
+	// pg_stat_replication on the primary, not only the monitor's states; an async round
+	// took both nodes out of the quorum and skips that): a failover begun while the
+	// monitor has the primary committing alone (wait_primary, the standby found
+	// unhealthy) may lose what it acknowledged, which is what the async round
+	// measures, not a fault of skiplock's.
+	if _, err := r.h.ha.run(ctx, "wait"); err != nil {
+		return err
+	}
 	old, err := w.waitPrimary(ctx, 60*time.Second)
 	if err != nil {
 		return err
