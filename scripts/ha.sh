@@ -10,8 +10,8 @@
 # (tools/chaos, make chaos) drive it through this script.
 #
 #   start     create what does not exist yet (monitor, node1, node2), run what is not
-#             running, and wait until one node is primary and the other secondary.
-#             Idempotent: a stopped or killed node is started again, and rejoins as a
+#             running, and wait until one node is primary and the other secondary
+#             (a synchronous one: see wait). Idempotent: a stopped or killed node is started again, and rejoins as a
 #             standby if the other was promoted meanwhile.
 #   stop      stop both nodes, then the monitor (fast shutdown); waits until they are gone
 #   status    the monitor's view (pg_autoctl show state); exit 0 when one node is

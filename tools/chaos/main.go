@@ -4,7 +4,7 @@
 // pg_auto_failover cluster (scripts/ha.sh) instead, and lose its primary. It is a test rig, kept out of the
 // skiplock binary; the worker and relay processes are this binary re-executed.
 //
-//	go run ./tools/chaos                              # the short profile (about 8 minutes)
+//	go run ./tools/chaos                              # the short profile (about 9 minutes)
 //	go run ./tools/chaos --scenario rate-limit        # one scenario (--scenarios a,b for several)
 //	go run ./tools/chaos --scenarios failover,failover-kill  # the failover scenarios alone
 //	go run ./tools/chaos --soak --duration 30m        # randomized rounds from a seed
