@@ -532,7 +532,7 @@ servers_on() {
 # releases it: a transaction still running there keeps its client on the old node —
 # one whose commit waits for the standby that has just been promoted waits until the
 # old node is stopped, however long its pg_autoctl takes (a switchover with the old
-# keeper stalled for 45 s kept PgBouncer's clients there that long). KILL drops every
+# keeper stalled for 54 s kept PgBouncer's clients there 46 s after the repoint). KILL drops every
 # client and server connection of the database at once; its clients reconnect, and
 # RESUME lets them in, to the new node. What was in flight fails, as a direct client's
 # would: the old node's commits wait for a standby that no longer follows it. When
