@@ -11,8 +11,9 @@
 #
 #   start     create what does not exist yet (monitor, node1, node2), run what is not
 #             running, and wait until one node is primary and the other secondary
-#             (a synchronous one: see wait). Idempotent: a stopped or killed node is started again, and rejoins as a
-#             standby if the other was promoted meanwhile.
+#             (a synchronous one: see wait). Idempotent: a stopped or killed node is
+#             started again, and rejoins as a standby if the other was promoted
+#             meanwhile.
 #   stop      stop both nodes, then the monitor (fast shutdown); waits until they are gone
 #   status    the monitor's view (pg_autoctl show state); exit 0 when one node is
 #             primary and the other secondary, 1 otherwise
@@ -36,9 +37,9 @@
 #             in use), in front of the current primary, and its follower: a loop that
 #             asks the monitor for the writable node (pgautofailover.get_primary) every
 #             0.25 s and, when it changes, rewrites PgBouncer's [databases] entry,
-#             reloads it and drops every connection to the old node (KILL, RESUME:
-#             see repoint), so every transaction from then on runs on the new
-#             primary. Idempotent; the cluster must be
+#             reloads it and drops any server connection to the old node still open
+#             (KILL, RESUME: see repoint), so no transaction runs there once the
+#             monitor names the new primary. Idempotent; the cluster must be
 #             started; `stop` stops both. docs/operations.md ("High availability")
 #             says why a follower rather than PgBouncer's own host list.
 #   pgbouncer-uri  the application's connection string through PgBouncer
@@ -254,10 +255,11 @@ primary() { state | awk '$2 == "primary" && $3 == "primary" { print $1 }'; }
 
 # sync_effective checks on the primary itself what the monitor's "primary" state
 # promises: synchronous_standby_names is set and the standby streams as a synchronous
-# (quorum) standby, so a commit returns only once the standby has it. Right after a
-# node rejoins, the monitor may still flip the primary to wait_primary (commits
-# without a standby) and back while the standby settles; a switchover, or a round of
-# the chaos harness, should start only once commits wait for the standby again.
+# (quorum) standby, so a commit returns only once the standby has it. The monitor's
+# states are its view: it moves the primary to wait_primary (commits without a
+# standby) whenever it finds the standby unhealthy, and a standby's health flaps right
+# after it rejoins on a loaded machine. A switchover, or a round of the chaos
+# harness, starts only once the primary's commits wait for the standby.
 sync_effective() {
 	local p
 	p="$(primary)"
@@ -273,7 +275,7 @@ ready() { healthy && { [ -f "$DIR/async" ] || sync_effective; }; }
 wait_healthy() {
 	local deadline=$((SECONDS + WAIT))
 	until ready; do
-		[ "$SECONDS" -lt "$deadline" ] || { as_pg pg_autoctl show state --pgdata "$DIR/monitor" >&2 || true; die "no primary and secondary within ${WAIT}s"; }
+		[ "$SECONDS" -lt "$deadline" ] || { as_pg pg_autoctl show state --pgdata "$DIR/monitor" >&2 || true; die "no primary with a secondary (a synchronous one, unless async) within ${WAIT}s"; }
 		sleep 0.3
 	done
 }
@@ -532,9 +534,9 @@ servers_on() {
 # releases it: a transaction still running there keeps its client on the old node —
 # one whose commit waits for the standby that has just been promoted waits until the
 # old node is stopped, however long its pg_autoctl takes (a switchover with the old
-# keeper stalled for 54 s kept PgBouncer's clients there 46 s after the repoint). KILL drops every
-# client and server connection of the database at once; its clients reconnect, and
-# RESUME lets them in, to the new node. What was in flight fails, as a direct client's
+# keeper stalled for 54 s kept PgBouncer's clients there 46 s after the repoint).
+# KILL drops every client and server connection of the database at once; its
+# clients reconnect, and RESUME lets them in, to the new node. What was in flight fails, as a direct client's
 # would: the old node's commits wait for a standby that no longer follows it. When
 # the old node is already down (the usual switchover or a lost machine) nothing is
 # left to cut, and the clients' connections, some of them already on the new node,
