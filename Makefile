@@ -53,8 +53,8 @@ lint: vet
 bench: deps
 	$(GO) run ./cmd/skiplock bench $(BENCH_FLAGS)
 
-## chaos: the short fault-injection profile (about 8 minutes, Python and Node workers SIGKILLed among them, the last 2 the failover
-## scenarios on a pg_auto_failover cluster: scripts/ha.sh; failover-pgbouncer runs in soak); soak: 30 minutes of
+## chaos: the short fault-injection profile (about 9 minutes, Python and Node workers SIGKILLed among them, the last 3 the failover
+## scenarios on a pg_auto_failover cluster: scripts/ha.sh, directly and through PgBouncer); soak: 30 minutes of
 ## randomized faults from a printed seed (replay with: go run ./tools/chaos --soak --seed N),
 ## failovers and switchovers back among them.
 ## The harness is a test rig in tools/, not part of the skiplock binary.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/ha.sh start|stop|status|uri|failover|kill|sync|async|wait|destroy|pgbouncer|pgbouncer-uri
+# scripts/ha.sh start|stop|status|uri|failover|kill|sync|async|wait|destroy|pgbouncer|pgbouncer-uri|events
 #
 # A real high-availability PostgreSQL on loopback, run by pg_auto_failover (Debian's
 # postgresql-15-auto-failover): a monitor, a primary and a standby with synchronous
@@ -10,15 +10,18 @@
 # (tools/chaos, make chaos) drive it through this script.
 #
 #   start     create what does not exist yet (monitor, node1, node2), run what is not
-#             running, and wait until one node is primary and the other secondary.
-#             Idempotent: a stopped or killed node is started again, and rejoins as a
-#             standby if the other was promoted meanwhile.
+#             running, and wait until one node is primary and the other secondary
+#             (a synchronous one: see wait). Idempotent: a stopped or killed node is
+#             started again, and rejoins as a standby if the other was promoted
+#             meanwhile.
 #   stop      stop both nodes, then the monitor (fast shutdown); waits until they are gone
 #   status    the monitor's view (pg_autoctl show state); exit 0 when one node is
 #             primary and the other secondary, 1 otherwise
 #   uri       the application's connection string: both nodes, target_session_attrs=read-write
 #   failover  a planned switchover (pg_autoctl perform failover): the primary is demoted,
-#             the standby promoted; waits until the old primary has rejoined as secondary
+#             the standby promoted; starts once the primary's commits wait for the
+#             standby (pg_stat_replication), waits until the old primary has rejoined
+#             as a synchronous secondary
 #   kill      SIGKILL the primary's pg_autoctl and postgres (its whole process group), as
 #             if its machine were lost; the monitor promotes the standby. Prints the
 #             killed node's name; `start` brings it back: as a standby once the other
@@ -26,19 +29,23 @@
 #   sync      both nodes in the replication quorum (the default): commits wait for the standby
 #   async     neither in the quorum: the primary commits without waiting (asynchronous
 #             replication, for measuring what a lost primary loses)
-#   wait      wait until one node is primary and the other secondary (SKIPLOCK_HA_WAIT s)
+#   wait      wait until one node is primary and the other secondary, and (unless
+#             `async`) the primary's commits wait for it (SKIPLOCK_HA_WAIT s)
 #   destroy   stop, then remove SKIPLOCK_HA_DIR
 #   pgbouncer start PgBouncer (Debian's pgbouncer, transaction pooling) on the port after
 #             node2's (another, printed and kept for pgbouncer-uri, when that one is
 #             in use), in front of the current primary, and its follower: a loop that
 #             asks the monitor for the writable node (pgautofailover.get_primary) every
-#             0.25 s and, when it changes, rewrites PgBouncer's [databases] entry and
-#             reloads it (SIGHUP), so new server connections go to the new primary and
-#             the old ones close once released. Idempotent; the cluster must be
+#             0.25 s and, when it changes, rewrites PgBouncer's [databases] entry,
+#             reloads it and drops any server connection to the old node still open
+#             (KILL, RESUME: see repoint), so no transaction runs there once the
+#             monitor names the new primary. Idempotent; the cluster must be
 #             started; `stop` stops both. docs/operations.md ("High availability")
 #             says why a follower rather than PgBouncer's own host list.
 #   pgbouncer-uri  the application's connection string through PgBouncer
 #   follow    the follower's loop (what `pgbouncer` runs in the background)
+#   events    the monitor's last 500 events (pg_autoctl show events): every state
+#             each node was assigned and reported, with the monitor's reason
 #
 # Environment:
 #   SKIPLOCK_HA_DIR     where the nodes live, one data directory each (monitor/, node1/,
@@ -246,10 +253,29 @@ healthy() {
 
 primary() { state | awk '$2 == "primary" && $3 == "primary" { print $1 }'; }
 
+# sync_effective checks on the primary itself what the monitor's "primary" state
+# promises: synchronous_standby_names is set and the standby streams as a synchronous
+# (quorum) standby, so a commit returns only once the standby has it. The monitor's
+# states are its view: it moves the primary to wait_primary (commits without a
+# standby) whenever it finds the standby unhealthy, and a standby's health flaps right
+# after it rejoins on a loaded machine. A switchover, or a round of the chaos
+# harness, starts only once the primary's commits wait for the standby.
+sync_effective() {
+	local p
+	p="$(primary)"
+	[ -n "$p" ] || return 1
+	[ "$(as_pg "$BIN/psql" -X -q -At -h 127.0.0.1 -p "$(port_of "$p")" -U postgres -d postgres -c \
+		"SELECT current_setting('synchronous_standby_names') <> '' AND EXISTS (SELECT 1 FROM pg_stat_replication WHERE state = 'streaming' AND sync_state IN ('sync', 'quorum'))" 2>/dev/null)" = t ]
+}
+
+# ready: a primary and a secondary, and — unless `async` took both nodes out of the
+# replication quorum ($DIR/async) — the primary's commits waiting for the standby.
+ready() { healthy && { [ -f "$DIR/async" ] || sync_effective; }; }
+
 wait_healthy() {
 	local deadline=$((SECONDS + WAIT))
-	until healthy; do
-		[ "$SECONDS" -lt "$deadline" ] || { as_pg pg_autoctl show state --pgdata "$DIR/monitor" >&2 || true; die "no primary and secondary within ${WAIT}s"; }
+	until ready; do
+		[ "$SECONDS" -lt "$deadline" ] || { as_pg pg_autoctl show state --pgdata "$DIR/monitor" >&2 || true; die "no primary with a secondary (a synchronous one, unless async) within ${WAIT}s"; }
 		sleep 0.3
 	done
 }
@@ -333,7 +359,10 @@ cmd_kill() {
 cmd_failover() {
 	require
 	ports
-	healthy || die "failover needs a primary and a secondary (see: scripts/ha.sh status)"
+	# A switchover promotes the standby while the primary drains: only what the standby
+	# has is kept, so it starts once commits wait for the standby (ready), not merely
+	# once the monitor names a primary and a secondary.
+	wait_healthy
 	local was
 	was="$(primary)"
 	as_pg pg_autoctl perform failover --pgdata "$DIR/monitor" --wait "$WAIT" >/dev/null 2>&1 ||
@@ -353,6 +382,7 @@ cmd_quorum() {
 		as_pg pg_autoctl set node replication-quorum --pgdata "$DIR/$n" "$1" >/dev/null 2>&1 ||
 			die "pg_autoctl set node replication-quorum $1 failed for $n"
 	done
+	if [ "$1" = true ]; then rm -f "$DIR/async"; else touch "$DIR/async"; fi
 	local deadline=$((SECONDS + WAIT))
 	while :; do
 		p="$(primary)"
@@ -489,8 +519,45 @@ cmd_pgbouncer() {
 	log "pgbouncer up; connect with: $(bouncer_uri)"
 }
 
+bouncer_admin() { as_pg "$BIN/psql" -X -q -At -h 127.0.0.1 -p "$(port_of pgbouncer)" -U postgres -d pgbouncer "$@"; }
+
+# servers_on host:port counts PgBouncer's server connections to that node.
+servers_on() {
+	{ bouncer_admin -c "SHOW SERVERS" 2>/dev/null || true; } | awk -F'|' -v a="${1%:*}" -v p="${1#*:}" '$5 == a && $6 == p { n++ } END { print n + 0 }'
+}
+
+# repoint old new pid moves PgBouncer from node old to node new (host:port each):
+# rewrite [databases], RELOAD on the admin console (it answers once the new entry is in
+# force; SIGHUP when the console does not answer), then, if any server connection to
+# the old node is still open, KILL and RESUME each database.
+# A reload alone closes a server connection to the old node only once its client
+# releases it: a transaction still running there keeps its client on the old node —
+# one whose commit waits for the standby that has just been promoted waits until the
+# old node is stopped, however long its pg_autoctl takes (a switchover with the old
+# keeper stalled for 54 s kept PgBouncer's clients there 46 s after the repoint).
+# KILL drops every client and server connection of the database at once; its
+# clients reconnect, and RESUME lets them in, to the new node. What was in flight fails, as a direct client's
+# would: the old node's commits wait for a standby that no longer follows it. When
+# the old node is already down (the usual switchover or a lost machine) nothing is
+# left to cut, and the clients' connections, some of them already on the new node,
+# are left alone.
+repoint() {
+	local old="$1" new="$2" pid="$3" d="$DIR/pgbouncer" before db what
+	bouncer_ini "${new%:*}" "${new#*:}"
+	[ "$(id -u)" -eq 0 ] && chown postgres: "$d/pgbouncer.ini" "$d/target"
+	bouncer_admin -c RELOAD >/dev/null 2>&1 || kill -HUP "$pid"
+	before="$(servers_on "$old")" what="no server connection to $old left"
+	if [ "$before" -gt 0 ]; then
+		for db in $({ bouncer_admin -c "SHOW DATABASES" 2>/dev/null || true; } | awk -F'|' '$1 != "pgbouncer" { print $1 }'); do
+			bouncer_admin -c "KILL $db" -c "RESUME $db" >/dev/null 2>&1 || true
+		done
+		what="killed $before server connections to $old; $(servers_on "$old") left"
+	fi
+	echo "$(date -u +%FT%T.%3NZ) pgbouncer: $old -> $new (reloaded; $what)"
+}
+
 # follow (run by `pgbouncer`, in the background) repoints PgBouncer at the node the
-# monitor names writable, as soon as it names another one.
+# monitor names writable, as soon as it names another one (repoint).
 follow() {
 	require
 	ports
@@ -500,10 +567,7 @@ follow() {
 	while pid="$(bouncer_pid)"; do
 		want="$(monitor_primary)"
 		if [ -n "$want" ] && [ "$want" != "$cur" ]; then
-			bouncer_ini "${want%:*}" "${want#*:}"
-			[ "$(id -u)" -eq 0 ] && chown postgres: "$d/pgbouncer.ini" "$d/target"
-			kill -HUP "$pid"
-			echo "$(date -u +%FT%T.%3NZ) pgbouncer: $cur -> $want (reloaded)"
+			repoint "$cur" "$want" "$pid"
 			cur="$want"
 		fi
 		sleep 0.25
@@ -526,7 +590,7 @@ stop_bouncer() {
 }
 
 cmd="${1:-}"
-[ $# -le 1 ] || die "unexpected arguments after '$cmd' (usage: scripts/ha.sh start|stop|status|uri|failover|kill|sync|async|wait|destroy|pgbouncer|pgbouncer-uri)"
+[ $# -le 1 ] || die "unexpected arguments after '$cmd' (usage: scripts/ha.sh start|stop|status|uri|failover|kill|sync|async|wait|destroy|pgbouncer|pgbouncer-uri|events)"
 case "$cmd" in
 start) start ;;
 stop) stop ;;
@@ -547,6 +611,11 @@ pgbouncer-uri)
 	bouncer_uri
 	;;
 follow) follow ;;
+events)
+	require
+	ports
+	as_pg pg_autoctl show events --pgdata "$DIR/monitor" --count 500
+	;;
 kill) cmd_kill ;;
 sync) cmd_quorum true ;;
 async) cmd_quorum false ;;
@@ -560,5 +629,5 @@ destroy)
 	rm -rf "$DIR"
 	;;
 -h | --help | help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
-*) die "usage: scripts/ha.sh start|stop|status|uri|failover|kill|sync|async|wait|destroy|pgbouncer|pgbouncer-uri (see --help)" ;;
+*) die "usage: scripts/ha.sh start|stop|status|uri|failover|kill|sync|async|wait|destroy|pgbouncer|pgbouncer-uri|events (see --help)" ;;
 esac

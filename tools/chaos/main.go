@@ -4,7 +4,7 @@
 // pg_auto_failover cluster (scripts/ha.sh) instead, and lose its primary. It is a test rig, kept out of the
 // skiplock binary; the worker and relay processes are this binary re-executed.
 //
-//	go run ./tools/chaos                              # the short profile (about 8 minutes)
+//	go run ./tools/chaos                              # the short profile (about 9 minutes)
 //	go run ./tools/chaos --scenario rate-limit        # one scenario (--scenarios a,b for several)
 //	go run ./tools/chaos --scenarios failover,failover-kill  # the failover scenarios alone
 //	go run ./tools/chaos --soak --duration 30m        # randomized rounds from a seed
@@ -56,6 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		idleTx    time.Duration
 		pin       time.Duration
 		verbose   bool
+		keepLogs  bool
 	)
 	fs.DurationVar(&duration, "duration", 0, "short run: how long each scenario injects faults (default 6s);\nwith --soak: how long the whole soak runs (default 30m)")
 	fs.Uint64Var(&seed, "seed", 0, "seed for every random choice; a failed run prints it for replay (default random)")
@@ -66,6 +67,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&idleTx, "idle-tx", 0, "how long the idle-in-tx scenario holds its transaction (default 5s; soak: random 30s–2m)")
 	fs.DurationVar(&pin, "pin", 0, "how long the mvcc-pin scenario holds its snapshot, in 10s windows (default 60s; soak: random 30s–2m)")
 	fs.BoolVar(&verbose, "v", false, "log every fault as it is injected")
+	fs.BoolVar(&keepLogs, "keep-logs", false, "keep the child processes' and the HA cluster's logs also when every invariant held (default: only when one failed)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: go run ./tools/chaos [flags]\n\nStarts a throwaway PostgreSQL, runs worker and relay processes against it, injects one\n"+
 			"kind of fault per scenario and checks: no lost job, no double success, no stale write\n"+
@@ -87,7 +89,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "chaos: unexpected arguments %q (see --help)\n", fs.Args())
 		return 2
 	}
-	cfg := chaos.Config{Seed: seed, Soak: soak, Rate: rate, IdleTx: idleTx, Pin: pin, Progress: stderr}
+	cfg := chaos.Config{Seed: seed, Soak: soak, Rate: rate, IdleTx: idleTx, Pin: pin, KeepLogs: keepLogs, Progress: stderr}
 	if scenarios != "" {
 		cfg.Scenarios = strings.Split(scenarios, ",")
 		for _, s := range cfg.Scenarios {

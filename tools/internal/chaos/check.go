@@ -190,7 +190,7 @@ func (rep *Report) WriteTable(w io.Writer) {
 		}
 	}
 	if rep.LogDir != "" {
-		fmt.Fprintf(w, "\nchild process logs: %s\n", rep.LogDir)
+		fmt.Fprintf(w, "\nlogs (child processes; HA cluster: ha-*): %s\n", rep.LogDir)
 	}
 	if rep.OK() {
 		fmt.Fprintln(w, "\nall invariants held")

@@ -143,12 +143,36 @@ func (c *haCluster) run(ctx context.Context, cmd string) (string, error) {
 	return out.String(), nil
 }
 
-// destroy stops the cluster and removes its directory.
+// destroy keeps the cluster's evidence (collect) in logDir, then stops the cluster
+// and removes its directory.
 func (c *haCluster) destroy() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	c.collect(ctx)
 	c.run(ctx, "destroy")
 	os.RemoveAll(c.dir)
+}
+
+// haEvidence are the cluster's logs destroy keeps, as named in logDir: each node's
+// pg_autoctl and PostgreSQL log, PgBouncer's and its follower's.
+var haEvidence = map[string]string{
+	"monitor.log": "ha-monitor.log", "node1.log": "ha-node1.log", "node2.log": "ha-node2.log",
+	"pgbouncer/pgbouncer.log": "ha-pgbouncer.log", "pgbouncer/follower.log": "ha-follower.log",
+}
+
+// collect copies the cluster's logs and the monitor's events (every state it assigned
+// and each node reported, with its reason) beside the children's logs: what a failed
+// round's failover did, kept with its logs once the cluster is gone.
+func (c *haCluster) collect(ctx context.Context) {
+	dir := filepath.Dir(c.logf)
+	if events, err := c.run(ctx, "events"); err == nil {
+		os.WriteFile(filepath.Join(dir, "ha-events.txt"), []byte(events), 0o644)
+	}
+	for from, to := range haEvidence {
+		if b, err := os.ReadFile(filepath.Join(c.dir, from)); err == nil {
+			os.WriteFile(filepath.Join(dir, to), b, 0o644)
+		}
+	}
 }
 
 // nodeURL connects to one node only, whatever its role: how the write probe reaches

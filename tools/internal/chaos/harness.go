@@ -90,6 +90,10 @@ type Config struct {
 	// RequireHA fails the failover scenarios instead of skipping them when pg_autoctl
 	// (postgresql-15-auto-failover) is not installed. Default: $SKIPLOCK_REQUIRE_HA is set.
 	RequireHA bool
+	// KeepLogs keeps the children's logs (and, after a failover scenario, the HA
+	// cluster's: ha-*.log, ha-events.txt) also when every invariant held; the report
+	// names their directory. Default: kept only when something failed.
+	KeepLogs bool
 	// Logger receives the harness's progress. Default: discard.
 	Logger *slog.Logger
 	// Progress, if set, receives one line per finished round.
@@ -146,16 +150,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	if len(cfg.Scenarios) == 0 && !cfg.Soak {
-		// The short profile leaves out what only measures (failover-async) and, until
-		// its durability violation in one CI run is understood (issue #48's note),
-		// failover-pgbouncer: named, or in a soak, they run.
-		var short []*scenario
-		for _, s := range selected {
-			if !s.async && !s.pgbouncer {
-				short = append(short, s)
-			}
-		}
-		selected = short
+		selected = shortProfile(selected)
 	}
 	h := &harness{cfg: cfg, log: cfg.Logger, rng: mrand.New(mrand.NewPCG(cfg.Seed, 0x5eed))}
 	report := &Report{Seed: cfg.Seed, Soak: cfg.Soak}
@@ -166,11 +161,24 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return report, err
 	}
 	runErr := h.runAll(ctx, selected, report)
-	h.cleanup(report.OK() && runErr == nil)
-	if !report.OK() || runErr != nil {
+	keep := !report.OK() || runErr != nil || cfg.KeepLogs
+	h.cleanup(!keep)
+	if keep {
 		report.LogDir = h.logDir
 	}
 	return report, runErr
+}
+
+// shortProfile is what a run with no scenario named runs (make chaos): every scenario
+// but what only measures (failover-async), which runs when named or in a soak.
+func shortProfile(all []*scenario) []*scenario {
+	var short []*scenario
+	for _, s := range all {
+		if !s.async {
+			short = append(short, s)
+		}
+	}
+	return short
 }
 
 type harness struct {

@@ -69,11 +69,21 @@ func verifyHA(ctx context.Context, r *round, row *Row) error {
 		}
 		r.note("%s: old primary probed %d times (every 50 ms until it was a standby again); %d writes accepted before the promotion, %d after",
 			label, f.tries, len(f.accepted)-after, after)
-		lost := f.oldLost
-		if lost.IsZero() || lost.After(f.promoted) {
-			lost = f.start
+		// The old primary's watcher also writes: a commit of its begun after the
+		// promotion that returned is a split brain (writableAfter).
+		w.mu.Lock()
+		n, from, to := writableAfter(w.writable[f.old], f.promoted, f.healthy.Add(2*time.Second))
+		w.mu.Unlock()
+		if n > 0 {
+			row.Violations = append(row.Violations, fmt.Sprintf("%s: both nodes took writes: the old primary returned %d of its watcher's commits begun after the promotion (from +%s to +%s)",
+				label, n, secs(from.Sub(f.start)), secs(to.Sub(f.start))))
 		}
-		// /readyz while no node was a writable primary.
+		// The window without a writable primary: from the old primary's first failed
+		// check to the new one's first writable one. None when the new primary was
+		// writable before the old one was seen failing: /readyz is then judged over no
+		// window, rather than over one in which the old primary still answered (which
+		// counted its correct "ready" as a violation — one CI run's 51 of 51).
+		lost := f.noPrimarySince()
 		w.mu.Lock()
 		readyDuring, probedDuring := 0, 0
 		for _, p := range w.probes["readyz"] {
@@ -137,6 +147,16 @@ FROM f`, tickKind, skiplock.MetaFireTime).Scan(&fires, &twice, &first, &last, &m
 	}
 	r.checkLogsOnce(row, len(w.failovers))
 	return nil
+}
+
+// noPrimarySince is when the window without a writable primary began: the old
+// primary's first failed check, or the promotion (an empty window) when the new
+// primary was seen writable first.
+func (f *failoverRec) noPrimarySince() time.Time {
+	if f.oldLost.IsZero() || f.oldLost.After(f.promoted) {
+		return f.promoted
+	}
+	return f.oldLost
 }
 
 func secs(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }

@@ -125,7 +125,8 @@ type haRun struct {
 	close  []func()
 
 	mu        sync.Mutex
-	state     map[string]string // node → "primary" (its commits return), "blocked", "standby" or "down"
+	state     map[string]string      // node → "primary" (its commits return), "blocked", "standby" or "down"
+	writable  map[string][]time.Time // node → when each of its watcher's checks that found it writable began
 	changes   []nodeChange
 	probes    map[string][]probeResult // component → its probes, in order
 	failovers []*failoverRec
@@ -159,7 +160,7 @@ var componentNames = []string{"dashboard", "metrics", "readyz"}
 
 func setupHA(ctx context.Context, r *round) error {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	w := &haRun{r: r, cancel: cancel, state: map[string]string{}, probes: map[string][]probeResult{}}
+	w := &haRun{r: r, cancel: cancel, state: map[string]string{}, writable: map[string][]time.Time{}, probes: map[string][]probeResult{}}
 	r.ha = w
 	for _, n := range haNodes {
 		w.wg.Go(func() { w.watchNode(wctx, n) })
@@ -213,6 +214,7 @@ func (w *haRun) watchNode(ctx context.Context, node string) {
 				conn = c
 			}
 		}
+		began := wallNow()
 		if conn != nil {
 			qctx, cancel := context.WithTimeout(ctx, time.Second)
 			var recovering bool
@@ -244,6 +246,9 @@ func (w *haRun) watchNode(ctx context.Context, node string) {
 			}
 		}
 		w.mu.Lock()
+		if state == "primary" {
+			w.writable[node] = append(w.writable[node], began)
+		}
 		if w.state[node] != state {
 			w.state[node] = state
 			w.changes = append(w.changes, nodeChange{at: wallNow(), node: node, state: state})
@@ -432,6 +437,15 @@ func injectFailover(ctx context.Context, r *round) error {
 // primary with writes, and returns once both nodes are primary and standby again.
 func (w *haRun) failover(ctx context.Context, kind string) error {
 	r := w.r
+	// Only once the primary's commits wait for the standby (scripts/ha.sh wait checks
+	// pg_stat_replication on the primary, not only the monitor's states; an async round
+	// took both nodes out of the quorum and skips that): a failover begun while the
+	// monitor has the primary committing alone (wait_primary, the standby found
+	// unhealthy) may lose what it acknowledged, which is what the async round
+	// measures, not a fault of skiplock's.
+	if _, err := r.h.ha.run(ctx, "wait"); err != nil {
+		return err
+	}
 	old, err := w.waitPrimary(ctx, 60*time.Second)
 	if err != nil {
 		return err
@@ -513,4 +527,23 @@ func (w *haRun) probeOld(ctx context.Context, rec *failoverRec) {
 			return
 		}
 	}
+}
+
+// writableAfter returns the watcher's writable checks of node (the begin times of
+// those whose commit returned) that began in (from, to]: begun once the other node
+// was already seen writable, such a commit could not have waited for the standby,
+// which had been promoted — the old primary returned commits by itself, a split
+// brain, and what it took then is lost when it rejoins (pg_rewind). A commit begun
+// before the promotion may return after it (its standby acknowledged it first), so
+// checks are judged by when they began.
+func writableAfter(checks []time.Time, from, to time.Time) (n int, first, last time.Time) {
+	for _, t := range checks {
+		if t.After(from) && !t.After(to) {
+			if n == 0 {
+				first = t
+			}
+			n, last = n+1, t
+		}
+	}
+	return n, first, last
 }

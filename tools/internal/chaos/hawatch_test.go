@@ -82,3 +82,59 @@ func TestFailoverJudgements(t *testing.T) {
 		t.Errorf("five lines for one failover: violations %q; want one naming w-retry", row.Violations)
 	}
 }
+
+// A split brain is judged by when the old primary's writable checks began: one begun
+// before the promotion may return after it; one begun after it may not. And the
+// window without a writable primary is empty when the new primary was writable
+// before the old one was seen failing — /readyz is not judged over a span in which
+// the old primary still answered (one CI run counted 51 correct "ready" answers as
+// violations that way).
+func TestSplitBrainAndOutageWindow(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	checks := []time.Time{at(100), at(2900), at(3000), at(3050), at(4000), at(9000)}
+	n, first, last := writableAfter(checks, at(3000), at(5000))
+	if n != 2 || !first.Equal(at(3050)) || !last.Equal(at(4000)) {
+		t.Errorf("writableAfter the promotion at +3s: %d from %v to %v; want 2, +3.05s to +4s", n, first.Sub(t0), last.Sub(t0))
+	}
+	if n, _, _ := writableAfter(checks[:3], at(3000), at(5000)); n != 0 {
+		t.Errorf("checks begun at or before the promotion counted: %d", n)
+	}
+
+	f := &failoverRec{start: at(0), oldLost: at(800), promoted: at(3000)}
+	if got := f.noPrimarySince(); !got.Equal(at(800)) {
+		t.Errorf("window from %v; want the old primary's first failure, +800ms", got.Sub(t0))
+	}
+	f.oldLost = at(5000) // still writable after the promotion
+	if got := f.noPrimarySince(); !got.Equal(f.promoted) {
+		t.Errorf("window from %v; want none (from the promotion)", got.Sub(t0))
+	}
+	f.oldLost = time.Time{}
+	if got := f.noPrimarySince(); !got.Equal(f.promoted) {
+		t.Errorf("never seen failing: window from %v; want none", got.Sub(t0))
+	}
+}
+
+// make chaos runs every failover scenario but the one that only measures: the
+// PgBouncer round is back in it (#48).
+func TestShortProfileScenarios(t *testing.T) {
+	all, err := selectScenarios(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, s := range shortProfile(all) {
+		got[s.name] = true
+	}
+	for _, want := range []string{"failover", "failover-kill", "failover-pgbouncer"} {
+		if !got[want] {
+			t.Errorf("short profile lacks %s", want)
+		}
+	}
+	if got["failover-async"] {
+		t.Error("short profile runs failover-async, which only measures")
+	}
+	if len(got) != len(all)-1 {
+		t.Errorf("short profile runs %d of %d scenarios; want all but failover-async", len(got), len(all))
+	}
+}
