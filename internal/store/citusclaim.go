@@ -56,6 +56,17 @@ var citusRow = rowExprs{
 	statusOut: "j.status",
 }
 
+// citusFinishUpdate is finishUpdate on the Citus layout, from the outcomes o, with
+// its simple CASEs on o.action written as searched ones: Citus 13.2 sends a simple
+// CASE over a subquery's column to the node as "CASE o.action WHEN NULL::boolean",
+// which the node refuses ("operator does not exist: text = boolean").
+func citusFinishUpdate(o string) string {
+	return strings.NewReplacer("CASE o.action", "CASE",
+		"WHEN 'complete'", "WHEN o.action = 'complete'", "WHEN 'fail'", "WHEN o.action = 'fail'",
+		"WHEN 'cancel'", "WHEN o.action = 'cancel'", "WHEN 'snooze'", "WHEN o.action = 'snooze'",
+	).Replace(finishUpdateIn(o, citusRow))
+}
+
 // citusSequenceReady is sequenceReady for a claim of one key: a sequence is per
 // (concurrency_key, sequence key) on this layout, so its probe stays on the key's node.
 func citusSequenceReady(a, key string) string {
@@ -148,7 +159,7 @@ UNION ALL
 SELECT id::text, true FROM renewed`),
 
 		// The completion of outcomes of one key ($8), as the single-node finish.
-		finish: b.addCitus(planCitusCustom, "citus_finish", finishUpdateIn(citusOutcomes, citusRow)),
+		finish: b.addCitus(planCitusCustom, "citus_finish", citusFinishUpdate(citusOutcomes)),
 
 		// finish_delete of one key ($8).
 		finishDelete: b.addCitus(planCitusCustom, "citus_finish_delete", `
@@ -159,7 +170,7 @@ del AS (
     AND j.concurrency_key = $8 AND j.parent_id IS NULL AND j.batch_id IS NULL
   RETURNING o.n
 ),
-upd AS (`+finishUpdateIn("(SELECT * FROM o WHERE action <> 'complete' OR o.n NOT IN (SELECT n FROM del))", citusRow)+`)
+upd AS (`+citusFinishUpdate("(SELECT * FROM o WHERE action <> 'complete' OR o.n NOT IN (SELECT n FROM del))")+`)
 SELECT n, 'succeeded' FROM del UNION ALL SELECT * FROM upd`),
 
 		// The expired leases, with their keys: a read of every shard's expired-lease
