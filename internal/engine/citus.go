@@ -5,7 +5,7 @@ package engine
 // the key as a router query. A producer walks its queue's keys that have pending jobs
 // (store.CitusKeys, a read of the small key table the layout keeps) in key order from
 // where its last claim stopped, wrapping round, and shares each claim among up to
-// citusKeysPerClaim of them: a key with a million jobs takes its share of a claim and
+// store.CitusKeysPerClaim of them: a key with a million jobs takes its share of a claim and
 // no more, and every other key with work is reached within a few claims.
 
 import (
@@ -14,16 +14,13 @@ import (
 	"github.com/skiplock/skiplock/internal/store"
 )
 
-// citusKeysPerClaim bounds the keys one claim visits, each with one statement.
-const citusKeysPerClaim = 8
-
 // claimCitus is the producer's claim on the Citus layout, for up to n jobs of which the
 // last waiting in claim order wait for an executor.
 func (e *Engine) claimCitus(ctx context.Context, p *producer, n, waiting int) ([]*store.Job, claimResult, error) {
 	if n <= 0 {
 		return nil, claimResult{short: true}, nil
 	}
-	keys, all, err := e.citusKeys(ctx, p, min(n, citusKeysPerClaim))
+	keys, all, err := e.citusKeys(ctx, p, min(n, store.CitusKeysPerClaim))
 	if err != nil || len(keys) == 0 {
 		return nil, claimResult{short: true}, err
 	}

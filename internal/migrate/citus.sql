@@ -225,7 +225,9 @@ $$;
 
 -- Which keys have pending jobs, per queue: what a worker walks to spread its claims
 -- over keys (each claim names one key), instead of reading the jobs themselves. One
--- row per (key, queue) in the shard of the key. A job that becomes pending (inserted,
+-- row per (key, queue) in the shard of the key. The outbox's keys with unpublished
+-- events are listed under the queue chr(1) || 'outbox', a name no queue can have (a
+-- queue's name has no control characters), for the relay. A job that becomes pending (inserted,
 -- retried, reclaimed, snoozed) makes sure its row is there and holds it (FOR KEY
 -- SHARE) until its transaction ends; a worker whose claim of a key finds nothing
 -- removes the row in a transaction that first locks it (FOR UPDATE SKIP LOCKED: never
@@ -238,16 +240,27 @@ CREATE TABLE {{schema}}.citus_keys (
 );
 CREATE INDEX citus_keys_queue_idx ON {{schema}}.citus_keys (queue, concurrency_key);
 INSERT INTO {{schema}}.citus_keys (concurrency_key, queue)
-SELECT DISTINCT concurrency_key, queue FROM {{schema}}.jobs WHERE status = 'pending';
+SELECT DISTINCT concurrency_key, queue FROM {{schema}}.jobs WHERE status = 'pending'
+UNION
+SELECT DISTINCT concurrency_key, chr(1) || 'outbox' FROM {{schema}}.outbox WHERE published_at IS NULL AND dead_at IS NULL;
 
+-- The trigger of jobs (the row's queue) and of the outbox (its argument, the outbox's
+-- queue name).
 CREATE FUNCTION {{schema}}.jobs_citus_key() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+DECLARE
+  q text;
 BEGIN
+  IF TG_NARGS > 0 THEN
+    q := chr(1) || TG_ARGV[0];
+  ELSE
+    q := NEW.queue;
+  END IF;
   LOOP
     PERFORM 1 FROM {{schema}}.citus_keys
-    WHERE concurrency_key = NEW.concurrency_key AND queue = NEW.queue FOR KEY SHARE;
+    WHERE concurrency_key = NEW.concurrency_key AND queue = q FOR KEY SHARE;
     EXIT WHEN FOUND;
-    INSERT INTO {{schema}}.citus_keys (concurrency_key, queue) VALUES (NEW.concurrency_key, NEW.queue)
+    INSERT INTO {{schema}}.citus_keys (concurrency_key, queue) VALUES (NEW.concurrency_key, q)
     ON CONFLICT DO NOTHING;
     EXIT WHEN FOUND;
   END LOOP;
@@ -270,6 +283,8 @@ CREATE TRIGGER outbox_lineage AFTER INSERT ON {{schema}}.outbox
   REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION {{schema}}.outbox_lineage();
 CREATE TRIGGER jobs_citus_key AFTER INSERT OR UPDATE OF status ON {{schema}}.jobs FOR EACH ROW
   WHEN (NEW.status = 'pending') EXECUTE FUNCTION {{schema}}.jobs_citus_key();
+CREATE TRIGGER outbox_citus_key AFTER INSERT OR UPDATE OF dead_at ON {{schema}}.outbox FOR EACH ROW
+  WHEN (NEW.published_at IS NULL AND NEW.dead_at IS NULL) EXECUTE FUNCTION {{schema}}.jobs_citus_key('outbox');
 CREATE TRIGGER jobs_citus_refuse BEFORE INSERT ON {{schema}}.jobs FOR EACH ROW
   WHEN (NEW.parent_id IS NOT NULL OR NEW.flow_open IS NOT NULL OR NEW.batch_id IS NOT NULL)
   EXECUTE FUNCTION {{schema}}.jobs_citus_refuse();

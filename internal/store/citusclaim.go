@@ -249,6 +249,12 @@ type Beginner interface {
 // while a transaction that makes one of its jobs pending is open (citus.sql,
 // citus_keys).
 func (s *Store) CitusKeyIdle(ctx context.Context, db Beginner, queue, key string) (bool, error) {
+	return s.citusKeyIdle(ctx, db, queue, key, s.citusWork.keyPrune)
+}
+
+// citusKeyIdle is CitusKeyIdle with prune, the statement that removes the key when
+// it has nothing left (of the jobs, or of the outbox).
+func (s *Store) citusKeyIdle(ctx context.Context, db Beginner, queue, key string, prune stmt) (bool, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return false, err
@@ -261,7 +267,7 @@ func (s *Store) CitusKeyIdle(ctx context.Context, db Beginner, queue, key string
 		}
 		return false, err
 	}
-	n, err := guarded(ctx, tx, s.citusWork.keyPrune, affected, key, queue)
+	n, err := guarded(ctx, tx, prune, affected, key, queue)
 	if err != nil {
 		return false, err
 	}

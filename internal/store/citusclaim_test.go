@@ -164,3 +164,66 @@ func TestCitusWorkerStatements(t *testing.T) {
 		t.Fatalf("CitusKeys after the commit = %q, %v; want acme listed", keys, err)
 	}
 }
+
+// TestCitusOutboxStatements runs the relay's statements of the Citus layout on the
+// real cluster: a claim takes the due events of every key with unpublished events, each
+// key by its own statement, and returns their keys; a mark under a stale token writes
+// nothing; published, retried and dead marks write their states; a key whose events
+// are all published leaves the key table at the next claim.
+func TestCitusOutboxStatements(t *testing.T) {
+	t.Parallel()
+	pool, schema := pgtest.CitusSchema(t)
+	ctx := context.Background()
+	s := newStore(t, schema)
+	t0 := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	var evs []OutboxInsertParams
+	for _, k := range []string{"acme", "acme", "globex", ""} {
+		evs = append(evs, OutboxInsertParams{AggregateType: "order", AggregateID: "1", EventType: "placed", Payload: []byte(`{}`),
+			Headers: []byte(`{}`), MaxAttempts: 2, ConcurrencyKey: k})
+	}
+	if _, err := s.OutboxInsert(ctx, pool, &t0, evs, OutboxInsertOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if keys, err := s.CitusKeys(ctx, pool, OutboxKeys, nil, 10); err != nil || !slices.Equal(keys, []string{"", "acme", "globex"}) {
+		t.Fatalf("the outbox's keys = %q, %v", keys, err)
+	}
+	got, err := s.OutboxClaim(ctx, pool, &t0, OutboxClaimParams{Limit: 10, Lease: time.Minute, Ordered: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Ordered: acme's second event waits for its first (same aggregate, same key).
+	if len(got) != 3 {
+		t.Fatalf("claimed %d events, want 3 (one per key)", len(got))
+	}
+	var outs []OutboxOutcome
+	for i, e := range got {
+		o := OutboxOutcome{ID: e.ID, Token: *e.RelayToken, Key: e.ConcurrencyKey, Action: OutboxPublished}
+		if i == 1 {
+			o.Action, o.Delay, o.Error = OutboxRetry, time.Second, "broker down"
+		}
+		outs = append(outs, o)
+	}
+	stale := OutboxOutcome{ID: got[0].ID, Token: "00000000-0000-4000-8000-000000000000", Key: got[0].ConcurrencyKey, Action: OutboxDead}
+	res, err := s.OutboxFinish(ctx, pool, &t0, append([]OutboxOutcome{stale}, outs...))
+	if err != nil || len(res) != 3 || res[got[0].ID] != OutboxPublished || res[got[1].ID] != OutboxRetry {
+		t.Fatalf("OutboxFinish = %v, %v; want the three live marks written, not the stale one", res, err)
+	}
+	later := t0.Add(time.Hour)
+	rest, err := s.OutboxClaim(ctx, pool, &later, OutboxClaimParams{Limit: 10, Lease: time.Minute, Ordered: true})
+	if err != nil || len(rest) != 2 {
+		t.Fatalf("the second claim = %d events, %v; want the retried one and acme's second", len(rest), err)
+	}
+	outs = outs[:0]
+	for _, e := range rest {
+		outs = append(outs, OutboxOutcome{ID: e.ID, Token: *e.RelayToken, Key: e.ConcurrencyKey, Action: OutboxPublished})
+	}
+	if res, err := s.OutboxFinish(ctx, pool, &later, outs); err != nil || len(res) != 2 {
+		t.Fatalf("OutboxFinish = %v, %v", res, err)
+	}
+	if none, err := s.OutboxClaim(ctx, pool, &later, OutboxClaimParams{Limit: 10, Lease: time.Minute}); err != nil || len(none) != 0 {
+		t.Fatalf("a claim with nothing left = %d, %v", len(none), err)
+	}
+	if keys, err := s.CitusKeys(ctx, pool, OutboxKeys, nil, 10); err != nil || len(keys) != 0 {
+		t.Fatalf("the outbox's keys once every event is published = %q, %v", keys, err)
+	}
+}

@@ -19,7 +19,7 @@
 // Statements are typed fields, one group per table or area, each declared next to
 // the methods that run it (enqueue.go, holders.go, lease.go, finish.go, reclaim.go, job.go,
 // outbox.go, inbox.go, partitions.go, partitions_convert.go, stats.go, retention.go,
-// notify.go, service.go, jobpage.go, benchfill.go, depth.go, fairclaim.go, citus.go, citusclaim.go). A misspelt statement is a compile error, and running one
+// notify.go, service.go, jobpage.go, benchfill.go, depth.go, fairclaim.go, citus.go, citusclaim.go, citusoutbox.go). A misspelt statement is a compile error, and running one
 // reads a field rather than looking a name up. They are Go string constants rather
 // than embedded .sql files because many are composed from shared fragments (column
 // lists, the fenced finish UPDATE, the claim template and its ordered predicate, the
@@ -41,6 +41,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -61,32 +62,35 @@ type Store struct {
 	Schema string // unquoted
 	q      string // quoted
 
-	enqueue   enqueueStatements
-	notify    notifyStatements
-	lease     leaseStatements
-	finish    finishStatements
-	reclaim   reclaimStatements
-	jobs      jobStatements
-	outbox    outboxStatements
-	inbox     inboxStatements
-	partition partitionStatements
-	convert   convertStatements
-	stats     statsStatements
-	retention retentionStatements
-	service   serviceStatements
-	queues    queueStatements
-	schedules scheduleStatements
-	limits    limitStatements
-	flows     flowStatements
-	batches   batchStatements
-	pages     pageStatements
-	bench     benchStatements
-	depth     depthStatements
-	fair      fairStatements
-	citus     citusStatements
-	citusWork citusWorkStatements
+	enqueue     enqueueStatements
+	notify      notifyStatements
+	lease       leaseStatements
+	finish      finishStatements
+	reclaim     reclaimStatements
+	jobs        jobStatements
+	outbox      outboxStatements
+	inbox       inboxStatements
+	partition   partitionStatements
+	convert     convertStatements
+	stats       statsStatements
+	retention   retentionStatements
+	service     serviceStatements
+	queues      queueStatements
+	schedules   scheduleStatements
+	limits      limitStatements
+	flows       flowStatements
+	batches     batchStatements
+	pages       pageStatements
+	bench       benchStatements
+	depth       depthStatements
+	fair        fairStatements
+	citus       citusStatements
+	citusWork   citusWorkStatements
+	citusOutbox citusOutboxStatements
 
 	layout layoutState // Distributed's answer, once known
+	// outboxAfter is the key the relay's last claim on the Citus layout stopped at.
+	outboxAfter atomic.Pointer[string]
 
 	all []stmt // every statement, as builder.add recorded them (SQL and the tests)
 }
@@ -98,32 +102,33 @@ func New(schema string) (*Store, error) {
 	}
 	b := &builder{q: ident.Quote(schema)}
 	s := &Store{
-		Schema:    schema,
-		q:         b.q,
-		enqueue:   newEnqueueStatements(b),
-		notify:    newNotifyStatements(b),
-		lease:     newLeaseStatements(b),
-		finish:    newFinishStatements(b),
-		reclaim:   newReclaimStatements(b),
-		jobs:      newJobStatements(b),
-		outbox:    newOutboxStatements(b),
-		inbox:     newInboxStatements(b),
-		partition: newPartitionStatements(b),
-		convert:   newConvertStatements(b),
-		stats:     newStatsStatements(b),
-		retention: newRetentionStatements(b),
-		service:   newServiceStatements(b),
-		queues:    newQueueStatements(b),
-		schedules: newScheduleStatements(b),
-		limits:    newLimitStatements(b),
-		flows:     newFlowStatements(b),
-		batches:   newBatchStatements(b),
-		pages:     newPageStatements(b),
-		bench:     newBenchStatements(b),
-		depth:     newDepthStatements(b),
-		fair:      newFairStatements(b),
-		citus:     newCitusStatements(b),
-		citusWork: newCitusWorkStatements(b),
+		Schema:      schema,
+		q:           b.q,
+		enqueue:     newEnqueueStatements(b),
+		notify:      newNotifyStatements(b),
+		lease:       newLeaseStatements(b),
+		finish:      newFinishStatements(b),
+		reclaim:     newReclaimStatements(b),
+		jobs:        newJobStatements(b),
+		outbox:      newOutboxStatements(b),
+		inbox:       newInboxStatements(b),
+		partition:   newPartitionStatements(b),
+		convert:     newConvertStatements(b),
+		stats:       newStatsStatements(b),
+		retention:   newRetentionStatements(b),
+		service:     newServiceStatements(b),
+		queues:      newQueueStatements(b),
+		schedules:   newScheduleStatements(b),
+		limits:      newLimitStatements(b),
+		flows:       newFlowStatements(b),
+		batches:     newBatchStatements(b),
+		pages:       newPageStatements(b),
+		bench:       newBenchStatements(b),
+		depth:       newDepthStatements(b),
+		fair:        newFairStatements(b),
+		citus:       newCitusStatements(b),
+		citusWork:   newCitusWorkStatements(b),
+		citusOutbox: newCitusOutboxStatements(b),
 	}
 	s.all = b.all
 	return s, nil
