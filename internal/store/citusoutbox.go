@@ -114,9 +114,9 @@ func (s *Store) citusOutboxClaim(ctx context.Context, db DBTX, now *time.Time, p
 			keys = append(keys, k)
 		}
 	}
-	st := s.citusOutbox.claim
+	st := s.citusOut.claim
 	if p.Ordered {
-		st = s.citusOutbox.claimOrdered
+		st = s.citusOut.claimOrdered
 	}
 	share := 0
 	if len(keys) > 0 {
@@ -142,7 +142,7 @@ func (s *Store) citusOutboxClaim(ctx context.Context, db DBTX, now *time.Time, p
 		out = append(out, evs...)
 		if len(evs) == 0 {
 			if b, ok := db.(Beginner); ok {
-				if _, err := s.citusKeyIdle(ctx, b, OutboxKeys, k, s.citusOutbox.keyPrune); err != nil {
+				if _, err := s.citusKeyIdle(ctx, b, OutboxKeys, k, s.citusOut.keyPrune); err != nil {
 					return out, err
 				}
 			}
@@ -178,7 +178,7 @@ func (s *Store) citusOutboxFinish(ctx context.Context, db DBTX, now *time.Time, 
 				errs[i] = &e
 			}
 		}
-		m, err := guarded(ctx, db, s.citusOutbox.finish, collectMap[string], Now(now), uuidArg(ids), uuidArg(tokens), actions, delays, errs, k)
+		m, err := guarded(ctx, db, s.citusOut.finish, collectMap[string], Now(now), uuidArg(ids), uuidArg(tokens), actions, delays, errs, k)
 		if err != nil {
 			return nil, err
 		}

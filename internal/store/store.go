@@ -62,31 +62,31 @@ type Store struct {
 	Schema string // unquoted
 	q      string // quoted
 
-	enqueue     enqueueStatements
-	notify      notifyStatements
-	lease       leaseStatements
-	finish      finishStatements
-	reclaim     reclaimStatements
-	jobs        jobStatements
-	outbox      outboxStatements
-	inbox       inboxStatements
-	partition   partitionStatements
-	convert     convertStatements
-	stats       statsStatements
-	retention   retentionStatements
-	service     serviceStatements
-	queues      queueStatements
-	schedules   scheduleStatements
-	limits      limitStatements
-	flows       flowStatements
-	batches     batchStatements
-	pages       pageStatements
-	bench       benchStatements
-	depth       depthStatements
-	fair        fairStatements
-	citus       citusStatements
-	citusWork   citusWorkStatements
-	citusOutbox citusOutboxStatements
+	enqueue   enqueueStatements
+	notify    notifyStatements
+	lease     leaseStatements
+	finish    finishStatements
+	reclaim   reclaimStatements
+	jobs      jobStatements
+	outbox    outboxStatements
+	inbox     inboxStatements
+	partition partitionStatements
+	convert   convertStatements
+	stats     statsStatements
+	retention retentionStatements
+	service   serviceStatements
+	queues    queueStatements
+	schedules scheduleStatements
+	limits    limitStatements
+	flows     flowStatements
+	batches   batchStatements
+	pages     pageStatements
+	bench     benchStatements
+	depth     depthStatements
+	fair      fairStatements
+	citus     citusStatements
+	citusWork citusWorkStatements
+	citusOut  citusOutboxStatements
 
 	layout layoutState // Distributed's answer, once known
 	// outboxAfter is the key the relay's last claim on the Citus layout stopped at.
@@ -102,33 +102,33 @@ func New(schema string) (*Store, error) {
 	}
 	b := &builder{q: ident.Quote(schema)}
 	s := &Store{
-		Schema:      schema,
-		q:           b.q,
-		enqueue:     newEnqueueStatements(b),
-		notify:      newNotifyStatements(b),
-		lease:       newLeaseStatements(b),
-		finish:      newFinishStatements(b),
-		reclaim:     newReclaimStatements(b),
-		jobs:        newJobStatements(b),
-		outbox:      newOutboxStatements(b),
-		inbox:       newInboxStatements(b),
-		partition:   newPartitionStatements(b),
-		convert:     newConvertStatements(b),
-		stats:       newStatsStatements(b),
-		retention:   newRetentionStatements(b),
-		service:     newServiceStatements(b),
-		queues:      newQueueStatements(b),
-		schedules:   newScheduleStatements(b),
-		limits:      newLimitStatements(b),
-		flows:       newFlowStatements(b),
-		batches:     newBatchStatements(b),
-		pages:       newPageStatements(b),
-		bench:       newBenchStatements(b),
-		depth:       newDepthStatements(b),
-		fair:        newFairStatements(b),
-		citus:       newCitusStatements(b),
-		citusWork:   newCitusWorkStatements(b),
-		citusOutbox: newCitusOutboxStatements(b),
+		Schema:    schema,
+		q:         b.q,
+		enqueue:   newEnqueueStatements(b),
+		notify:    newNotifyStatements(b),
+		lease:     newLeaseStatements(b),
+		finish:    newFinishStatements(b),
+		reclaim:   newReclaimStatements(b),
+		jobs:      newJobStatements(b),
+		outbox:    newOutboxStatements(b),
+		inbox:     newInboxStatements(b),
+		partition: newPartitionStatements(b),
+		convert:   newConvertStatements(b),
+		stats:     newStatsStatements(b),
+		retention: newRetentionStatements(b),
+		service:   newServiceStatements(b),
+		queues:    newQueueStatements(b),
+		schedules: newScheduleStatements(b),
+		limits:    newLimitStatements(b),
+		flows:     newFlowStatements(b),
+		batches:   newBatchStatements(b),
+		pages:     newPageStatements(b),
+		bench:     newBenchStatements(b),
+		depth:     newDepthStatements(b),
+		fair:      newFairStatements(b),
+		citus:     newCitusStatements(b),
+		citusWork: newCitusWorkStatements(b),
+		citusOut:  newCitusOutboxStatements(b),
 	}
 	s.all = b.all
 	return s, nil
