@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/pgtest"
 	"github.com/skiplock/skiplock/outbox"
+	"github.com/skiplock/skiplock/outbox/outboxtest/memorypub"
 )
 
 // TestCitusDedupUniqueScopedByKey runs on a real Citus cluster
@@ -216,4 +218,56 @@ func citusClient(t *testing.T) (*pgxpool.Pool, func(table string) string, *skipl
 	}
 	t.Cleanup(client.Close)
 	return pool, func(table string) string { return `"` + schema + `".` + table }, client
+}
+
+// TestCitusOutboxRelay runs the relay on the 3-node cluster: events of several keys
+// are published, each claim and mark naming one key; a publish that fails is retried
+// and published at its second attempt; the key table empties once all are out.
+func TestCitusOutboxRelay(t *testing.T) {
+	t.Parallel()
+	pool, q, client := citusClient(t)
+	ctx := context.Background()
+	ob, err := outbox.New(client, outbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []outbox.Event
+	for i, k := range []string{"acme", "globex", "initech", "", "acme", "globex"} {
+		evs = append(evs, outbox.Event{AggregateType: "order", AggregateID: strconv.Itoa(i), EventType: "order.placed",
+			Payload: []byte(`{}`), ConcurrencyKey: k})
+	}
+	if _, err := ob.WriteMany(ctx, pool, evs); err != nil {
+		t.Fatal(err)
+	}
+	pub := memorypub.New()
+	failed := false
+	pub.SetFailure(func(m outbox.Message) error {
+		if m.AggregateID == "2" && !failed {
+			failed = true
+			return errors.New("broker down")
+		}
+		return nil
+	})
+	relay, err := ob.NewRelay(pub, outbox.RelayConfig{BatchSize: 4, RetryPolicy: skiplock.ExponentialBackoff{Base: time.Millisecond, Max: time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20 && count(t, pool, `SELECT count(*) FROM `+q("outbox")+` WHERE published_at IS NULL`) > 0; i++ {
+		if _, _, err := relay.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := count(t, pool, `SELECT count(*) FROM `+q("outbox")+` WHERE published_at IS NOT NULL`); n != len(evs) {
+		t.Fatalf("%d of %d events published", n, len(evs))
+	}
+	if n := count(t, pool, `SELECT attempts FROM `+q("outbox")+` WHERE aggregate_id = '2'`); n != 2 {
+		t.Errorf("the event whose publish failed once: %d attempts, want 2", n)
+	}
+	if pub.Count() != len(evs) {
+		t.Errorf("the broker received %d messages, want %d", pub.Count(), len(evs))
+	}
+	relay.RunOnce(ctx) // a claim that finds nothing empties the key table
+	if n := count(t, pool, `SELECT count(*) FROM `+q("citus_keys")); n != 0 {
+		t.Errorf("%d keys left in the key table once every event is published", n)
+	}
 }

@@ -193,7 +193,9 @@ func TestCitusEnqueueTxColocated(t *testing.T) {
 		t.Errorf("after the refusal tenant acme has %d jobs, want 1", n)
 	}
 
-	// Working jobs is refused at Start, naming it, rather than failing at every poll.
+	// A default worker configuration is refused at Start, naming what cannot run on
+	// the layout (the scheduler comes first), rather than failing at every poll;
+	// citus_workers_test.go starts workers without it.
 	ws := skiplock.NewWorkers()
 	if err := ws.AddHandler("order_placed", func(context.Context, *skiplock.Job) error { return nil }, nil); err != nil {
 		t.Fatal(err)
@@ -204,8 +206,8 @@ func TestCitusEnqueueTxColocated(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(workers.Close)
-	if err := workers.Start(ctx); !errors.Is(err, skiplock.ErrNotOnCitus) || !strings.Contains(err.Error(), "working jobs") {
-		t.Errorf("Start on the Citus layout: %v; want ErrNotOnCitus naming working jobs", err)
+	if err := workers.Start(ctx); !errors.Is(err, skiplock.ErrNotOnCitus) || !strings.Contains(err.Error(), "scheduler") {
+		t.Errorf("Start on the Citus layout with the default configuration: %v; want ErrNotOnCitus naming the scheduler", err)
 	}
 
 	// The partitioned layout is refused on a distributed schema.

@@ -36,7 +36,9 @@ type Client struct {
 	events eventHub
 
 	rt *engine.Engine // set while started
-	mu sync.Mutex
+	// citus: the schema has the Citus layout (set by Start, under mu).
+	citus bool
+	mu    sync.Mutex
 }
 
 // NewClient returns a client on pool. It does not touch the database; run the

@@ -152,7 +152,9 @@ func fromRows(rs []*store.Job) []*Job {
 	return out
 }
 
-func (j *Job) lease() store.Lease { return store.Lease{ID: j.ID, Token: j.LeaseToken} }
+func (j *Job) lease() store.Lease {
+	return store.Lease{ID: j.ID, Token: j.LeaseToken, Key: j.ConcurrencyKey}
+}
 
 // JobStates lists every job state: the lifecycle order, then StateWaiting (which
 // precedes pending in a flow's or a batch's lifecycle, but was added later).

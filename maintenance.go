@@ -22,7 +22,9 @@ func (c *Client) services() []maint.Service {
 		out = append(out, c.retention())
 	}
 	out = append(out, c.schedulerServices()...)
-	out = append(out, &maint.LimitSweeper{Store: c.store, Every: limitSweepInterval, Clock: c.cfg.Clock})
+	if !c.citus { // the layout refuses limits (citusRefusals): no rate windows to sweep
+		out = append(out, &maint.LimitSweeper{Store: c.store, Every: limitSweepInterval, Clock: c.cfg.Clock})
+	}
 	if w := c.cfg.HorizonWarning; w > 0 {
 		out = append(out, &maint.HorizonWatch{Store: c.store, Log: c.log, Every: min(w, horizonWatchInterval), After: w,
 			Clock: c.cfg.Clock})

@@ -29,7 +29,9 @@ var ErrClientStarted = errors.New("skiplock: client already started")
 // Start refuses a cancelled ctx, a client without Queues, and a schema that is not
 // migrated (ErrNotMigrated) or was migrated by a newer skiplock (ErrSchemaNewer); so
 // a worker pointed at a misspelled schema fails at once instead of idling. On a schema
-// with the Citus layout it returns ErrNotOnCitus: workers do not run there yet.
+// with the Citus layout it returns ErrNotOnCitus, naming the feature, for what workers
+// cannot do there with its guarantee: limits, fair weights and bypass priorities, the
+// scheduler and the retention service (docs/citus.md).
 func (c *Client) Start(ctx context.Context) error {
 	if ctx == nil {
 		return invalid("ctx", "must not be nil")
@@ -48,12 +50,17 @@ func (c *Client) Start(ctx context.Context) error {
 	if err := c.checkSchema(ctx); err != nil {
 		return err
 	}
-	// On the Citus layout the claims, completions and maintenance statements cannot
-	// run yet (docs/citus.md): refuse here rather than fail at every poll.
-	if dist, err := migrate.Distributed(ctx, c.pool, c.cfg.Schema); err != nil {
+	// On the Citus layout every statement of a worker names one key (docs/citus.md):
+	// what cannot is refused here rather than failing at every poll. The store keeps
+	// the answer and picks the layout's statements from then on.
+	dist, err := c.store.Distributed(ctx, c.pool)
+	if err != nil {
 		return fmt.Errorf("skiplock: checking schema %q: %w", c.cfg.Schema, wrapPgError(err))
-	} else if dist {
-		return fmt.Errorf("%w: working jobs (schema %q is distributed by Citus; this release enqueues there, docs/citus.md)", ErrNotOnCitus, c.cfg.Schema)
+	}
+	if dist {
+		if err := c.citusRefusals(ctx); err != nil {
+			return err
+		}
 	}
 	// Declared schedules are written before Start returns, so a mistake surfaces here
 	// and ScheduleList shows them at once (the scheduler checks again on its first run).
@@ -65,7 +72,10 @@ func (c *Client) Start(ctx context.Context) error {
 	if err := c.applyConfigLimits(ctx); err != nil {
 		return err
 	}
-	e := engine.New(c.engineConfig())
+	c.citus = dist
+	cfg := c.engineConfig()
+	cfg.Citus = dist
+	e := engine.New(cfg)
 	if err := e.Start(ctx); err != nil {
 		return wrapPgError(err)
 	}

@@ -352,7 +352,7 @@ func (r *Relay) runOnce(ctx, hard context.Context) (batchResult, error) {
 		if ev.Attempts > ev.MaxAttempts {
 			// The previous claim used the last attempt and its relay never reported
 			// back (crashed or hung past its lease). Park without publishing again.
-			outs = append(outs, store.OutboxOutcome{ID: ev.ID, Token: token, Action: store.OutboxDead,
+			outs = append(outs, store.OutboxOutcome{ID: ev.ID, Token: token, Key: ev.ConcurrencyKey, Action: store.OutboxDead,
 				Error: fmt.Sprintf("relay lease expired on the last attempt (%d of %d)", ev.MaxAttempts, ev.MaxAttempts)})
 			continue
 		}
@@ -361,7 +361,7 @@ func (r *Relay) runOnce(ctx, hard context.Context) (batchResult, error) {
 			Destination: ev.Destination, Payload: ev.Payload, Headers: ev.Headers, CreatedAt: ev.CreatedAt,
 			Attempt: ev.Attempts,
 		})
-		sent = append(sent, store.OutboxOutcome{ID: ev.ID, Token: token})
+		sent = append(sent, store.OutboxOutcome{ID: ev.ID, Token: token, Key: ev.ConcurrencyKey})
 		attempts = append(attempts, ev.Attempts)
 	}
 	if len(msgs) > 0 {

@@ -67,6 +67,9 @@ type Config struct {
 	CompletionBatchSize  int
 	CompletionBatchDelay time.Duration
 	DeleteOnSuccess      bool
+	// Citus: the schema has the Citus layout, so every claim names one key (citus.go).
+	// Neither the head check nor the warmer runs: their statements name no key.
+	Citus bool
 	// LeaseLost is the cause a handler's context is cancelled with when its lease is lost.
 	LeaseLost error
 	// Failures reports the repeating operations' failures and recoveries.
@@ -271,9 +274,12 @@ func (e *Engine) Start(ctx context.Context) error {
 		go func() { defer e.prodWG.Done(); l.Run(e.fetchCtx) }()
 	}
 	for _, p := range e.producers {
-		e.prodWG.Add(2)
+		e.prodWG.Add(1)
 		go e.produce(p)
-		go e.checkHead(p)
+		if !e.cfg.Citus {
+			e.prodWG.Add(1)
+			go e.checkHead(p)
+		}
 		for i := 0; i < p.cap.workers; i++ {
 			e.execWG.Add(1)
 			go e.executor(p)

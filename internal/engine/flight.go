@@ -122,7 +122,7 @@ func newFlight(row *store.Job, job any, p *producer) *flight {
 
 // lease is the job's lease under this claim.
 func (f *flight) lease() store.Lease {
-	l := store.Lease{ID: f.row.ID}
+	l := store.Lease{ID: f.row.ID, Key: f.row.ConcurrencyKey}
 	if f.row.LeaseToken != nil {
 		l.Token = *f.row.LeaseToken
 	}

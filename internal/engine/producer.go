@@ -25,6 +25,9 @@ type producer struct {
 	// reconnected: the listener (re)connected, so the database takes connections
 	// again: a claim waiting out a failure's backoff retries at once (waitRetry).
 	reconnected chan struct{}
+	// citusAfter is the key the last claim on the Citus layout stopped at (citus.go);
+	// only the claim in flight reads and writes it.
+	citusAfter *string
 }
 
 func newProducer(queue string, q Queue) *producer {
@@ -234,6 +237,8 @@ func (e *Engine) claim(p *producer, n, waiting int, successors bool) claimResult
 	var err error
 	res := claimResult{}
 	switch {
+	case e.cfg.Citus:
+		rows, res, err = e.claimCitus(ctx, p, n, waiting)
 	case e.fair(p.queue):
 		rows, weights, res, err = e.claimFair(ctx, p, n, waiting)
 	case e.limited(p.queue):

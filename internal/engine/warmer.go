@@ -46,8 +46,8 @@ const warmTimeout = 10 * time.Second
 func (e *Engine) warm() {
 	defer e.bgWG.Done()
 	cfg := e.cfg.Pool.Config()
-	if cfg.ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement {
-		return
+	if cfg.ConnConfig.DefaultQueryExecMode != pgx.QueryExecModeCacheStatement || e.cfg.Citus {
+		return // on Citus the claims are planned at each run (store.ClaimKey)
 	}
 	// warmed holds backend pids, also those whose warm-up failed. Connections come
 	// and go (MaxConnLifetime): past a few times the pool's size it is cleared, and the

@@ -200,10 +200,79 @@ BEGIN
 END
 $$;
 
+-- The workers' statements on this layout (internal/store/citusclaim.go) are router
+-- queries: each names one key. Citus evaluates a STABLE function whose arguments are
+-- all parameters on the coordinator before it sends the statement to the node of the
+-- key, but refuses one inside CASE or COALESCE, and one applied to columns in an
+-- UPDATE. citus_clock is the statement's time (the injected clock's reading, or the
+-- coordinator's now()), a constant by the time the statement reaches the node;
+-- citus_after and citus_history are the finish's and the reclaim's per-row
+-- arithmetic, fixed to UTC so that they are immutable in fact as well as in name.
+CREATE FUNCTION {{schema}}.citus_clock(at timestamptz) RETURNS timestamptz
+LANGUAGE sql STABLE SET search_path = pg_catalog AS $$ SELECT coalesce(at, now()) $$;
+
+CREATE FUNCTION {{schema}}.citus_after(at timestamptz, us bigint) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog SET TimeZone = 'UTC'
+AS $$ SELECT at + us * interval '1 microsecond' $$;
+
+CREATE FUNCTION {{schema}}.citus_history(h jsonb, attempt int, started timestamptz, finished timestamptz,
+  worker text, outcome text, err text) RETURNS jsonb
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog SET TimeZone = 'UTC' AS $$
+  SELECT jsonb_path_query_array(coalesce(h, '[]'::jsonb) || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+    'attempt', attempt, 'started_at', started, 'finished_at', finished, 'worker_id', worker, 'outcome', outcome, 'error', err))),
+    '$[last - 19 to last]')
+$$;
+
+-- Which keys have pending jobs, per queue: what a worker walks to spread its claims
+-- over keys (each claim names one key), instead of reading the jobs themselves. One
+-- row per (key, queue) in the shard of the key. The outbox's keys with unpublished
+-- events are listed under the queue chr(1) || 'outbox', a name no queue can have (a
+-- queue's name has no control characters), for the relay. A job that becomes pending (inserted,
+-- retried, reclaimed, snoozed) makes sure its row is there and holds it (FOR KEY
+-- SHARE) until its transaction ends; a worker whose claim of a key finds nothing
+-- removes the row in a transaction that first locks it (FOR UPDATE SKIP LOCKED: never
+-- while a pending job of the key is being written) and then checks, with a snapshot
+-- taken after the lock, that the key has no pending job (Store.CitusKeyIdle).
+CREATE TABLE {{schema}}.citus_keys (
+  concurrency_key text NOT NULL,
+  queue           text NOT NULL,
+  PRIMARY KEY (concurrency_key, queue)
+);
+CREATE INDEX citus_keys_queue_idx ON {{schema}}.citus_keys (queue, concurrency_key);
+INSERT INTO {{schema}}.citus_keys (concurrency_key, queue)
+SELECT DISTINCT concurrency_key, queue FROM {{schema}}.jobs WHERE status = 'pending'
+UNION
+SELECT DISTINCT concurrency_key, chr(1) || 'outbox' FROM {{schema}}.outbox WHERE published_at IS NULL AND dead_at IS NULL;
+
+-- The trigger of jobs (the row's queue) and of the outbox (its argument, the outbox's
+-- queue name).
+CREATE FUNCTION {{schema}}.jobs_citus_key() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+DECLARE
+  q text;
+BEGIN
+  IF TG_NARGS > 0 THEN
+    q := chr(1) || TG_ARGV[0];
+  ELSE
+    q := NEW.queue;
+  END IF;
+  LOOP
+    PERFORM 1 FROM {{schema}}.citus_keys
+    WHERE concurrency_key = NEW.concurrency_key AND queue = q FOR KEY SHARE;
+    EXIT WHEN FOUND;
+    INSERT INTO {{schema}}.citus_keys (concurrency_key, queue) VALUES (NEW.concurrency_key, q)
+    ON CONFLICT DO NOTHING;
+    EXIT WHEN FOUND;
+  END LOOP;
+  RETURN NULL;
+END
+$$;
+
 SELECT create_distributed_table('{{schema}}.jobs', 'concurrency_key');
 SELECT create_distributed_table('{{schema}}.outbox', 'concurrency_key', colocate_with => '{{schema}}.jobs');
 SELECT create_distributed_table('{{schema}}.tx_lineage', 'concurrency_key', colocate_with => '{{schema}}.jobs');
 SELECT create_distributed_table('{{schema}}.job_unique', 'concurrency_key', colocate_with => '{{schema}}.jobs');
+SELECT create_distributed_table('{{schema}}.citus_keys', 'concurrency_key', colocate_with => '{{schema}}.jobs');
 
 -- The triggers again, now on the distributed tables (Citus creates them on every
 -- shard), and the refusal.
@@ -212,6 +281,10 @@ SELECT {{schema}}.install_lineage_trigger();
 SELECT {{schema}}.install_flow_triggers();
 CREATE TRIGGER outbox_lineage AFTER INSERT ON {{schema}}.outbox
   REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION {{schema}}.outbox_lineage();
+CREATE TRIGGER jobs_citus_key AFTER INSERT OR UPDATE OF status ON {{schema}}.jobs FOR EACH ROW
+  WHEN (NEW.status = 'pending') EXECUTE FUNCTION {{schema}}.jobs_citus_key();
+CREATE TRIGGER outbox_citus_key AFTER INSERT OR UPDATE OF dead_at ON {{schema}}.outbox FOR EACH ROW
+  WHEN (NEW.published_at IS NULL AND NEW.dead_at IS NULL) EXECUTE FUNCTION {{schema}}.jobs_citus_key('outbox');
 CREATE TRIGGER jobs_citus_refuse BEFORE INSERT ON {{schema}}.jobs FOR EACH ROW
   WHEN (NEW.parent_id IS NOT NULL OR NEW.flow_open IS NOT NULL OR NEW.batch_id IS NOT NULL)
   EXECUTE FUNCTION {{schema}}.jobs_citus_refuse();
@@ -226,3 +299,4 @@ SELECT truncate_local_data_after_distributing_table('{{schema}}.jobs');
 SELECT truncate_local_data_after_distributing_table('{{schema}}.outbox');
 SELECT truncate_local_data_after_distributing_table('{{schema}}.tx_lineage');
 SELECT truncate_local_data_after_distributing_table('{{schema}}.job_unique');
+SELECT truncate_local_data_after_distributing_table('{{schema}}.citus_keys');

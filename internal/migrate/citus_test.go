@@ -64,7 +64,7 @@ WHERE n.nspname = $1`, schema)
 		t.Fatal(err)
 	}
 	colocation := got["jobs"].colocation
-	for _, table := range []string{"jobs", "outbox", "tx_lineage", "job_unique"} {
+	for _, table := range []string{"jobs", "outbox", "tx_lineage", "job_unique", "citus_keys"} {
 		if d := got[table]; d.method != "h" || d.column != "concurrency_key" || d.colocation != colocation {
 			t.Errorf("%s: %+v; want hash-distributed by concurrency_key, co-located with jobs (%d)", table, d, colocation)
 		}
@@ -79,8 +79,8 @@ WHERE n.nspname = $1`, schema)
 			t.Errorf("%s: %+v; want a plain table on the coordinator", table, d)
 		}
 	}
-	if len(got) != 7 {
-		t.Errorf("%d tables in Citus' metadata, want 7: %v", len(got), got)
+	if len(got) != 8 {
+		t.Errorf("%d tables in Citus' metadata, want 8: %v", len(got), got)
 	}
 
 	// Every primary key and unique index of a distributed table contains the key.
@@ -215,7 +215,7 @@ func TestCitusLayoutOfAnExistingSchema(t *testing.T) {
 	if n := scalar(`SELECT count(*) FROM ` + q + `outbox`); n != 1 {
 		t.Errorf("%d outbox events, want 1", n)
 	}
-	for _, table := range []string{"jobs", "outbox", "tx_lineage", "job_unique"} {
+	for _, table := range []string{"jobs", "outbox", "tx_lineage", "job_unique", "citus_keys"} {
 		if n := scalar(`SELECT pg_relation_size('` + q + table + `')::int`); n != 0 {
 			t.Errorf("the coordinator keeps %d bytes of %s", n, table)
 		}

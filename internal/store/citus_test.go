@@ -87,6 +87,13 @@ func TestCitusStatementPlans(t *testing.T) {
 			t.Errorf("%s: %s %s; EnqueueTx needs it", name, p.class, p.detail)
 		}
 	}
+	// Every statement a worker writes jobs with on the layout names one key: a router
+	// query, one task on the node of the key, as it runs (citusclaim.go).
+	for _, name := range citusWorkerWrites {
+		if p := plans[name][0]; p.class != planRouter || p.detail != "tasks 1" {
+			t.Errorf("%s: %s %s; a worker's statement on Citus must be a router query (Task Count: 1)", name, p.class, p.detail)
+		}
+	}
 	got := renderCitusPlans(plans)
 	if *updateCitusPlans {
 		if err := os.WriteFile(citusPlansFile, []byte(got), 0o644); err != nil {
@@ -109,6 +116,12 @@ func TestCitusStatementPlans(t *testing.T) {
 	}
 	t.Logf("%d statements: %v", len(plans), counts)
 }
+
+// citusWorkerWrites are the statements with which a worker on the Citus layout claims,
+// renews, completes (succeeds, retries, fails, snoozes, cancels) and reclaims jobs,
+// and prunes the key table.
+var citusWorkerWrites = []string{"citus_claim", "citus_heartbeat", "citus_finish", "citus_finish_delete", "citus_reclaim",
+	"citus_key_lock", "citus_key_prune", "citus_outbox_claim", "citus_outbox_claim_ordered", "citus_outbox_finish", "citus_outbox_key_prune"}
 
 // explainOnCitus plans one statement with a value for each parameter.
 func explainOnCitus(ctx context.Context, t *testing.T, conn *pgx.Conn, st stmt, text string, custom bool) citusPlan {

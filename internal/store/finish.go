@@ -33,37 +33,69 @@ func historyAppend(j, outcome, errText string) string {
 // in the batch. A plain join on id plans best.)
 // retry → pending after the delay, or failed once attempts are exhausted;
 // snooze → pending after the delay with the claim's attempt given back.
-func finishUpdate(o string) string {
+func finishUpdate(o string) string { return finishUpdateIn(o, singleNodeRow) }
+
+// rowExprs are the per-row expressions of a fenced write, which differ by layout: on
+// one node, the statement's time is its CTE t and the arithmetic is inline; on the
+// Citus layout (citusRow, citusclaim.go) Citus must be able to evaluate the time on
+// the coordinator and ship the rest to the node of the key.
+type rowExprs struct {
+	now string // the statement's time
+	// after is the time us microseconds after base.
+	after func(base, us string) string
+	// history appends one finished attempt of j with outcome and error text errText.
+	history func(outcome, errText string) string
+	// status casts a CASE of job_status labels to the type.
+	status func(cases string) string
+	from   string // what the UPDATE reads besides its outcomes (", t" on one node)
+	where  string // what the UPDATE's WHERE adds (the key, on Citus)
+	// statusOut is the status the UPDATE returns ("" on one node: j.status::text).
+	statusOut string
+}
+
+var singleNodeRow = rowExprs{
+	now:     "t.now",
+	after:   func(base, us string) string { return base + " + " + us + " * interval '1 microsecond'" },
+	history: func(outcome, errText string) string { return historyAppend("j", outcome, errText) },
+	status:  func(cases string) string { return "(" + cases + ")::{{s}}.job_status" },
+	from:    ", t",
+}
+
+func finishUpdateIn(o string, x rowExprs) string {
 	if !strings.Contains(o, " AS o(") {
 		o += " AS o"
 	}
+	status := x.statusOut
+	if status == "" {
+		status = "j.status::text"
+	}
 	return `UPDATE {{s}}.jobs AS j
-SET status = (CASE o.action
+SET status = ` + x.status(`CASE o.action
                 WHEN 'complete' THEN 'succeeded'
                 WHEN 'fail' THEN 'failed'
                 WHEN 'cancel' THEN 'cancelled'
                 WHEN 'snooze' THEN 'pending'
                 ELSE CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END
-              END)::{{s}}.job_status,
+              END`) + `,
     run_at = CASE
                WHEN o.action = 'snooze' OR (o.action = 'retry' AND j.attempts < j.max_attempts)
-               THEN t.now + o.delay_us * interval '1 microsecond'
+               THEN ` + x.after(x.now, "o.delay_us") + `
                ELSE j.run_at
              END,
     attempts = CASE WHEN o.action = 'snooze' THEN j.attempts - 1 ELSE j.attempts END,
     last_error = CASE WHEN o.action IN ('retry', 'fail', 'cancel') THEN o.error ELSE j.last_error END,
     output = CASE WHEN o.action = 'complete' THEN o.output ELSE j.output END,
     attempt_history = CASE WHEN o.action = 'complete' THEN j.attempt_history
-                      ELSE ` + historyAppend("j", `CASE o.action
+                      ELSE ` + x.history(`CASE o.action
                 WHEN 'fail' THEN 'failed' WHEN 'cancel' THEN 'cancelled' WHEN 'snooze' THEN 'snoozed'
                 ELSE CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'retried' END END`, "o.error") + ` END,
     lease_until = NULL,
     lease_token = NULL,
     worker_id = CASE WHEN o.action = 'complete' THEN j.worker_id END,
-    updated_at = t.now
-FROM ` + o + `, t
-WHERE j.id = o.id AND j.lease_token = o.token AND ` + idIn("j", "$2") + `
-RETURNING o.n, j.status::text`
+    updated_at = ` + x.now + `
+FROM ` + o + x.from + `
+WHERE j.id = o.id AND j.lease_token = o.token AND ` + idIn("j", "$2") + x.where + `
+RETURNING o.n, ` + status
 }
 
 type finishStatements struct {
@@ -147,6 +179,23 @@ func (s *Store) FinishDeleting(ctx context.Context, db DBTX, now *time.Time, out
 }
 
 func (s *Store) runFinish(ctx context.Context, db DBTX, now *time.Time, outs []Outcome, st stmt) (map[Lease]string, error) {
+	if len(outs) > 0 {
+		if dist, err := s.Distributed(ctx, db); err != nil {
+			return nil, err
+		} else if dist {
+			citus := s.citusWork.finish
+			if st.name == s.finish.finishDelete.name {
+				citus = s.citusWork.finishDelete
+			}
+			return s.citusFinish(ctx, db, now, outs, citus)
+		}
+	}
+	return s.runFinishStmt(ctx, db, now, outs, st)
+}
+
+// runFinishStmt runs st for outs; on the Citus layout key is the outcomes' one
+// concurrency key, the statement's last parameter.
+func (s *Store) runFinishStmt(ctx context.Context, db DBTX, now *time.Time, outs []Outcome, st stmt, key ...string) (map[Lease]string, error) {
 	n := len(outs)
 	ids, tokens, actions, delays, errs := make([]string, n), make([]string, n), make([]string, n), make([]int64, n), make([]*string, n)
 	outputs := make([]*string, n)
@@ -178,7 +227,16 @@ func (s *Store) runFinish(ctx context.Context, db DBTX, now *time.Time, outs []O
 			m[outs[order[n-1]].Lease] = st
 		}
 		return m, rows.Err()
-	}, Now(now), uuidArg(ids), uuidArg(tokens), actions, delays, errs, outputs)
+	}, append([]any{Now(now), uuidArg(ids), uuidArg(tokens), actions, delays, errs, outputs}, anys(key)...)...)
+}
+
+// anys converts ss to a slice of statement parameters.
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }
 
 // FinishedRow is what Finished reads of a job.

@@ -324,6 +324,9 @@ func claimOrder(a, b *Job) int {
 type Lease struct {
 	ID    string
 	Token string
+	// Key is the job's concurrency key: on the Citus layout the statements that write
+	// the job name it (citusclaim.go); on one node it is not used.
+	Key string
 }
 
 // Heartbeat renews the given leases for d. The result maps the id of every lease
@@ -339,6 +342,11 @@ func (s *Store) Heartbeat(ctx context.Context, db DBTX, now *time.Time, leases [
 	ids, tokens := splitLeases(leases) // it never waits for a lock: any order will do
 	if began == nil {
 		began = make([]bool, len(leases))
+	}
+	if dist, err := s.Distributed(ctx, db); err != nil {
+		return nil, err
+	} else if dist {
+		return s.citusHeartbeat(ctx, db, now, leases, d, began)
 	}
 	return guarded(ctx, db, s.lease.heartbeat, collectRenewals, Now(now), uuidArg(ids), uuidArg(tokens), micros(d), micros(HeartbeatMargin(d)), began)
 }

@@ -207,6 +207,9 @@ type OutboxEvent struct {
 	LastError     *string
 	CreatedAt     time.Time
 	TxID          *int64 // the writing transaction's id; nil for events older than the column
+	// ConcurrencyKey is the event's key on the Citus layout, read by the relay's
+	// claim there ("" otherwise).
+	ConcurrencyKey string
 }
 
 func scanOutboxEvent(row pgx.Row) (*OutboxEvent, error) {
@@ -342,6 +345,13 @@ type OutboxClaimParams struct {
 // OutboxClaim leases up to p.Limit due events under a fresh relay token each, counting
 // the attempt. Events come back in claim order (created_at, id).
 func (s *Store) OutboxClaim(ctx context.Context, db DBTX, now *time.Time, p OutboxClaimParams) ([]*OutboxEvent, error) {
+	if dist, err := s.Distributed(ctx, db); err != nil {
+		return nil, err
+	} else if dist {
+		evs, err := s.citusOutboxClaim(ctx, db, now, p)
+		sortBatch(evs, outboxClaimOrder)
+		return evs, err
+	}
 	st := s.outbox.claim
 	if p.Ordered {
 		st = s.outbox.claimOrdered
@@ -382,12 +392,21 @@ type OutboxOutcome struct {
 	Action OutboxAction
 	Delay  time.Duration // retry
 	Error  string        // retry, dead
+	// Key is the event's concurrency key: on the Citus layout the mark names it.
+	Key string
 }
 
 // OutboxFinish applies outcomes in one statement and returns, for each event it
 // changed, the action it took. An event missing from the map was no longer held under
 // the given token (its lease was taken over): nothing was written for it.
 func (s *Store) OutboxFinish(ctx context.Context, db DBTX, now *time.Time, outs []OutboxOutcome) (map[string]OutboxAction, error) {
+	if len(outs) > 0 {
+		if dist, err := s.Distributed(ctx, db); err != nil {
+			return nil, err
+		} else if dist {
+			return s.citusOutboxFinish(ctx, db, now, outs)
+		}
+	}
 	n := len(outs)
 	ids, tokens, actions, delays, errs := make([]string, n), make([]string, n), make([]string, n), make([]int64, n), make([]*string, n)
 	for i, o := range outs {

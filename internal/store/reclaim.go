@@ -75,6 +75,17 @@ type Expired struct {
 // ListExpired returns up to limit jobs whose lease expired, oldest expiry first. A
 // non-nil floor leaves out leases that ended before it.
 func (s *Store) ListExpired(ctx context.Context, db DBTX, now, floor *time.Time, limit int) ([]Expired, error) {
+	if dist, err := s.Distributed(ctx, db); err != nil {
+		return nil, err
+	} else if dist {
+		return guarded(ctx, db, s.citusWork.expired, func(rows pgx.Rows, err error) ([]Expired, error) {
+			return collectValues(rows, err, func(r pgx.Row) (Expired, error) {
+				var e Expired
+				err := r.Scan(&e.ID, &e.Token, &e.Kind, &e.Attempts, &e.MaxAttempts, &e.Key)
+				return e, err
+			})
+		}, Now(now), limit, Now(floor))
+	}
 	return guarded(ctx, db, s.reclaim.expired, func(rows pgx.Rows, err error) ([]Expired, error) {
 		return collectValues(rows, err, func(r pgx.Row) (Expired, error) {
 			var e Expired
@@ -91,6 +102,11 @@ func (s *Store) Reclaim(ctx context.Context, db DBTX, now *time.Time, leases []L
 	us := make([]int64, len(delays))
 	for i, d := range delays {
 		us[i] = micros(d)
+	}
+	if dist, err := s.Distributed(ctx, db); err != nil {
+		return nil, err
+	} else if dist {
+		return s.citusReclaim(ctx, db, now, leases, us)
 	}
 	// Guarded like the other fenced writes (planguard.go).
 	return guarded(ctx, db, s.reclaim.reclaim, collectMap[string], Now(now), uuidArg(ids), uuidArg(tokens), us)

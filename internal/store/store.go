@@ -19,7 +19,7 @@
 // Statements are typed fields, one group per table or area, each declared next to
 // the methods that run it (enqueue.go, holders.go, lease.go, finish.go, reclaim.go, job.go,
 // outbox.go, inbox.go, partitions.go, partitions_convert.go, stats.go, retention.go,
-// notify.go, service.go, jobpage.go, benchfill.go, depth.go, fairclaim.go, citus.go). A misspelt statement is a compile error, and running one
+// notify.go, service.go, jobpage.go, benchfill.go, depth.go, fairclaim.go, citus.go, citusclaim.go, citusoutbox.go). A misspelt statement is a compile error, and running one
 // reads a field rather than looking a name up. They are Go string constants rather
 // than embedded .sql files because many are composed from shared fragments (column
 // lists, the fenced finish UPDATE, the claim template and its ordered predicate, the
@@ -41,6 +41,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -84,8 +85,12 @@ type Store struct {
 	depth     depthStatements
 	fair      fairStatements
 	citus     citusStatements
+	citusWork citusWorkStatements
+	citusOut  citusOutboxStatements
 
 	layout layoutState // Distributed's answer, once known
+	// outboxAfter is the key the relay's last claim on the Citus layout stopped at.
+	outboxAfter atomic.Pointer[string]
 
 	all []stmt // every statement, as builder.add recorded them (SQL and the tests)
 }
@@ -122,6 +127,8 @@ func New(schema string) (*Store, error) {
 		depth:     newDepthStatements(b),
 		fair:      newFairStatements(b),
 		citus:     newCitusStatements(b),
+		citusWork: newCitusWorkStatements(b),
+		citusOut:  newCitusOutboxStatements(b),
 	}
 	s.all = b.all
 	return s, nil

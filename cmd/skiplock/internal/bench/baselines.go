@@ -117,7 +117,7 @@ func runB1(ctx context.Context, e *Env) (*Result, error) {
 				}
 				outs := make([]store.Outcome, len(jobs))
 				for i, j := range jobs {
-					outs[i] = store.Outcome{Lease: store.Lease{ID: j.ID, Token: *j.LeaseToken}, Action: store.ActionComplete}
+					outs[i] = store.Outcome{Lease: store.Lease{ID: j.ID, Token: *j.LeaseToken, Key: j.ConcurrencyKey}, Action: store.ActionComplete}
 				}
 				res, err := st.Finish(ctx, pool, nil, outs)
 				if err != nil {

@@ -1,0 +1,53 @@
+package skiplock
+
+import (
+	"context"
+	"fmt"
+)
+
+// citusRefusals returns ErrNotOnCitus, naming the feature, for what a started client
+// on the Citus layout cannot do with its guarantee (docs/citus.md, "What works on
+// Citus"): each statement of a worker there names one concurrency key, and these
+// count, order or delete across keys.
+func (c *Client) citusRefusals(ctx context.Context) error {
+	refuse := func(feature, why string) error {
+		return fmt.Errorf("%w: %s (schema %q is distributed by Citus: %s; docs/citus.md)", ErrNotOnCitus, feature, c.cfg.Schema, why)
+	}
+	if len(c.cfg.Limits) > 0 {
+		return refuse("Config.Limits", "a limit counts running jobs across keys")
+	}
+	queues, anyKind, err := c.store.LimitScopes(ctx, c.pool)
+	if err != nil {
+		return fmt.Errorf("skiplock: reading limits: %w", wrapPgError(err))
+	}
+	if len(queues) > 0 || anyKind {
+		return refuse("limits (skiplock limits set)", "a limit counts running jobs across keys; remove the schema's limits (skiplock limits delete)")
+	}
+	fair, err := c.store.FairQueues(ctx, c.pool)
+	if err != nil {
+		return fmt.Errorf("skiplock: reading fair queues: %w", wrapPgError(err))
+	}
+	for _, q := range fair {
+		if _, worked := c.cfg.Queues[q.Name]; !worked {
+			continue
+		}
+		if q.BypassPriority != nil {
+			return refuse(fmt.Sprintf("the fair queue %q's bypass priority", q.Name), "the claims rotate over keys on their own and have no express lane")
+		}
+		name := q.Name
+		ws, err := c.store.FairWeights(ctx, c.pool, &name)
+		if err != nil {
+			return fmt.Errorf("skiplock: reading fair weights: %w", wrapPgError(err))
+		}
+		if len(ws) > 0 {
+			return refuse(fmt.Sprintf("the fair queue %q's key weights", q.Name), "the claims share each claim equally among keys")
+		}
+	}
+	if len(c.cfg.Periodic) > 0 || c.cfg.SchedulerInterval > 0 {
+		return refuse("the scheduler (Config.Periodic, Config.SchedulerInterval)", "its fires are not tested there yet; set SchedulerInterval to -1 and enqueue periodic work from a single-node schema or your own scheduler")
+	}
+	if c.cfg.Retention.Interval > 0 {
+		return refuse("the retention service (Config.Retention.Interval)", "its batched deletes name no key; set Retention.Interval to -1 (and DeleteOnSuccess to delete succeeded jobs at once)")
+	}
+	return nil
+}
