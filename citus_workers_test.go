@@ -205,7 +205,15 @@ func TestCitusStartRefusals(t *testing.T) {
 	if err := start(base); err != nil {
 		t.Fatalf("Start on Citus: %v", err)
 	}
-	// A limit set in the schema (by SQL: Client.LimitSet does not run on the layout).
+	// Client.LimitSet refuses by name; a limit set in the schema by SQL is refused at Start.
+	lc, err := skiplock.NewClient(pool, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(lc.Close)
+	if err := lc.LimitSet(ctx, skiplock.Limit{Kind: "order_placed", MaxRunning: 2}); !errors.Is(err, skiplock.ErrNotOnCitus) || !strings.Contains(err.Error(), "limits") {
+		t.Errorf("LimitSet on Citus: %v; want ErrNotOnCitus naming limits", err)
+	}
 	if _, err := pool.Exec(ctx, `INSERT INTO "`+schema+`".limits (scope, target, max_running) VALUES ('kind', 'order_placed', 2)`); err != nil {
 		t.Fatal(err)
 	}

@@ -5,14 +5,18 @@ import (
 	"fmt"
 )
 
+// notOnCitus is the refusal of feature on the Citus layout: ErrNotOnCitus wrapped
+// with the feature's name and why it cannot hold its guarantee there.
+func (c *Client) notOnCitus(feature, why string) error {
+	return fmt.Errorf("%w: %s (schema %q is distributed by Citus: %s; docs/citus.md)", ErrNotOnCitus, feature, c.cfg.Schema, why)
+}
+
 // citusRefusals returns ErrNotOnCitus, naming the feature, for what a started client
 // on the Citus layout cannot do with its guarantee (docs/citus.md, "What works on
 // Citus"): each statement of a worker there names one concurrency key, and these
 // count, order or delete across keys.
 func (c *Client) citusRefusals(ctx context.Context) error {
-	refuse := func(feature, why string) error {
-		return fmt.Errorf("%w: %s (schema %q is distributed by Citus: %s; docs/citus.md)", ErrNotOnCitus, feature, c.cfg.Schema, why)
-	}
+	refuse := c.notOnCitus
 	if len(c.cfg.Limits) > 0 {
 		return refuse("Config.Limits", "a limit counts running jobs across keys")
 	}

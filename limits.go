@@ -152,6 +152,14 @@ func (c *Client) LimitSet(ctx context.Context, l Limit) error {
 	if err := l.Validate(); err != nil {
 		return err
 	}
+	// The Citus layout refuses limits (citusRefusals): say so by name rather than
+	// with the planner's error.
+	switch dist, err := c.store.Distributed(ctx, c.pool); {
+	case err != nil:
+		return fmt.Errorf("setting limit (%s): %w", l, wrapPgError(err))
+	case dist:
+		return c.notOnCitus("limits (Client.LimitSet)", "a limit counts running jobs across keys")
+	}
 	scope, target, _ := l.scope()
 	_, err := c.store.LimitSet(ctx, c.pool, store.NowParam(c.cfg.Clock), store.LimitRow{
 		Scope: scope, Target: target, Key: l.Key, MaxRunning: l.MaxRunning, Rate: l.Rate, Per: l.Per,
