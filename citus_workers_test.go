@@ -129,7 +129,12 @@ func TestCitusQuietKeyNotBehindBacklog(t *testing.T) {
 			quietAt <- bigDone.Load()
 			return nil
 		}
-		time.Sleep(2 * time.Millisecond) // the backlog's work
+		// The backlog's work: 2 ms a job, cut short when the client stops.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
 		bigDone.Add(1)
 		return nil
 	}, nil); err != nil {

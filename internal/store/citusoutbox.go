@@ -63,18 +63,7 @@ func newCitusOutboxStatements(b *builder) citusOutboxStatements {
 		// (citusRow says why).
 		finish: b.addCitus(planCitusCustom, "citus_outbox_finish", `
 UPDATE {{s}}.outbox AS o
-SET published_at = CASE WHEN f.action = 'published' THEN f.now END,
-    dead_at = CASE WHEN f.action = 'dead' OR (f.action = 'retry' AND o.attempts >= o.max_attempts) THEN f.now END,
-    available_at = CASE
-                     WHEN f.action = 'retry' AND o.attempts < o.max_attempts THEN {{s}}.citus_after(f.now, f.delay_us)
-                     WHEN f.action = 'release' THEN f.now
-                     ELSE o.available_at
-                   END,
-    attempts = CASE WHEN f.action = 'release' THEN greatest(o.attempts - 1, 0) ELSE o.attempts END,
-    last_error = CASE WHEN f.action IN ('retry', 'dead') THEN f.error ELSE o.last_error END,
-    relay_until = NULL,
-    relay_token = NULL
-FROM (SELECT u.*, `+citusNow+` AS now
+`+outboxFinishSet("f.now", "{{s}}.citus_after(f.now, f.delay_us)")+`FROM (SELECT u.*, `+citusNow+` AS now
       FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[]) AS u(id, token, action, delay_us, error)
       OFFSET 0) AS f
 WHERE o.concurrency_key = $7 AND o.id = f.id AND o.relay_token = f.token AND `+idIn("o", "$2")+`

@@ -98,22 +98,7 @@ func (s *Store) uniqueHolders(ctx context.Context, db DBTX, now *time.Time, dist
 	if dist {
 		st, args = s.enqueue.uniqueHoldersCitus, append(args, ckey)
 	}
-	m, err := guarded(ctx, db, st, func(rows pgx.Rows, err error) (map[[2]string]string, error) {
-		if err != nil {
-			return nil, err
-		}
-		defer rows.Close()
-		m := map[[2]string]string{}
-		for rows.Next() {
-			var k, v, id string
-			var period int64
-			if err := rows.Scan(&k, &v, &period, &id); err != nil {
-				return nil, err
-			}
-			m[[2]string{k, v}] = id
-		}
-		return m, rows.Err()
-	}, args...)
+	m, err := guarded(ctx, db, st, collectHolders(true), args...)
 	if err != nil {
 		return nil, fmt.Errorf("finding unique key holders: %w", err)
 	}
@@ -125,7 +110,17 @@ func (s *Store) dedupHolders(ctx context.Context, db DBTX, dist bool, ckey strin
 	if dist {
 		st, args = s.enqueue.dedupHoldersCitus, append(args, ckey)
 	}
-	m, err := guarded(ctx, db, st, func(rows pgx.Rows, err error) (map[[2]string]string, error) {
+	m, err := guarded(ctx, db, st, collectHolders(false), args...)
+	if err != nil {
+		return nil, fmt.Errorf("finding deduplication key holders: %w", err)
+	}
+	return m, nil
+}
+
+// collectHolders reads holder rows (kind, key, [period,] holder id) into a map by
+// (kind, key); period says the rows carry a unique key's period, which is skipped.
+func collectHolders(period bool) func(pgx.Rows, error) (map[[2]string]string, error) {
+	return func(rows pgx.Rows, err error) (map[[2]string]string, error) {
 		if err != nil {
 			return nil, err
 		}
@@ -133,15 +128,16 @@ func (s *Store) dedupHolders(ctx context.Context, db DBTX, dist bool, ckey strin
 		m := map[[2]string]string{}
 		for rows.Next() {
 			var k, v, id string
-			if err := rows.Scan(&k, &v, &id); err != nil {
+			var p int64
+			dest := []any{&k, &v, &id}
+			if period {
+				dest = []any{&k, &v, &p, &id}
+			}
+			if err := rows.Scan(dest...); err != nil {
 				return nil, err
 			}
 			m[[2]string{k, v}] = id
 		}
 		return m, rows.Err()
-	}, args...)
-	if err != nil {
-		return nil, fmt.Errorf("finding deduplication key holders: %w", err)
 	}
-	return m, nil
 }

@@ -94,18 +94,7 @@ func newOutboxStatements(b *builder) outboxStatements {
 		finish: b.addGuarded(planGuardByID, "outbox_finish", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
 UPDATE {{s}}.outbox AS o
-SET published_at = CASE WHEN f.action = 'published' THEN t.now END,
-    dead_at = CASE WHEN f.action = 'dead' OR (f.action = 'retry' AND o.attempts >= o.max_attempts) THEN t.now END,
-    available_at = CASE
-                     WHEN f.action = 'retry' AND o.attempts < o.max_attempts THEN t.now + f.delay_us * interval '1 microsecond'
-                     WHEN f.action = 'release' THEN t.now
-                     ELSE o.available_at
-                   END,
-    attempts = CASE WHEN f.action = 'release' THEN greatest(o.attempts - 1, 0) ELSE o.attempts END,
-    last_error = CASE WHEN f.action IN ('retry', 'dead') THEN f.error ELSE o.last_error END,
-    relay_until = NULL,
-    relay_token = NULL
-FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[]) AS f(id, token, action, delay_us, error), t
+`+outboxFinishSet("t.now", "t.now + f.delay_us * interval '1 microsecond'")+`FROM unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[]) AS f(id, token, action, delay_us, error), t
 WHERE o.id = f.id AND o.relay_token = f.token AND `+idIn("o", "$2")+`
 RETURNING o.id, CASE WHEN o.dead_at IS NOT NULL THEN 'dead' ELSE f.action END`),
 
@@ -499,4 +488,22 @@ func (s *Store) OutboxCount(ctx context.Context, db DBTX) (OutboxCounts, error) 
 // OutboxByTx returns the events the transaction txid wrote, oldest first.
 func (s *Store) OutboxByTx(ctx context.Context, db DBTX, txid int64) ([]*OutboxEvent, error) {
 	return guarded(ctx, db, s.outbox.byTx, collectOutboxEvents, txid)
+}
+
+// outboxFinishSet is the SET clause of a relay's finish (outbox_finish and its Citus
+// variant): each outcome f (action, delay_us, error) written at time now, a retry
+// available again at retryAt; the relay's lease is cleared either way.
+func outboxFinishSet(now, retryAt string) string {
+	return `SET published_at = CASE WHEN f.action = 'published' THEN ` + now + ` END,
+    dead_at = CASE WHEN f.action = 'dead' OR (f.action = 'retry' AND o.attempts >= o.max_attempts) THEN ` + now + ` END,
+    available_at = CASE
+                     WHEN f.action = 'retry' AND o.attempts < o.max_attempts THEN ` + retryAt + `
+                     WHEN f.action = 'release' THEN ` + now + `
+                     ELSE o.available_at
+                   END,
+    attempts = CASE WHEN f.action = 'release' THEN greatest(o.attempts - 1, 0) ELSE o.attempts END,
+    last_error = CASE WHEN f.action IN ('retry', 'dead') THEN f.error ELSE o.last_error END,
+    relay_until = NULL,
+    relay_token = NULL
+`
 }
