@@ -153,6 +153,12 @@ func Select(spec string) ([]Workload, error) {
 			return nil, fmt.Errorf("unknown workload %q (B0…B3, W1…W14, W10C, W10L, W5PY, W13, E1, F1, D1, G1 or all)", name)
 		}
 	}
+	if want["W14"] {
+		// A wrong fixed rate is refused now, not after the workloads before W14 ran.
+		if _, err := w14FixedRate(); err != nil {
+			return nil, err
+		}
+	}
 	if want["W1"] || want["W2"] {
 		want["B0"], want["B2"] = true, true
 	}

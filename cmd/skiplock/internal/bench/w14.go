@@ -231,7 +231,7 @@ func w14FixedRate() (float64, error) {
 	}
 	f, err := strconv.ParseFloat(v, 64)
 	if err != nil || f <= 0 || math.IsInf(f, 0) || math.IsNaN(f) {
-		return 0, fmt.Errorf("W14: %s=%q is not a positive number of jobs per second", EnvW14Rate, v)
+		return 0, fmt.Errorf("%s=%q is not a positive number of jobs per second", EnvW14Rate, v)
 	}
 	return f, nil
 }

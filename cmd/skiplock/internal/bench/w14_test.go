@@ -257,3 +257,15 @@ func TestW14FixedRate(t *testing.T) {
 		}
 	}
 }
+
+// TestSelectRefusesABadW14Rate: naming W14 with a wrong SKIPLOCK_W14_RATE fails at
+// once, before any workload runs.
+func TestSelectRefusesABadW14Rate(t *testing.T) {
+	t.Setenv(EnvW14Rate, "abc")
+	if _, err := Select("W14"); err == nil || !strings.Contains(err.Error(), EnvW14Rate) {
+		t.Fatalf("Select(W14) with %s=abc: %v; want an error naming it", EnvW14Rate, err)
+	}
+	if _, err := Select("W5"); err != nil {
+		t.Fatalf("Select(W5) with %s=abc: %v; the variable is W14's only", EnvW14Rate, err)
+	}
+}
