@@ -15,7 +15,7 @@ import (
 )
 
 // citusWorkerConfig is a worker's configuration on the Citus layout: the scheduler and
-// the retention service off (Start refuses them there), a fast reclaimer.
+// the retention service off (these tests are about the workers), a fast reclaimer.
 func citusWorkerConfig(schema string, ws *skiplock.Workers, workers int) skiplock.Config {
 	return skiplock.Config{Schema: schema, Workers: ws, ID: "citus-worker",
 		Queues:            map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: workers}},
@@ -195,8 +195,6 @@ func TestCitusStartRefusals(t *testing.T) {
 	}
 	base := citusWorkerConfig(schema, ws, 1)
 	for name, mutate := range map[string]func(*skiplock.Config){
-		"scheduler": func(c *skiplock.Config) { c.SchedulerInterval = 0 },
-		"retention": func(c *skiplock.Config) { c.Retention.Interval = 0 },
 		"Config.Limits": func(c *skiplock.Config) {
 			c.Limits = []skiplock.Limit{{Queue: skiplock.DefaultQueue, MaxRunning: 1}}
 		},
@@ -209,6 +207,14 @@ func TestCitusStartRefusals(t *testing.T) {
 	}
 	if err := start(base); err != nil {
 		t.Fatalf("Start on Citus: %v", err)
+	}
+	// The scheduler and the retention service run there (TestCitusScheduler,
+	// TestCitusRetention): their defaults start.
+	withServices := base
+	withServices.SchedulerInterval, withServices.Retention.Interval = 0, 0
+	withServices.Periodic = []skiplock.PeriodicJob{{Name: "nightly", Spec: "0 3 * * *", Kind: "order_placed"}}
+	if err := start(withServices); err != nil {
+		t.Fatalf("Start on Citus with the scheduler and the retention service: %v", err)
 	}
 	// Client.LimitSet refuses by name; a limit set in the schema by SQL is refused at Start.
 	lc, err := skiplock.NewClient(pool, base)

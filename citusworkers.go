@@ -14,7 +14,8 @@ func (c *Client) notOnCitus(feature, why string) error {
 // citusRefusals returns ErrNotOnCitus, naming the feature, for what a started client
 // on the Citus layout cannot do with its guarantee (docs/citus.md, "What works on
 // Citus"): each statement of a worker there names one concurrency key, and these
-// count, order or delete across keys.
+// count or order across keys. The scheduler and the retention service run there
+// (their deletes name one key each: internal/store/citusretention.go).
 func (c *Client) citusRefusals(ctx context.Context) error {
 	refuse := c.notOnCitus
 	if len(c.cfg.Limits) > 0 {
@@ -46,12 +47,6 @@ func (c *Client) citusRefusals(ctx context.Context) error {
 		if len(ws) > 0 {
 			return refuse(fmt.Sprintf("the fair queue %q's key weights", q.Name), "the claims share each claim equally among keys")
 		}
-	}
-	if len(c.cfg.Periodic) > 0 || c.cfg.SchedulerInterval > 0 {
-		return refuse("the scheduler (Config.Periodic, Config.SchedulerInterval)", "its fires are not tested there yet; set SchedulerInterval to -1 and enqueue periodic work from a single-node schema or your own scheduler")
-	}
-	if c.cfg.Retention.Interval > 0 {
-		return refuse("the retention service (Config.Retention.Interval)", "its batched deletes name no key; set Retention.Interval to -1 (and DeleteOnSuccess to delete succeeded jobs at once)")
 	}
 	return nil
 }

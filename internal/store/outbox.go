@@ -462,11 +462,21 @@ func (s *Store) OutboxRequeue(ctx context.Context, db DBTX, now *time.Time, id s
 
 // OutboxPrunePublished deletes up to limit events published more than olderThan ago.
 func (s *Store) OutboxPrunePublished(ctx context.Context, db DBTX, now *time.Time, olderThan time.Duration, limit int) (int64, error) {
+	if dist, err := s.Distributed(ctx, db); err != nil {
+		return 0, err
+	} else if dist {
+		return s.citusOutboxPrune(ctx, db, now, olderThan, limit, false)
+	}
 	return guarded(ctx, db, s.outbox.prunePublished, affected, Now(now), micros(olderThan), limit)
 }
 
 // OutboxPruneDead deletes up to limit events parked more than olderThan ago.
 func (s *Store) OutboxPruneDead(ctx context.Context, db DBTX, now *time.Time, olderThan time.Duration, limit int) (int64, error) {
+	if dist, err := s.Distributed(ctx, db); err != nil {
+		return 0, err
+	} else if dist {
+		return s.citusOutboxPrune(ctx, db, now, olderThan, limit, true)
+	}
 	return guarded(ctx, db, s.outbox.pruneDead, affected, Now(now), micros(olderThan), limit)
 }
 

@@ -56,6 +56,11 @@ WHERE ctid = ANY(ARRAY(
 // PruneLineage deletes up to limit lineage rows older than olderThan and returns how
 // many it deleted.
 func (s *Store) PruneLineage(ctx context.Context, db DBTX, now *time.Time, olderThan time.Duration, limit int) (int64, error) {
+	if dist, err := s.Distributed(ctx, db); err != nil {
+		return 0, err
+	} else if dist {
+		return s.citusPruneLineage(ctx, db, now, olderThan, limit)
+	}
 	return guarded(ctx, db, s.retention.pruneLineage, affected, Now(now), micros(olderThan), limit)
 }
 
@@ -70,6 +75,11 @@ func (s *Store) DeleteFinished(ctx context.Context, db DBTX, now *time.Time, sta
 	case StatusSucceeded, StatusFailed, StatusCancelled:
 	default:
 		return 0, fmt.Errorf("store: retention of %q jobs: not a finished state", status)
+	}
+	if dist, err := s.Distributed(ctx, db); err != nil {
+		return 0, err
+	} else if dist {
+		return s.citusDeleteFinished(ctx, db, now, status, olderThan, limit)
 	}
 	return guarded(ctx, db, s.retention.deleteFinished, affected, Now(now), status, micros(olderThan), limit)
 }

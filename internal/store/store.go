@@ -87,6 +87,7 @@ type Store struct {
 	citus     citusStatements
 	citusWork citusWorkStatements
 	citusOut  citusOutboxStatements
+	citusRet  citusRetentionStatements
 
 	layout layoutState // Distributed's answer, once known
 	// outboxAfter is the key the relay's last claim on the Citus layout stopped at.
@@ -129,6 +130,7 @@ func New(schema string) (*Store, error) {
 		citus:     newCitusStatements(b),
 		citusWork: newCitusWorkStatements(b),
 		citusOut:  newCitusOutboxStatements(b),
+		citusRet:  newCitusRetentionStatements(b),
 	}
 	s.all = b.all
 	return s, nil
