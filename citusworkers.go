@@ -3,6 +3,8 @@ package skiplock
 import (
 	"context"
 	"fmt"
+
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 // notOnCitus is the refusal of feature on the Citus layout: ErrNotOnCitus wrapped
@@ -26,7 +28,7 @@ func (c *Client) citusRefusals(ctx context.Context) error {
 		return fmt.Errorf("skiplock: reading limits: %w", wrapPgError(err))
 	}
 	if len(queues) > 0 || anyKind {
-		return refuse("limits (skiplock limits set)", "a limit counts running jobs across keys; remove the schema's limits (skiplock limits delete)")
+		return c.citusLimitRefusal()
 	}
 	fair, err := c.store.FairQueues(ctx, c.pool)
 	if err != nil {
@@ -36,17 +38,31 @@ func (c *Client) citusRefusals(ctx context.Context) error {
 		if _, worked := c.cfg.Queues[q.Name]; !worked {
 			continue
 		}
-		if q.BypassPriority != nil {
-			return refuse(fmt.Sprintf("the fair queue %q's bypass priority", q.Name), "the claims rotate over keys on their own and have no express lane")
-		}
-		name := q.Name
-		ws, err := c.store.FairWeights(ctx, c.pool, &name)
-		if err != nil {
-			return fmt.Errorf("skiplock: reading fair weights: %w", wrapPgError(err))
-		}
-		if len(ws) > 0 {
-			return refuse(fmt.Sprintf("the fair queue %q's key weights", q.Name), "the claims share each claim equally among keys")
+		if err := c.citusFairRefusal(ctx, q); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// citusFairRefusal returns ErrNotOnCitus when the fair queue q has what the claims
+// over keys cannot honour: a bypass priority or key weights.
+func (c *Client) citusFairRefusal(ctx context.Context, q store.FairQueue) error {
+	if q.BypassPriority != nil {
+		return c.notOnCitus(fmt.Sprintf("the fair queue %q's bypass priority", q.Name), "the claims rotate over keys on their own and have no express lane")
+	}
+	name := q.Name
+	ws, err := c.store.FairWeights(ctx, c.pool, &name)
+	if err != nil {
+		return fmt.Errorf("skiplock: reading fair weights: %w", wrapPgError(err))
+	}
+	if len(ws) > 0 {
+		return c.notOnCitus(fmt.Sprintf("the fair queue %q's key weights", q.Name), "the claims share each claim equally among keys")
+	}
+	return nil
+}
+
+// citusLimitRefusal is the refusal of limits on the Citus layout.
+func (c *Client) citusLimitRefusal() error {
+	return c.notOnCitus("limits (skiplock limits set)", "a limit counts running jobs across keys; remove the schema's limits (skiplock limits delete)")
 }

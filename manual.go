@@ -44,6 +44,9 @@ func (m *Manual) LeaseDuration() time.Duration { return m.c.cfg.LeaseDuration }
 // Limits apply (LimitSet): Claim leaves pending the jobs they hold back. From a fair
 // queue (QueueSetFair) Claim takes the jobs of the queue's keys in turn, from the
 // queue's one rotation, and returns them in that order.
+// On the Citus layout (docs/citus.md) Claim takes the due jobs of up to 8 of the
+// queue's keys in turn, from where the client's last claim of the queue stopped, each
+// key's in claim order; limits there are refused (ErrNotOnCitus).
 func (m *Manual) Claim(ctx context.Context, queue string, limit int) ([]*Job, error) {
 	return m.claim(ctx, queue, limit, 0)
 }
@@ -88,11 +91,27 @@ func (m *Manual) claim(ctx context.Context, queue string, limit, ahead int) ([]*
 	if err != nil {
 		return nil, fmt.Errorf("claiming jobs from queue %q: reading fair queues: %w", queue, wrapPgError(err))
 	}
+	dist, err := c.store.Distributed(ctx, c.pool)
+	if err != nil {
+		return nil, fmt.Errorf("claiming jobs from queue %q: %w", queue, wrapPgError(err))
+	}
 	p := store.ClaimParams{Queue: queue, WorkerID: c.cfg.ID, Limit: limit, Lease: c.cfg.LeaseDuration, Waiting: ahead}
 	var rows []*store.Job
 	limited := anyKind || slices.Contains(qs, queue)
+	fairAt := slices.IndexFunc(fair, func(f store.FairQueue) bool { return f.Name == queue })
 	switch {
-	case slices.ContainsFunc(fair, func(f store.FairQueue) bool { return f.Name == queue }):
+	case dist && limited:
+		return nil, c.citusLimitRefusal()
+	case dist:
+		// On the Citus layout every claim names one key: the claim walks the queue's
+		// keys from where the client's last manual claim of it stopped.
+		if fairAt >= 0 {
+			if err := c.citusFairRefusal(ctx, fair[fairAt]); err != nil {
+				return nil, err
+			}
+		}
+		rows, _, err = c.store.ClaimCitus(ctx, c.pool, store.NowParam(c.cfg.Clock), p, c.store.CitusCursorOf(queue), nil)
+	case fairAt >= 0:
 		var res store.FairClaim
 		res, err = c.store.ClaimFair(ctx, c.pool, store.NowParam(c.cfg.Clock), p, limited)
 		rows = res.Jobs

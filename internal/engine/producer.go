@@ -25,9 +25,9 @@ type producer struct {
 	// reconnected: the listener (re)connected, so the database takes connections
 	// again: a claim waiting out a failure's backoff retries at once (waitRetry).
 	reconnected chan struct{}
-	// citusAfter is the key the last claim on the Citus layout stopped at (citus.go);
-	// only the claim in flight reads and writes it.
-	citusAfter *string
+	// citus is where the last claim on the Citus layout stopped in the queue's keys
+	// (citus.go).
+	citus store.CitusCursor
 }
 
 func newProducer(queue string, q Queue) *producer {

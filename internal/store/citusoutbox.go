@@ -85,23 +85,9 @@ func (s *Store) citusOutboxClaim(ctx context.Context, db DBTX, now *time.Time, p
 	if p.Limit <= 0 {
 		return nil, nil
 	}
-	after := s.outboxAfter.Load()
-	m := min(p.Limit, CitusKeysPerClaim)
-	keys, err := s.CitusKeys(ctx, db, OutboxKeys, after, m)
+	keys, _, err := s.citusWalk(ctx, db, OutboxKeys, &s.outboxCursor, min(p.Limit, CitusKeysPerClaim))
 	if err != nil {
 		return nil, err
-	}
-	if len(keys) < m && after != nil {
-		more, err := s.CitusKeys(ctx, db, OutboxKeys, nil, m-len(keys))
-		if err != nil {
-			return nil, err
-		}
-		for _, k := range more {
-			if k > *after {
-				break
-			}
-			keys = append(keys, k)
-		}
 	}
 	st := s.citusOut.claim
 	if p.Ordered {
@@ -127,7 +113,7 @@ func (s *Store) citusOutboxClaim(ctx context.Context, db DBTX, now *time.Time, p
 			return out, err
 		}
 		key := k
-		s.outboxAfter.Store(&key)
+		s.outboxCursor.after.Store(&key)
 		out = append(out, evs...)
 		if len(evs) == 0 {
 			if b, ok := db.(Beginner); ok {

@@ -41,7 +41,7 @@ import (
 	"context"
 	"slices"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -90,8 +90,10 @@ type Store struct {
 	citusRet  citusRetentionStatements
 
 	layout layoutState // Distributed's answer, once known
-	// outboxAfter is the key the relay's last claim on the Citus layout stopped at.
-	outboxAfter atomic.Pointer[string]
+	// outboxCursor is the key the relay's last claim on the Citus layout stopped at;
+	// citusCursors those of the manual claims, per queue (cituswalk.go).
+	outboxCursor CitusCursor
+	citusCursors sync.Map
 
 	all []stmt // every statement, as builder.add recorded them (SQL and the tests)
 }
