@@ -233,34 +233,52 @@ $$;
 -- removes the row in a transaction that first locks it (FOR UPDATE SKIP LOCKED: never
 -- while a pending job of the key is being written) and then checks, with a snapshot
 -- taken after the lock, that the key has no pending job (Store.CitusKeyIdle).
+--
+-- run_at is no later than the run_at of every pending job of the key and queue (NULL:
+-- due): the walk skips a key until then, so a key whose jobs are all scheduled for
+-- later costs no claim that finds nothing on each pass. A job made pending with an
+-- earlier run_at (inserted, retried, snoozed, reclaimed, or its run_at moved) lowers
+-- it under the row's lock; a worker whose claim of the key finds nothing raises it to
+-- the key's earliest pending run_at, under the same lock as the removal, and only when
+-- no pending job of the key is due (Store.CitusKeyIdle).
 CREATE TABLE {{schema}}.citus_keys (
   concurrency_key text NOT NULL,
   queue           text NOT NULL,
+  run_at          timestamptz,
   PRIMARY KEY (concurrency_key, queue)
 );
-CREATE INDEX citus_keys_queue_idx ON {{schema}}.citus_keys (queue, concurrency_key);
-INSERT INTO {{schema}}.citus_keys (concurrency_key, queue)
-SELECT DISTINCT concurrency_key, queue FROM {{schema}}.jobs WHERE status = 'pending'
-UNION
-SELECT DISTINCT concurrency_key, chr(1) || 'outbox' FROM {{schema}}.outbox WHERE published_at IS NULL AND dead_at IS NULL;
+CREATE INDEX citus_keys_queue_idx ON {{schema}}.citus_keys (queue, concurrency_key) INCLUDE (run_at);
+INSERT INTO {{schema}}.citus_keys (concurrency_key, queue, run_at)
+SELECT concurrency_key, queue, min(run_at) FROM {{schema}}.jobs WHERE status = 'pending' GROUP BY 1, 2
+UNION ALL
+SELECT DISTINCT concurrency_key, chr(1) || 'outbox', NULL::timestamptz FROM {{schema}}.outbox WHERE published_at IS NULL AND dead_at IS NULL;
 
 -- The trigger of jobs (the row's queue) and of the outbox (its argument, the outbox's
 -- queue name).
 CREATE FUNCTION {{schema}}.jobs_citus_key() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
 DECLARE
-  q text;
+  q  text;
+  at timestamptz; -- the job's run_at; NULL for the outbox's events
+  k  {{schema}}.citus_keys;
 BEGIN
   IF TG_NARGS > 0 THEN
     q := chr(1) || TG_ARGV[0];
   ELSE
     q := NEW.queue;
+    at := NEW.run_at;
   END IF;
   LOOP
-    PERFORM 1 FROM {{schema}}.citus_keys
+    SELECT * INTO k FROM {{schema}}.citus_keys
     WHERE concurrency_key = NEW.concurrency_key AND queue = q FOR KEY SHARE;
-    EXIT WHEN FOUND;
-    INSERT INTO {{schema}}.citus_keys (concurrency_key, queue) VALUES (NEW.concurrency_key, q)
+    IF FOUND THEN
+      IF k.run_at > at THEN
+        UPDATE {{schema}}.citus_keys SET run_at = at
+        WHERE concurrency_key = NEW.concurrency_key AND queue = q AND run_at > at;
+      END IF;
+      EXIT;
+    END IF;
+    INSERT INTO {{schema}}.citus_keys (concurrency_key, queue, run_at) VALUES (NEW.concurrency_key, q, at)
     ON CONFLICT DO NOTHING;
     EXIT WHEN FOUND;
   END LOOP;
@@ -281,7 +299,7 @@ SELECT {{schema}}.install_lineage_trigger();
 SELECT {{schema}}.install_flow_triggers();
 CREATE TRIGGER outbox_lineage AFTER INSERT ON {{schema}}.outbox
   REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION {{schema}}.outbox_lineage();
-CREATE TRIGGER jobs_citus_key AFTER INSERT OR UPDATE OF status ON {{schema}}.jobs FOR EACH ROW
+CREATE TRIGGER jobs_citus_key AFTER INSERT OR UPDATE OF status, run_at ON {{schema}}.jobs FOR EACH ROW
   WHEN (NEW.status = 'pending') EXECUTE FUNCTION {{schema}}.jobs_citus_key();
 CREATE TRIGGER outbox_citus_key AFTER INSERT OR UPDATE OF dead_at ON {{schema}}.outbox FOR EACH ROW
   WHEN (NEW.published_at IS NULL AND NEW.dead_at IS NULL) EXECUTE FUNCTION {{schema}}.jobs_citus_key('outbox');

@@ -30,6 +30,7 @@ import (
 
 type citusWorkStatements struct {
 	keys, claim, keyLock, keyPrune  stmt
+	keyDefer                        stmt
 	heartbeat, finish, finishDelete stmt
 	expired, reclaim                stmt
 }
@@ -86,11 +87,13 @@ const citusOutcomes = `(SELECT u.*, ` + citusNow + ` AS now
 
 func newCitusWorkStatements(b *builder) citusWorkStatements {
 	return citusWorkStatements{
-		// The keys of queue $1 with pending jobs, in key order after $2 (NULL: from the
-		// first), at most $3: a read of the small key table on every shard.
+		// The keys of queue $1 with pending jobs that may be due at $4, in key order
+		// after $2 (NULL: from the first), at most $3: a read of the small key table
+		// on every shard (an index-only range: run_at is in the index).
 		keys: b.addCitus(planCitusCustom, "citus_keys", `
 SELECT concurrency_key FROM {{s}}.citus_keys
 WHERE queue = $1 AND ($2::text IS NULL OR concurrency_key > $2::text)
+  AND (run_at IS NULL OR run_at <= {{s}}.citus_clock($4))
 ORDER BY concurrency_key
 LIMIT $3`),
 
@@ -130,6 +133,15 @@ SELECT true FROM {{s}}.citus_keys WHERE concurrency_key = $1 AND queue = $2 FOR 
 DELETE FROM {{s}}.citus_keys k
 WHERE k.concurrency_key = $1 AND k.queue = $2
   AND NOT EXISTS (SELECT 1 FROM {{s}}.jobs j WHERE j.concurrency_key = $1 AND j.queue = $2 AND j.status = 'pending')`),
+
+		// CitusKeyIdle's step for a key that keeps pending jobs: when none is due at
+		// $3, the walk skips the key until the earliest is (citus.sql, citus_keys.run_at).
+		keyDefer: b.addCitus(planCitusCustom, "citus_key_defer", `
+UPDATE {{s}}.citus_keys AS k
+SET run_at = (SELECT min(j.run_at) FROM {{s}}.jobs j WHERE j.concurrency_key = $1 AND j.queue = $2 AND j.status = 'pending')
+WHERE k.concurrency_key = $1 AND k.queue = $2
+  AND NOT EXISTS (SELECT 1 FROM {{s}}.jobs j WHERE j.concurrency_key = $1 AND j.queue = $2 AND j.status = 'pending'
+                  AND j.run_at <= {{s}}.citus_clock($3))`),
 
 		// The heartbeat of the leases of one key ($7), as the single-node heartbeat
 		// (lease.go: held, then locked without waiting, then renewed).
@@ -211,15 +223,16 @@ RETURNING j.id, j.status`),
 // worker's paths ask Distributed first (once per Store).
 func (s *Store) onCitus() bool { return s.layout.v.Load() == 2 }
 
-// CitusKeys returns up to limit keys of queue that have pending jobs, in key order
-// after after (nil: from the first key). Citus layout only.
-func (s *Store) CitusKeys(ctx context.Context, db DBTX, queue string, after *string, limit int) ([]string, error) {
+// CitusKeys returns up to limit keys of queue that have pending jobs, leaving out
+// those whose jobs are all due after now, in key order after after (nil: from the
+// first key). Citus layout only.
+func (s *Store) CitusKeys(ctx context.Context, db DBTX, now *time.Time, queue string, after *string, limit int) ([]string, error) {
 	return guarded(ctx, db, s.citusWork.keys, func(rows pgx.Rows, err error) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
 		return pgx.CollectRows(rows, pgx.RowTo[string])
-	}, queue, after, limit)
+	}, queue, after, limit, Now(now))
 }
 
 // ClaimKey is Claim on the Citus layout: it leases up to p.Limit due jobs of queue
@@ -245,16 +258,18 @@ type Beginner interface {
 }
 
 // CitusKeyIdle removes key from queue's keys with pending jobs when it has none
-// (a claim of it found nothing), and reports whether it did. It never removes a key
-// while a transaction that makes one of its jobs pending is open (citus.sql,
-// citus_keys).
-func (s *Store) CitusKeyIdle(ctx context.Context, db Beginner, queue, key string) (bool, error) {
-	return s.citusKeyIdle(ctx, db, queue, key, s.citusWork.keyPrune)
+// (a claim of it found nothing), and reports whether it did; when it has some, none
+// of them due at now, the walk skips the key until the earliest is. It never removes
+// or defers a key while a transaction that makes one of its jobs pending is open
+// (citus.sql, citus_keys).
+func (s *Store) CitusKeyIdle(ctx context.Context, db Beginner, now *time.Time, queue, key string) (bool, error) {
+	return s.citusKeyIdle(ctx, db, queue, key, s.citusWork.keyPrune, now)
 }
 
 // citusKeyIdle is CitusKeyIdle with prune, the statement that removes the key when
-// it has nothing left (of the jobs, or of the outbox).
-func (s *Store) citusKeyIdle(ctx context.Context, db Beginner, queue, key string, prune stmt) (bool, error) {
+// it has nothing left (of the jobs, or of the outbox); a key of the jobs that keeps
+// pending jobs is deferred to the earliest, should none be due at now.
+func (s *Store) citusKeyIdle(ctx context.Context, db Beginner, queue, key string, prune stmt, now *time.Time) (bool, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return false, err
@@ -270,6 +285,11 @@ func (s *Store) citusKeyIdle(ctx context.Context, db Beginner, queue, key string
 	n, err := guarded(ctx, tx, prune, affected, key, queue)
 	if err != nil {
 		return false, err
+	}
+	if n == 0 && queue != OutboxKeys {
+		if _, err := guarded(ctx, tx, s.citusWork.keyDefer, affected, key, queue, Now(now)); err != nil {
+			return false, err
+		}
 	}
 	return n > 0, tx.Commit(ctx)
 }

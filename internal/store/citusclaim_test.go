@@ -39,12 +39,16 @@ func TestCitusWorkerStatements(t *testing.T) {
 	insert("later", 1, t0.Add(time.Hour))
 	insert("", 1, t0.Add(-time.Minute))
 
-	keys, err := s.CitusKeys(ctx, pool, "default", nil, 10)
-	if err != nil || !slices.Equal(keys, []string{"", "acme", "globex", "later"}) {
+	// A key whose jobs are all due later is left out until they are due.
+	keys, err := s.CitusKeys(ctx, pool, at(0), "default", nil, 10)
+	if err != nil || !slices.Equal(keys, []string{"", "acme", "globex"}) {
 		t.Fatalf("CitusKeys = %q, %v", keys, err)
 	}
+	if keys, err := s.CitusKeys(ctx, pool, at(time.Hour), "default", nil, 10); err != nil || !slices.Equal(keys, []string{"", "acme", "globex", "later"}) {
+		t.Fatalf("CitusKeys an hour later = %q, %v", keys, err)
+	}
 	after := "acme"
-	if keys, err := s.CitusKeys(ctx, pool, "default", &after, 1); err != nil || !slices.Equal(keys, []string{"globex"}) {
+	if keys, err := s.CitusKeys(ctx, pool, at(0), "default", &after, 1); err != nil || !slices.Equal(keys, []string{"globex"}) {
 		t.Fatalf("CitusKeys after acme = %q, %v", keys, err)
 	}
 
@@ -138,10 +142,10 @@ func TestCitusWorkerStatements(t *testing.T) {
 	}
 
 	// acme has no pending job now: its claim finds nothing and its key goes.
-	if idle, err := s.CitusKeyIdle(ctx, pool, "default", "acme"); err != nil || !idle {
+	if idle, err := s.CitusKeyIdle(ctx, pool, at(0), "default", "acme"); err != nil || !idle {
 		t.Fatalf("CitusKeyIdle(acme) = %v, %v; want removed", idle, err)
 	}
-	if idle, err := s.CitusKeyIdle(ctx, pool, "default", "later"); err != nil || idle {
+	if idle, err := s.CitusKeyIdle(ctx, pool, at(0), "default", "later"); err != nil || idle {
 		t.Fatalf("CitusKeyIdle(later) = %v, %v; want kept (a job scheduled later)", idle, err)
 	}
 	// A job of acme being written in an open transaction keeps the key, which the
@@ -154,14 +158,88 @@ func TestCitusWorkerStatements(t *testing.T) {
 	if _, err := tx.Exec(ctx, `INSERT INTO `+s.Table("jobs")+` (kind, payload, concurrency_key) VALUES ('k', '{}', 'acme')`); err != nil {
 		t.Fatal(err)
 	}
-	if idle, err := s.CitusKeyIdle(ctx, pool, "default", "acme"); err != nil || idle {
+	if idle, err := s.CitusKeyIdle(ctx, pool, at(0), "default", "acme"); err != nil || idle {
 		t.Fatalf("CitusKeyIdle(acme) with a job being written = %v, %v; want kept", idle, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if keys, err := s.CitusKeys(ctx, pool, "default", nil, 10); err != nil || !slices.Contains(keys, "acme") {
+	if keys, err := s.CitusKeys(ctx, pool, at(0), "default", nil, 10); err != nil || !slices.Contains(keys, "acme") {
 		t.Fatalf("CitusKeys after the commit = %q, %v; want acme listed", keys, err)
+	}
+}
+
+// TestCitusKeyDeferred: on the real cluster a key whose pending jobs are all due later
+// is left out of the walk once a claim of it found nothing (CitusKeyIdle defers it to
+// the earliest), and listed again as soon as one of its jobs is due: a job enqueued
+// due, a job's run_at moved earlier, or the time reached.
+func TestCitusKeyDeferred(t *testing.T) {
+	t.Parallel()
+	pool, schema := pgtest.CitusSchema(t)
+	ctx := context.Background()
+	s := newStore(t, schema)
+	if dist, err := s.Distributed(ctx, pool); err != nil || !dist {
+		t.Fatalf("Distributed = %v, %v", dist, err)
+	}
+	t0 := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { x := t0.Add(d); return &x }
+	listed := func(now *time.Time) bool {
+		t.Helper()
+		keys, err := s.CitusKeys(ctx, pool, now, "default", nil, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.Contains(keys, "snoozy")
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO `+s.Table("jobs")+` (kind, payload, concurrency_key, run_at) VALUES ('k', '{}', 'snoozy', $1)`, t0.Add(-time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := s.ClaimKey(ctx, pool, at(0), ClaimParams{Queue: "default", WorkerID: "w", Limit: 1, Lease: time.Minute}, "snoozy")
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("ClaimKey = %d jobs, %v", len(jobs), err)
+	}
+	// Snoozed for two hours: the key's row stays (it had a due job) and is listed ...
+	lease := Lease{ID: jobs[0].ID, Token: *jobs[0].LeaseToken, Key: jobs[0].ConcurrencyKey}
+	if res, err := s.Finish(ctx, pool, at(0), []Outcome{{Lease: lease, Action: ActionSnooze, Delay: 2 * time.Hour}}); err != nil || len(res) != 1 {
+		t.Fatalf("snooze = %v, %v", res, err)
+	}
+	if !listed(at(0)) {
+		t.Fatal("the key is not listed before a claim found nothing")
+	}
+	// ... until a claim of it finds nothing: then it is deferred to the snoozed job.
+	if got, err := s.ClaimKey(ctx, pool, at(0), ClaimParams{Queue: "default", WorkerID: "w", Limit: 1, Lease: time.Minute}, "snoozy"); err != nil || len(got) != 0 {
+		t.Fatalf("ClaimKey of a snoozed key = %d jobs, %v", len(got), err)
+	}
+	if idle, err := s.CitusKeyIdle(ctx, pool, at(0), "default", "snoozy"); err != nil || idle {
+		t.Fatalf("CitusKeyIdle = %v, %v; want kept", idle, err)
+	}
+	if listed(at(time.Hour)) || !listed(at(2*time.Hour)) {
+		t.Fatal("a deferred key: want it left out an hour on, listed at its job's run_at")
+	}
+	// A job's run_at moved earlier (as admin_run_now does) lists it again.
+	if _, err := pool.Exec(ctx, `UPDATE `+s.Table("jobs")+` SET run_at = $1 WHERE concurrency_key = 'snoozy'`, t0); err != nil {
+		t.Fatal(err)
+	}
+	if !listed(at(0)) {
+		t.Fatal("the key is not listed after its job's run_at moved to now")
+	}
+	// Deferred again, then a due job enqueued: listed again.
+	if _, err := pool.Exec(ctx, `UPDATE `+s.Table("jobs")+` SET run_at = $1 WHERE concurrency_key = 'snoozy'`, t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if idle, err := s.CitusKeyIdle(ctx, pool, at(0), "default", "snoozy"); err != nil || idle || listed(at(0)) {
+		t.Fatalf("CitusKeyIdle = %v, %v; want the key kept and deferred", idle, err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO `+s.Table("jobs")+` (kind, payload, concurrency_key, run_at) VALUES ('k', '{}', 'snoozy', $1)`, t0); err != nil {
+		t.Fatal(err)
+	}
+	if !listed(at(0)) {
+		t.Fatal("the key is not listed after a due job was enqueued")
+	}
+	// A key with a due job is never deferred, even when its claim found nothing (a
+	// job held by another transaction, a sequence waiting, a paused queue).
+	if idle, err := s.CitusKeyIdle(ctx, pool, at(0), "default", "snoozy"); err != nil || idle || !listed(at(0)) {
+		t.Fatalf("CitusKeyIdle with a due job = %v, %v; want the key kept and listed", idle, err)
 	}
 }
 
@@ -184,7 +262,7 @@ func TestCitusOutboxStatements(t *testing.T) {
 	if _, err := s.OutboxInsert(ctx, pool, &t0, evs, OutboxInsertOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if keys, err := s.CitusKeys(ctx, pool, OutboxKeys, nil, 10); err != nil || !slices.Equal(keys, []string{"", "acme", "globex"}) {
+	if keys, err := s.CitusKeys(ctx, pool, nil, OutboxKeys, nil, 10); err != nil || !slices.Equal(keys, []string{"", "acme", "globex"}) {
 		t.Fatalf("the outbox's keys = %q, %v", keys, err)
 	}
 	got, err := s.OutboxClaim(ctx, pool, &t0, OutboxClaimParams{Limit: 10, Lease: time.Minute, Ordered: true})
@@ -223,7 +301,7 @@ func TestCitusOutboxStatements(t *testing.T) {
 	if none, err := s.OutboxClaim(ctx, pool, &later, OutboxClaimParams{Limit: 10, Lease: time.Minute}); err != nil || len(none) != 0 {
 		t.Fatalf("a claim with nothing left = %d, %v", len(none), err)
 	}
-	if keys, err := s.CitusKeys(ctx, pool, OutboxKeys, nil, 10); err != nil || len(keys) != 0 {
+	if keys, err := s.CitusKeys(ctx, pool, nil, OutboxKeys, nil, 10); err != nil || len(keys) != 0 {
 		t.Fatalf("the outbox's keys once every event is published = %q, %v", keys, err)
 	}
 }

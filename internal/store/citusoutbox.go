@@ -85,7 +85,7 @@ func (s *Store) citusOutboxClaim(ctx context.Context, db DBTX, now *time.Time, p
 	if p.Limit <= 0 {
 		return nil, nil
 	}
-	keys, _, err := s.citusWalk(ctx, db, OutboxKeys, &s.outboxCursor, min(p.Limit, CitusKeysPerClaim))
+	keys, _, err := s.citusWalk(ctx, db, now, OutboxKeys, &s.outboxCursor, min(p.Limit, CitusKeysPerClaim))
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +117,7 @@ func (s *Store) citusOutboxClaim(ctx context.Context, db DBTX, now *time.Time, p
 		out = append(out, evs...)
 		if len(evs) == 0 {
 			if b, ok := db.(Beginner); ok {
-				if _, err := s.citusKeyIdle(ctx, b, OutboxKeys, k, s.citusOut.keyPrune); err != nil {
+				if _, err := s.citusKeyIdle(ctx, b, OutboxKeys, k, s.citusOut.keyPrune, now); err != nil {
 					return out, err
 				}
 			}

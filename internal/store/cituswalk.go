@@ -44,7 +44,7 @@ func (s *Store) ClaimCitus(ctx context.Context, db CitusDB, now *time.Time, p Cl
 	if n <= 0 {
 		return nil, true, nil
 	}
-	keys, all, err := s.citusWalk(ctx, db, p.Queue, cur, min(n, CitusKeysPerClaim))
+	keys, all, err := s.citusWalk(ctx, db, now, p.Queue, cur, min(n, CitusKeysPerClaim))
 	if err != nil || len(keys) == 0 {
 		return nil, all, err
 	}
@@ -77,7 +77,7 @@ func (s *Store) ClaimCitus(ctx context.Context, db CitusDB, now *time.Time, p Cl
 		case got == limit:
 			full = append(full, k)
 		case got == 0:
-			if _, err := s.CitusKeyIdle(ctx, db, p.Queue, k); err != nil && idle != nil {
+			if _, err := s.CitusKeyIdle(ctx, db, now, p.Queue, k); err != nil && idle != nil {
 				idle(k, err)
 			}
 		}
@@ -95,19 +95,20 @@ func (s *Store) ClaimCitus(ctx context.Context, db CitusDB, now *time.Time, p Cl
 	return rows, all, nil
 }
 
-// citusWalk returns up to m keys of queue with pending jobs, the first after cur,
+// citusWalk returns up to m keys of queue with pending jobs that may be due at now,
+// the first after cur,
 // wrapping round to the first key; all reports that they are all the queue's keys
 // from there round to where it stopped.
-func (s *Store) citusWalk(ctx context.Context, db DBTX, queue string, cur *CitusCursor, m int) (keys []string, all bool, err error) {
+func (s *Store) citusWalk(ctx context.Context, db DBTX, now *time.Time, queue string, cur *CitusCursor, m int) (keys []string, all bool, err error) {
 	after := cur.after.Load()
-	keys, err = s.CitusKeys(ctx, db, queue, after, m)
+	keys, err = s.CitusKeys(ctx, db, now, queue, after, m)
 	if err != nil || len(keys) == m {
 		return keys, false, err
 	}
 	if after == nil {
 		return keys, true, nil
 	}
-	more, err := s.CitusKeys(ctx, db, queue, nil, m-len(keys))
+	more, err := s.CitusKeys(ctx, db, now, queue, nil, m-len(keys))
 	if err != nil {
 		return nil, false, err
 	}
