@@ -33,9 +33,10 @@ type MigrateOpts struct {
 // extension, or the partitioned jobs layout.
 var ErrCitusLayout = errors.New("skiplock: the Citus layout cannot be applied")
 
-// ErrNotOnCitus is returned (wrapped, naming the feature) for what does not run on
-// the Citus layout yet: Client.Start (working jobs) on a distributed schema. Enqueueing
-// does run there (docs/citus.md lists what works).
+// ErrNotOnCitus is returned (wrapped, naming the feature) for what cannot keep its
+// guarantee on the Citus layout: Client.Start with limits, fair weights or bypass
+// priorities, Client.LimitSet, and a manual claim under them (docs/citus.md lists
+// what works).
 var ErrNotOnCitus = errors.New("skiplock: not supported on the Citus layout yet")
 
 // MigrateWith is Migrate with options. It returns the versions it applied; the Citus

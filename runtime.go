@@ -30,8 +30,8 @@ var ErrClientStarted = errors.New("skiplock: client already started")
 // migrated (ErrNotMigrated) or was migrated by a newer skiplock (ErrSchemaNewer); so
 // a worker pointed at a misspelled schema fails at once instead of idling. On a schema
 // with the Citus layout it returns ErrNotOnCitus, naming the feature, for what workers
-// cannot do there with its guarantee: limits, fair weights and bypass priorities, the
-// scheduler and the retention service (docs/citus.md).
+// cannot do there with its guarantee: limits, fair weights and bypass priorities
+// (docs/citus.md).
 func (c *Client) Start(ctx context.Context) error {
 	if ctx == nil {
 		return invalid("ctx", "must not be nil")
