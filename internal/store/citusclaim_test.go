@@ -6,8 +6,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
+
+// citusStore is a store on a fresh schema of the Citus layout that knows it, with a
+// time t0 and at(d), t0+d.
+func citusStore(t *testing.T) (*pgxpool.Pool, *Store, time.Time, func(time.Duration) *time.Time) {
+	t.Helper()
+	pool, schema := pgtest.CitusSchema(t)
+	s := newStore(t, schema)
+	if dist, err := s.Distributed(context.Background(), pool); err != nil || !dist {
+		t.Fatalf("Distributed = %v, %v", dist, err)
+	}
+	t0 := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	return pool, s, t0, func(d time.Duration) *time.Time { x := t0.Add(d); return &x }
+}
 
 // TestCitusWorkerStatements runs the workers' statements of the Citus layout on the
 // real cluster (SKIPLOCK_TEST_CITUS_URL), with an injected clock: the key table lists
@@ -19,14 +33,8 @@ import (
 // job is being written in an open transaction does not.
 func TestCitusWorkerStatements(t *testing.T) {
 	t.Parallel()
-	pool, schema := pgtest.CitusSchema(t)
+	pool, s, t0, at := citusStore(t)
 	ctx := context.Background()
-	s := newStore(t, schema)
-	if dist, err := s.Distributed(ctx, pool); err != nil || !dist {
-		t.Fatalf("Distributed = %v, %v", dist, err)
-	}
-	t0 := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
-	at := func(d time.Duration) *time.Time { x := t0.Add(d); return &x }
 	insert := func(key string, n int, runAt time.Time) {
 		t.Helper()
 		if _, err := pool.Exec(ctx, `INSERT INTO `+s.Table("jobs")+` (kind, payload, concurrency_key, run_at, max_attempts)
@@ -175,14 +183,8 @@ func TestCitusWorkerStatements(t *testing.T) {
 // due, a job's run_at moved earlier, or the time reached.
 func TestCitusKeyDeferred(t *testing.T) {
 	t.Parallel()
-	pool, schema := pgtest.CitusSchema(t)
+	pool, s, t0, at := citusStore(t)
 	ctx := context.Background()
-	s := newStore(t, schema)
-	if dist, err := s.Distributed(ctx, pool); err != nil || !dist {
-		t.Fatalf("Distributed = %v, %v", dist, err)
-	}
-	t0 := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
-	at := func(d time.Duration) *time.Time { x := t0.Add(d); return &x }
 	listed := func(now *time.Time) bool {
 		t.Helper()
 		keys, err := s.CitusKeys(ctx, pool, now, "default", nil, 10)
