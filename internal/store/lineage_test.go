@@ -197,3 +197,43 @@ func jobIDs(jobs []*Job) []string {
 	}
 	return out
 }
+
+// TestInsertPlainWritesTheSameRow: a job with no deduplication, unique or sequence key
+// goes through insert_plain, which names fewer columns than the keyed inserts; its row
+// must be the one the batch insert writes for the same job (every column but the id
+// and the txid), with a delay, metadata, tags and a concurrency key, and without.
+func TestInsertPlainWritesTheSameRow(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	schema := pgtest.Schema(t)
+	s := newStore(t, schema)
+	pool := pgtest.Pool(t)
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	runAt := now.Add(time.Hour)
+	for _, p := range []InsertParams{
+		{Queue: "q", Kind: "k", Payload: []byte(`{"a":1}`), MaxAttempts: 3},
+		{Queue: "q2", Kind: "k2", Payload: []byte(`{}`), Priority: 7, MaxAttempts: 5, Delay: 90 * time.Second,
+			Metadata: []byte(`{"m":"x"}`), Tags: []string{"t1", "t2"}, ConcurrencyKey: "acme"},
+		{Queue: "q3", Kind: "k3", Payload: []byte(`[]`), MaxAttempts: 1, RunAt: &runAt},
+	} {
+		one, err := s.Insert(ctx, pool, &now, p, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		many, err := s.InsertMany(ctx, pool, &now, []InsertParams{p, p}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var same bool
+		var a, b string
+		if err := pool.QueryRow(ctx, `SELECT x.r = y.r, x.r::text, y.r::text FROM
+  (SELECT to_jsonb(j) - 'id' - 'txid' AS r FROM `+s.Table("jobs")+` j WHERE id = $1) x,
+  (SELECT to_jsonb(j) - 'id' - 'txid' AS r FROM `+s.Table("jobs")+` j WHERE id = $2) y`, one.ID, many[0].ID).Scan(&same, &a, &b); err != nil {
+			t.Fatal(err)
+		}
+		if !same {
+			t.Errorf("insert_plain wrote\n%s\nthe batch insert\n%s", a, b)
+		}
+	}
+}
