@@ -68,7 +68,9 @@ func uniqueKeyExpr(key, periodUS string) string {
 //   - with a deduplication key it inserts with ON CONFLICT DO NOTHING; without, it
 //     inserts plainly. ON CONFLICT makes every row a speculative insertion: a probe of
 //     each unique index before the insert, a speculative token, and a WAL record to
-//     confirm it (~50 bytes), paid by a job that can conflict with nothing.
+//     confirm it (~50 bytes), paid by a job that can conflict with nothing;
+//   - a single job with none of the three keys is inserted by insertPlainSQL, which
+//     names only the columns such a job sets.
 
 // onConflict is the clause a dedup variant adds.
 func onConflict(dedup bool) string {
