@@ -80,9 +80,8 @@ func onConflict(dedup bool) string {
 	return ""
 }
 
-// soloSetting is the transaction-local setting a solo insert (InsertParams.Solo) makes
-// when its parameter param is true
-// before its row is written, and the condition (the WHEN of the jobs_lineage trigger,
+// soloSetting is the transaction-local setting a solo insert (InsertParams.Solo: the
+// statement's parameter param is true) makes before its row is written, and the condition (the WHEN of the jobs_lineage trigger,
 // migration 0020) under which an insert statement records its lineage: a transaction
 // that wrote one job and nothing else needs no tx_lineage row to be found from its
 // job, and the row was a quarter of the WAL of a one-by-one enqueue
@@ -112,7 +111,7 @@ WHERE t.notified >= 0 AND (t.solo IS NULL OR t.solo = 'off')
 // sequence key: most jobs. It writes only the columns such a job sets (the others keep
 // their defaults, the values insertSQL would give them) and reads the clock once, so
 // its CTE is inlined rather than materialised; the unique key's expression, the
-// states' cast and five parameters are gone. With generic plans, as the client runs
+// states' cast and six parameters are gone. With generic plans, as the client runs
 // it, that is ~4 µs of the server's ~50 µs per insert (docs/enqueue_cost.md). Its
 // parameters are insertSQL's up to $8, then $9 metadata, $10 and $11 the NOTIFY's
 // (notifyColumn, at the same places as in insertSQL: queryInsert clears them), $12
@@ -250,7 +249,6 @@ var ErrHolderVanished = errors.New("store: the job holding the key changed while
 // Insert adds one job.
 func (s *Store) Insert(ctx context.Context, db DBTX, now *time.Time, p InsertParams, n *Notify) (InsertResult, error) {
 	ch, qs := n.args()
-	ukey, uperiod, ustates := p.unique()
 	if p.DedupKey == nil && p.UniqueKey == nil && p.SequenceKey == nil {
 		// No key that can skip the row: one statement, which always inserts.
 		id, err := queryInsert(ctx, s, db, n, collectID, s.enqueue.insertPlain.sql, Now(now), p.Queue, p.Kind, string(p.Payload),
@@ -260,6 +258,7 @@ func (s *Store) Insert(ctx context.Context, db DBTX, now *time.Time, p InsertPar
 		}
 		return InsertResult{ID: id, Inserted: true}, nil
 	}
+	ukey, uperiod, ustates := p.unique()
 	for range insertRetries {
 		q := s.enqueue.insert[b2i(p.SequenceKey != nil)][b2i(p.DedupKey != nil)].sql
 		args := []any{Now(now), p.Queue, p.Kind, string(p.Payload), p.Priority,

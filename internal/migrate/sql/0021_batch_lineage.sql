@@ -16,7 +16,9 @@ ALTER TABLE {{schema}}.tx_lineage ADD COLUMN IF NOT EXISTS job_ids uuid[];
 -- The Citus layout keeps its own row-by-row lineage functions (internal/migrate/
 -- citus.sql; recognised by tx_lineage's concurrency_key column): job_ids stays NULL
 -- there. The function names every operator and function by schema, as SECURITY
--- DEFINER requires (0019). CREATE OR REPLACE FUNCTION takes no lock on the tables: safe on a live queue.
+-- DEFINER requires (0019). CREATE OR REPLACE FUNCTION takes no lock on the tables; the
+-- column's ADD (no default) and SET STORAGE change only the catalog, under a brief
+-- exclusive lock on tx_lineage (an insert into jobs waits for it, not for a rewrite).
 DO $migration$
 BEGIN
   IF EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
