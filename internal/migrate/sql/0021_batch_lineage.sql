@@ -1,4 +1,4 @@
--- A batch's lineage in one row (issue #49, docs/enqueue_cost.md "Bulk (W3)").
+-- A batch's lineage in one row (issue #49; docs/enqueue_cost.md, "A batch's lineage in one row").
 --
 -- The jobs_lineage statement trigger wrote one tx_lineage row per inserted job: for a
 -- COPY or a multi-row insert of 1,000 jobs, 1,000 heap rows and 1,000 entries in each
