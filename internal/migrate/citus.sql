@@ -87,6 +87,13 @@ ALTER TABLE {{schema}}.job_unique ADD COLUMN concurrency_key text NOT NULL DEFAU
 ALTER TABLE {{schema}}.job_unique DROP CONSTRAINT job_unique_pkey;
 ALTER TABLE {{schema}}.job_unique ADD CONSTRAINT job_unique_pkey PRIMARY KEY (concurrency_key, kind, unique_key);
 
+-- A statement's lineage written as one row of ids (job_ids, migration 0021) becomes a
+-- row per job, as this layout writes it, so that each can take its job's key below.
+INSERT INTO {{schema}}.tx_lineage (txid, job_id, created_at)
+SELECT l.txid, x.id, l.created_at FROM {{schema}}.tx_lineage l CROSS JOIN LATERAL unnest(l.job_ids) AS x(id)
+WHERE l.job_ids IS NOT NULL;
+DELETE FROM {{schema}}.tx_lineage WHERE job_ids IS NOT NULL;
+
 -- Existing side rows take the key of their job, so they land beside it.
 UPDATE {{schema}}.tx_lineage l SET concurrency_key = j.concurrency_key
 FROM {{schema}}.jobs j WHERE l.job_id = j.id AND j.concurrency_key <> '';

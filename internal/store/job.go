@@ -195,7 +195,7 @@ LIMIT $5`),
 		// the jobs by primary key.
 		byTx: b.addGuarded(planGuardOn, "jobs_by_tx", `
 SELECT `+jobColumns+` FROM {{s}}.jobs
-WHERE id = ANY(ARRAY(SELECT job_id FROM {{s}}.tx_lineage WHERE txid = $1::bigint::text::xid8 AND job_id IS NOT NULL))
+WHERE id = ANY(ARRAY(`+lineageJobIDs+`))
 ORDER BY id`),
 
 		// Run a pending job now (an operator's "run now").
@@ -281,6 +281,14 @@ func (p ListParams) statusArgs() (statuses []string, started *bool) {
 	}
 	return statuses, started
 }
+
+// lineageJobIDs selects the ids of the jobs the transaction $1 (a txid as bigint)
+// wrote, from its lineage rows: a statement that inserted one job recorded its job_id,
+// one that inserted more recorded them all in job_ids (migration 0021); an outbox
+// event's row has neither.
+const lineageJobIDs = `SELECT x.id FROM {{s}}.tx_lineage AS lin
+  CROSS JOIN LATERAL unnest(coalesce(lin.job_ids, ARRAY[lin.job_id])) AS x(id)
+  WHERE lin.txid = $1::bigint::text::xid8 AND (lin.job_id IS NOT NULL OR lin.job_ids IS NOT NULL)`
 
 // JobsByTx returns the jobs the transaction txid wrote, oldest first.
 func (s *Store) JobsByTx(ctx context.Context, db DBTX, txid int64) ([]*Job, error) {

@@ -95,9 +95,9 @@ SELECT count(*), coalesce(max(id::text), '') FROM (
 		byTx: b.addGuarded(planGuardOn, "jobs_by_tx_page", `
 SELECT `+jobColumns+` FROM {{s}}.jobs
 WHERE id = ANY(ARRAY(
-  SELECT job_id FROM {{s}}.tx_lineage
-  WHERE txid = $1::bigint::text::xid8 AND job_id IS NOT NULL AND ($2::uuid IS NULL OR job_id > $2)
-  ORDER BY job_id LIMIT $3))
+  SELECT l.id FROM (`+lineageJobIDs+`) AS l(id)
+  WHERE $2::uuid IS NULL OR l.id > $2
+  ORDER BY l.id LIMIT $3))
 ORDER BY id`),
 
 		// The planner's own estimate of the jobs in each state: the table's row count
