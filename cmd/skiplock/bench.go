@@ -7,8 +7,8 @@ import (
 	"runtime/pprof"
 	"time"
 
-	"github.com/skiplock/skiplock/cmd/skiplock/internal/bench"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/cmd/skiplock/internal/bench"
 	"github.com/skiplock/skiplock/internal/pgcluster"
 	"github.com/spf13/cobra"
 )

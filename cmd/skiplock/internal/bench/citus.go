@@ -348,7 +348,7 @@ func runCH(ctx context.Context, e *Env) (*Result, error) {
 	settings, warn := settingsNote(ctx, plain, cl)
 	r := &Result{Workload: "CH", N: n, Seconds: time.Since(start).Seconds(), Settings: cl.Settings + "; " + settings,
 		Verified: fmt.Sprintf("ok: every job claimed, renewed and deleted on success, %d per pass (3 passes: plain, cluster, plain)", n+warm),
-		Extra: map[string]any{"measured": fmt.Sprintf("%d iterations (after %d of warm-up) of one job's life on one connection, one statement at a time; enqueue is Client.Enqueue, claim/heartbeat/finish the store's statements (the single node's, or the Citus layout's naming the key); finish deletes on success", n, warm)}}
+		Extra:    map[string]any{"measured": fmt.Sprintf("%d iterations (after %d of warm-up) of one job's life on one connection, one statement at a time; enqueue is Client.Enqueue, claim/heartbeat/finish the store's statements (the single node's, or the Citus layout's naming the key); finish deletes on success", n, warm)}}
 	if warn != "" {
 		r.Extra["warning"] = warn
 	}
@@ -889,8 +889,8 @@ func cqRun(ctx context.Context, cl *Env) (*Result, error) {
 		Verified: fmt.Sprintf("ok: %d quiet jobs ran once each (%d with the empty queue, %d behind the backlog); %d of key A's ran, %d still pending",
 			quiet, quiet/2, quiet/2, aDone, pending),
 		Extra: map[string]any{
-			"backlog": fmt.Sprintf("%s pending jobs of key A loaded in %s (%d statements through the coordinator)", thousands(float64(backlog)), load.Round(time.Millisecond), (backlog+99999)/100000),
-			"quiet":   fmt.Sprintf("%d rounds of one job on each of %d quiet keys, each round enqueued once the last started, with the worker (MaxWorkers %d) %s of key A's jobs in", cqRounds, cqQuietKeys, W5Workers, thousands(float64(aBefore))),
+			"backlog":                             fmt.Sprintf("%s pending jobs of key A loaded in %s (%d statements through the coordinator)", thousands(float64(backlog)), load.Round(time.Millisecond), (backlog+99999)/100000),
+			"quiet":                               fmt.Sprintf("%d rounds of one job on each of %d quiet keys, each round enqueued once the last started, with the worker (MaxWorkers %d) %s of key A's jobs in", cqRounds, cqQuietKeys, W5Workers, thousands(float64(aBefore))),
 			"wait_behind_backlog_p50_p95_p99_max": pcts(lat) + fmt.Sprintf(", max %.2f ms", maxMs(lat)),
 			"wait_empty_queue_p50_p95_p99_max":    pcts(control) + fmt.Sprintf(", max %.2f ms", maxMs(control)),
 			"key_A_jobs_started_meanwhile":        fmt.Sprintf("median %d, max %d per quiet job (key A ran at %s jobs/s meanwhile)", behind[len(behind)/2], behind[len(behind)-1], thousands(aRate)),
