@@ -103,8 +103,6 @@ scripts/citus.sh's cluster (fsync off), add --relaxed:
 		}
 		cluster, plain := bench.NeedsCluster(selected)
 		switch {
-		case plain && citus:
-			return usagef(cmd, "bench: --citus: C1 and CH compare a plain node with a cluster: run them on a plain node and name the cluster with --citus-url")
 		case cluster && citusURL == "" && db.connString() == "":
 			return usagef(cmd, "bench: C1, CH, CN and CQ run on a Citus cluster: name its coordinator with --citus-url (bash scripts/citus.sh start prints one)")
 		case plain && citusURL == "":
@@ -144,10 +142,7 @@ scripts/citus.sh's cluster (fsync off), add --relaxed:
 			fmt.Fprintln(stderr, "bench: the database is a Citus coordinator: the schemas take the distributed layout (--citus=false for plain tables)")
 			citus = true
 			if selected, err = bench.SelectCitus(workloads); err != nil {
-				return usagef(cmd, "bench: --workload: %v", err)
-			}
-			if _, plain := bench.NeedsCluster(selected); plain {
-				return usagef(cmd, "bench: C1 and CH compare a plain node with a cluster: the database is a Citus coordinator; run them on a plain node and name the cluster with --citus-url")
+				return usagef(cmd, "bench: --workload: %v (the database is a Citus coordinator)", err)
 			}
 		}
 		if citus {
