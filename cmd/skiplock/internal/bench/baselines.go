@@ -63,7 +63,10 @@ func preinsertKeys(ctx context.Context, e *Env, schema string, n int, keyOf func
 		for k := range ps {
 			ps[k] = skiplock.EnqueueParams{Args: noop{I: i + k}, Opts: skiplock.EnqueueOpts{ConcurrencyKey: keyOf(i + k)}}
 		}
-		if _, err := c.EnqueueManyTx(ctx, e.Pool, ps); err != nil {
+		if err := e.loadConn(ctx, func(db skiplock.DB) error {
+			_, err := c.EnqueueManyTx(ctx, db, ps)
+			return err
+		}); err != nil {
 			return err
 		}
 	}
