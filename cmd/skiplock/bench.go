@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime/pprof"
@@ -227,11 +228,15 @@ func citusCoordinator(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
 	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')`).Scan(&ext); err != nil || !ext {
 		return false, err
 	}
+	var coordinator bool
 	var workers int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_dist_node WHERE isactive AND noderole = 'primary' AND groupid <> 0`).Scan(&workers); err != nil {
+	if err := pool.QueryRow(ctx, `SELECT citus_is_coordinator(), (SELECT count(*) FROM pg_dist_node WHERE isactive AND noderole = 'primary' AND groupid <> 0)`).Scan(&coordinator, &workers); err != nil {
 		return false, fmt.Errorf("bench: reading the Citus nodes: %w", err)
 	}
-	return workers > 0, nil
+	if !coordinator && workers > 0 {
+		return false, errors.New("bench: the database is a Citus worker node: point the bench at the coordinator (bash scripts/citus.sh url)")
+	}
+	return coordinator && workers > 0, nil
 }
 
 // openCluster connects to the Citus coordinator at url (--citus-url) and returns the
