@@ -1,11 +1,14 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime/pprof"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/cmd/skiplock/internal/bench"
 	"github.com/skiplock/skiplock/internal/pgcluster"
 	"github.com/spf13/cobra"
@@ -20,6 +23,9 @@ func newBenchCmd(db *dbFlags) *cobra.Command {
 		runs       int
 		cpuProfile string
 		selected   []bench.Workload
+		citus      bool
+		citusURL   string
+		citusKeys  int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--workload W1,W5] [--runs 3] [-o json] [--scale 0.1]",
@@ -45,7 +51,20 @@ With --runs N the selected workloads run N times in turn, each run with its own
 baselines, and a last table gives the median of each figure over the runs (each
 percentile the median of that percentile), judged against the target, and how many
 runs met it. Disk-sync speed swings between minutes on one machine: judge latency
-over several runs (W6's target is stated as the median of 3).`,
+over several runs (W6's target is stated as the median of 3).
+
+On Citus (docs/citus.md, "Benchmarks on the cluster"): when the database is a Citus
+coordinator (or with --citus), W3, W5 and W6 run on the distributed layout, their jobs
+over --citus-keys concurrency keys, the working clients with DeleteOnSuccess and without
+the scheduler and the retention service, as Citus requires; --citus=false runs plain
+tables on the coordinator instead. --citus-url names a cluster's coordinator beside the
+plain node (the throwaway PostgreSQL, or --database-url) for the cluster workloads, which
+run only when named: C1 (W3, W5 and W6 on both, with ratios), CH (the router hop per
+statement), CN (per-node CPU and the model of jobs/s per added worker node) and CQ (the
+quiet keys' wait while key A holds 1,000,000 jobs). To compare like with like against
+scripts/citus.sh's cluster (fsync off), add --relaxed:
+
+  skiplock bench --relaxed --citus-url "$(bash scripts/citus.sh url)" --workload C1,CH,CN,CQ`,
 		Args: noArgs,
 	}
 	fs := cmd.Flags()
@@ -57,6 +76,9 @@ over several runs (W6's target is stated as the median of 3).`,
 	fs.Float64Var(&scale, "scale", 1, "multiply every workload's size (for a quick look: 0.1)")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the Go side) to this file")
 	fs.IntVar(&runs, "runs", 1, "run the workloads this many times and add the median of each figure")
+	fs.BoolVar(&citus, "citus", false, "the database is a Citus coordinator: lay the schemas out for Citus (default: detected; --citus=false for plain tables)")
+	fs.StringVar(&citusURL, "citus-url", "", "a Citus coordinator beside the plain node, for C1, CH, CN and CQ (bash scripts/citus.sh url)")
+	fs.IntVar(&citusKeys, "citus-keys", bench.CitusKeys, "on Citus, the concurrency keys the jobs are spread over")
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
 		if asJSON {
 			fmt.Fprintln(cmd.ErrOrStderr(), "bench: --json is deprecated; use -o json")
@@ -68,9 +90,24 @@ over several runs (W6's target is stated as the median of 3).`,
 		if runs < 1 {
 			return usagef(cmd, "bench: --runs %d: want 1 or more", runs)
 		}
+		if citusKeys < 1 {
+			return usagef(cmd, "bench: --citus-keys %d: want 1 or more", citusKeys)
+		}
 		var err error
-		if selected, err = bench.Select(workloads); err != nil {
+		if citus {
+			selected, err = bench.SelectCitus(workloads)
+		} else {
+			selected, err = bench.Select(workloads)
+		}
+		if err != nil {
 			return usagef(cmd, "bench: --workload: %v", err)
+		}
+		cluster, plain := bench.NeedsCluster(selected)
+		switch {
+		case cluster && citusURL == "" && db.connString() == "":
+			return usagef(cmd, "bench: C1, CH, CN and CQ run on a Citus cluster: name its coordinator with --citus-url (bash scripts/citus.sh start prints one)")
+		case plain && citusURL == "":
+			return usagef(cmd, "bench: C1 and CH compare a plain node with a cluster: name the cluster's coordinator with --citus-url")
 		}
 		return nil
 	}
@@ -95,6 +132,32 @@ over several runs (W6's target is stated as the median of 3).`,
 			settings += "; PostgreSQL " + version
 		}
 		env := &bench.Env{Pool: pool, URL: url, Settings: settings, Progress: stderr, Scale: scale}
+		isCoord, err := citusCoordinator(ctx, pool)
+		if err != nil {
+			return err
+		}
+		switch {
+		case cmd.Flags().Changed("citus") && citus && !isCoord:
+			return fmt.Errorf("bench: --citus: %s is not a Citus coordinator with active worker nodes", where)
+		case !cmd.Flags().Changed("citus") && isCoord:
+			fmt.Fprintln(stderr, "bench: the database is a Citus coordinator: the schemas take the distributed layout (--citus=false for plain tables)")
+			citus = true
+			if selected, err = bench.SelectCitus(workloads); err != nil {
+				return usagef(cmd, "bench: --workload: %v (the database is a Citus coordinator)", err)
+			}
+		}
+		if citus {
+			env.Citus, env.Keys, env.DeleteOnSuccess = true, citusKeys, true
+			env.Settings += fmt.Sprintf("; Citus layout, jobs over %d keys, DeleteOnSuccess", citusKeys)
+		}
+		if citusURL != "" {
+			cl, closeCluster, err := openCluster(cmd, ctx, citusURL, citusKeys, scale)
+			if err != nil {
+				return err
+			}
+			defer closeCluster()
+			env.Cluster = cl
+		}
 		if cpuProfile != "" {
 			f, err := os.Create(cpuProfile)
 			if err != nil {
@@ -156,4 +219,54 @@ over several runs (W6's target is stated as the median of 3).`,
 		return nil
 	}
 	return cmd
+}
+
+// citusCoordinator reports whether pool's database is a Citus coordinator with active
+// worker nodes.
+func citusCoordinator(ctx context.Context, pool *pgxpool.Pool) (bool, error) {
+	var ext bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')`).Scan(&ext); err != nil || !ext {
+		return false, err
+	}
+	var coordinator bool
+	var workers int
+	if err := pool.QueryRow(ctx, `SELECT citus_is_coordinator(), (SELECT count(*) FROM pg_dist_node WHERE isactive AND noderole = 'primary' AND groupid <> 0)`).Scan(&coordinator, &workers); err != nil {
+		return false, fmt.Errorf("bench: reading the Citus nodes: %w", err)
+	}
+	if !coordinator && workers > 0 {
+		return false, errors.New("bench: the database is a Citus worker node: point the bench at the coordinator (bash scripts/citus.sh url)")
+	}
+	return coordinator && workers > 0, nil
+}
+
+// openCluster connects to the Citus coordinator at url (--citus-url) and returns the
+// cluster's environment.
+func openCluster(cmd *cobra.Command, ctx context.Context, url string, keys int, scale float64) (*bench.Env, func(), error) {
+	cfg, err := poolConfig(cmd, url, 4)
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench: --citus-url: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		if err = pool.Ping(ctx); err != nil {
+			pool.Close()
+		}
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench: --citus-url: connecting to %s: %w", target(url, cfg), err)
+	}
+	ok, err := citusCoordinator(ctx, pool)
+	if err == nil && !ok {
+		err = fmt.Errorf("bench: --citus-url: %s is not a Citus coordinator with active worker nodes", target(url, cfg))
+	}
+	if err != nil {
+		pool.Close()
+		return nil, nil, err
+	}
+	var version string
+	var workers int
+	_ = pool.QueryRow(ctx, `SELECT (SELECT extversion FROM pg_extension WHERE extname = 'citus'), (SELECT count(*) FROM pg_dist_node WHERE isactive AND noderole = 'primary' AND groupid <> 0)`).Scan(&version, &workers)
+	settings := fmt.Sprintf("Citus %s cluster, a coordinator and %d worker nodes; jobs over %d keys, DeleteOnSuccess", version, workers, keys)
+	return &bench.Env{Pool: pool, URL: cfg.ConnConfig.ConnString(), Settings: settings, Scale: scale,
+		Citus: true, Keys: keys, DeleteOnSuccess: true}, pool.Close, nil
 }

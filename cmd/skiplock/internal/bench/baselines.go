@@ -7,7 +7,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,6 +47,11 @@ func preinsert(ctx context.Context, e *Env, schema string, n int) error {
 // preinsertKeyed is preinsert with the jobs spread round-robin over keys
 // concurrency keys (none when keys is 0).
 func preinsertKeyed(ctx context.Context, e *Env, schema string, n, keys int) error {
+	return preinsertKeys(ctx, e, schema, n, func(i int) string { return keyName(i, keys) })
+}
+
+// preinsertKeys is preinsert with the i-th job under the concurrency key keyOf(i).
+func preinsertKeys(ctx context.Context, e *Env, schema string, n int, keyOf func(i int) string) error {
 	c, err := skiplock.NewClient(e.Pool, skiplock.Config{Schema: schema, NotifyCoalesce: -1})
 	if err != nil {
 		return err
@@ -57,12 +61,12 @@ func preinsertKeyed(ctx context.Context, e *Env, schema string, n, keys int) err
 		m := min(5000, n-i)
 		ps := make([]skiplock.EnqueueParams, m)
 		for k := range ps {
-			ps[k] = skiplock.EnqueueParams{Args: noop{I: i + k}}
-			if keys > 0 {
-				ps[k].Opts.ConcurrencyKey = "tenant-" + strconv.Itoa((i+k)%keys)
-			}
+			ps[k] = skiplock.EnqueueParams{Args: noop{I: i + k}, Opts: skiplock.EnqueueOpts{ConcurrencyKey: keyOf(i + k)}}
 		}
-		if _, err := c.EnqueueManyTx(ctx, e.Pool, ps); err != nil {
+		if err := e.loadConn(ctx, func(db skiplock.DB) error {
+			_, err := c.EnqueueManyTx(ctx, db, ps)
+			return err
+		}); err != nil {
 			return err
 		}
 	}

@@ -76,6 +76,20 @@ type Env struct {
 	// created lists the schemas the running workload made (schema), dropped when it
 	// ends (isolated).
 	created []string
+
+	// Citus says Pool is a Citus coordinator: every schema is laid out for Citus
+	// (migrate.Citus), and the working clients run as Citus requires (citusConfig).
+	Citus bool
+	// Keys spreads the jobs of W3, W5 and W6 round-robin over this many concurrency
+	// keys, the distribution column on Citus (0: no key).
+	Keys int
+	// DeleteOnSuccess makes W5's and W6's working clients delete succeeded jobs, as
+	// docs/citus.md recommends on Citus (W5 then runs once, without its W5d pass).
+	DeleteOnSuccess bool
+	// Cluster is a Citus coordinator beside Pool, a plain node, for the workloads that
+	// compare the two or run on the cluster (C1, CH, CN, CQ; docs/citus.md,
+	// "Benchmarks on the cluster"); nil without one.
+	Cluster *Env
 }
 
 func (e *Env) n(full int) int {
@@ -124,6 +138,11 @@ func All() []Workload {
 		{"E1", "the per-enqueue cost breakdown: W1's insert against schemas each lacking one cost (an index, a trigger, the lineage row, the NOTIFY, the statement's shape), 1 and 16 connections, 5 interleaved rounds, with the server's CPU per enqueue (run only when named)", isolated(runE1), true},
 		{"W13", "the Node client's worker on the SQL worker protocol against the Go worker, both at concurrency 16: 20,000 pre-inserted jobs in each of 3 rounds alternating which goes first, then pickup at 100 jobs/s (needs node and a built clients/node; run only when named)", isolated(runW13), true},
 		{"W14", "hours without drift: 70% of W5's rate for 30 min, beside a control run of the same timeline; the disturbed run holds a snapshot for the middle 10 min and runs an analytic read every 3 min (one hour in all; run only when named)", isolated(runW14), true},
+		// The Citus cluster's workloads (citus.go): run only when named, with a cluster.
+		{"C1", "W3, W5 and W6 on the plain node and on the Citus cluster, in turns, with the cluster's ratio to the plain node", runC1, true},
+		{"CH", "the router hop: enqueue, claim, heartbeat and finish of one job at a time, median and p99 per statement on the plain node and through the Citus coordinator", runCH, true},
+		{"CN", "per-node figures on the Citus cluster: W5's shape with every key on one worker node, then over all, with each node's CPU per job, and the model of jobs/s per added worker node", runCN, true},
+		{"CQ", "the quiet keys' wait on the Citus cluster while key A holds 1,000,000 pending jobs", runCQ, true},
 	}
 }
 
@@ -150,7 +169,7 @@ func Select(spec string) ([]Workload, error) {
 			found = found || w.Name == name
 		}
 		if !found {
-			return nil, fmt.Errorf("unknown workload %q (B0…B3, W1…W14, W10C, W10L, W5PY, W13, E1, F1, D1, G1 or all)", name)
+			return nil, fmt.Errorf("unknown workload %q (B0…B3, W1…W14, W10C, W10L, W5PY, W13, E1, F1, D1, G1, C1, CH, CN, CQ or all)", name)
 		}
 	}
 	if want["W14"] {
@@ -205,6 +224,11 @@ func isolated(run func(context.Context, *Env) (*Result, error)) func(context.Con
 
 // schema creates a fresh, migrated schema for a workload.
 func (e *Env) schema(ctx context.Context, name string) (string, error) {
+	if e.Citus {
+		// Citus 13.2 sends a migration's function to the worker nodes with the schema's
+		// name folded to lower case, which fails for "bench_W5".
+		name = strings.ToLower(name)
+	}
 	if _, err := e.Pool.Exec(ctx, `DROP SCHEMA IF EXISTS "`+name+`" CASCADE`); err != nil {
 		return "", err
 	}
@@ -212,7 +236,37 @@ func (e *Env) schema(ctx context.Context, name string) (string, error) {
 	if _, err := migrate.Up(ctx, e.Pool, name); err != nil {
 		return "", err
 	}
+	if e.Citus {
+		if _, err := migrate.Citus(ctx, e.Pool, name); err != nil {
+			return "", fmt.Errorf("the Citus layout of %s: %w", name, err)
+		}
+	}
 	return name, nil
+}
+
+// clientConfig is cfg for a workload's client on e: with e.DeleteOnSuccess it deletes
+// succeeded jobs, and on Citus the scheduler and the retention service are off, as
+// Client.Start requires there (docs/citus.md, "Workers on Citus").
+func (e *Env) clientConfig(cfg skiplock.Config) skiplock.Config {
+	cfg.DeleteOnSuccess = cfg.DeleteOnSuccess || e.DeleteOnSuccess
+	if e.Citus {
+		cfg.SchedulerInterval = -1
+		cfg.Retention.Interval = -1
+	}
+	return cfg
+}
+
+// key is the concurrency key of the i-th job of W3, W5 or W6: one of e.Keys, round
+// robin, or none.
+func (e *Env) key(i int) string { return keyName(i, e.Keys) }
+
+// keyName is the i-th job's concurrency key when the jobs are spread round robin over
+// keys keys ("tenant-0" …), or none when keys is 0.
+func keyName(i, keys int) string {
+	if keys <= 0 {
+		return ""
+	}
+	return "tenant-" + strconv.Itoa((i%keys+keys)%keys)
 }
 
 // schemaClient creates a fresh, migrated schema, opens a pool of conns connections

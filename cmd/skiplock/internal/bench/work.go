@@ -24,6 +24,12 @@ type workOpts struct {
 	limits          []skiplock.Limit // set before the client starts
 	jobTime         time.Duration    // each handler's duration (0: returns at once)
 	fair            bool             // the queue is fair by concurrency key (docs/fairness.md)
+	// keysFor, when set, names the keys the jobs are spread over, round robin, once the
+	// schema is made (CN places them on one node); it wins over keys.
+	keysFor func(ctx context.Context, schema string) ([]string, error)
+	// clock, when set, is called just before the clock starts (false) and just after it
+	// stops (true).
+	clock func(stopped bool)
 }
 
 // work works o.n pre-inserted jobs with one client and reports the rate, and the
@@ -33,7 +39,19 @@ func work(ctx context.Context, e *Env, o workOpts) (*Result, map[float64]time.Du
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := preinsertKeyed(ctx, e, schema, o.n, o.keys); err != nil {
+	if o.keys == 0 {
+		o.keys = e.Keys
+	}
+	o.deleteOnSuccess = o.deleteOnSuccess || e.DeleteOnSuccess
+	keyOf := func(i int) string { return keyName(i, o.keys) }
+	if o.keysFor != nil {
+		names, err := o.keysFor(ctx, schema)
+		if err != nil {
+			return nil, nil, err
+		}
+		keyOf = func(i int) string { return names[i%len(names)] }
+	}
+	if err := preinsertKeys(ctx, e, schema, o.n, keyOf); err != nil {
 		return nil, nil, err
 	}
 	pool, err := e.pool(ctx, 8)
@@ -56,8 +74,8 @@ func work(ctx context.Context, e *Env, o workOpts) (*Result, map[float64]time.Du
 	if err := ws.AddHandler("noop", h, nil); err != nil {
 		return nil, nil, err
 	}
-	c, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema, Workers: ws, DeleteOnSuccess: o.deleteOnSuccess,
-		Limits: o.limits, Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: o.workers}}})
+	c, err := skiplock.NewClient(pool, e.clientConfig(skiplock.Config{Schema: schema, Workers: ws, DeleteOnSuccess: o.deleteOnSuccess,
+		Limits: o.limits, Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: {MaxWorkers: o.workers}}}))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -69,6 +87,9 @@ func work(ctx context.Context, e *Env, o workOpts) (*Result, map[float64]time.Du
 	done := func() int64 { return c.Counters().Succeeded }
 	stopProgress := e.progress(o.name, o.n, done)
 	marks := map[float64]time.Duration{}
+	if o.clock != nil {
+		o.clock(false)
+	}
 	start := time.Now()
 	if err := c.Start(ctx); err != nil {
 		return nil, nil, err
@@ -86,6 +107,9 @@ func work(ctx context.Context, e *Env, o workOpts) (*Result, map[float64]time.Du
 		<-time.After(time.Millisecond)
 	}
 	elapsed := time.Since(start)
+	if o.clock != nil {
+		o.clock(true)
+	}
 	for ; next < len(o.marks); next++ {
 		marks[o.marks[next]] = elapsed
 	}
@@ -136,9 +160,18 @@ func runW5(ctx context.Context, e *Env) (*Result, error) {
 	// conditions on the machine issue #16 was filed from. The line is that machine's: on
 	// another, measure the peer with tools/peers/graphile-worker and judge by 1.3× its
 	// figure (docs/benchmarks-archive.md, "Peers measured on this machine").
-	r.judgeBy("≥ 37,000 jobs/s", atLeast(37000))
 	e.w5 = r.JobsPerSec
 	r.Extra["concurrency"] = W5Workers
+	if e.DeleteOnSuccess {
+		// Every job was deleted on success already (the Citus layout's setting): the
+		// single node's target and the W5d pass do not apply.
+		r.Extra["delete_on_success"] = true
+		if e.Keys > 0 {
+			r.Extra["keys"] = e.Keys
+		}
+		return r, nil
+	}
+	r.judgeBy("≥ 37,000 jobs/s", atLeast(37000))
 	d, _, err := work(ctx, e, workOpts{name: "W5d", n: e.n(50000), workers: W5Workers, deleteOnSuccess: true})
 	if err != nil {
 		return nil, err
