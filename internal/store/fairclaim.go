@@ -16,6 +16,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -113,6 +114,20 @@ func fairWeight(k string) string {
 // each such key, up to its share plus the room. So a burst of one key still fills
 // whole claims while the other keys have little to do.
 func fairCandidates() string {
+	return fairSources() + `,
+` + fairLanes("cand", fairPos, "")
+}
+
+// fairPosOrder is the fair order of the candidates (fairLanes' u), and fairPos their
+// place in it.
+const (
+	fairPosOrder = `u.lane, u.p, u.round, u.wpos, u.i, u.run_at, u.id`
+	fairPos      = `row_number() OVER (ORDER BY ` + fairPosOrder + `) AS pos`
+)
+
+// fairSources is the CTEs of fairCandidates before cand: ex (the express lane),
+// rounds, fc1, spare and fc (the fair lane's candidates of each key of the walk).
+func fairSources() string {
 	return `ex AS MATERIALIZED (
   SELECT jobs.id, jobs.queue, jobs.kind, jobs.concurrency_key AS ckey, jobs.priority, jobs.run_at
   FROM {{s}}.jobs
@@ -143,15 +158,22 @@ fc AS MATERIALIZED (
   SELECT c.id, c.queue, c.kind, c.ckey, c.priority, c.run_at, s.wpos, ceil(c.i::numeric / s.weight)::int, c.i, s.weight
   FROM fc1 s CROSS JOIN LATERAL (` + fairKeyJobs("s.ckey", "s.lim + (SELECT n FROM spare)", "true") + `) c
   WHERE s.i = s.lim AND (SELECT n FROM spare) > 0 AND c.i > s.lim
-),
-cand AS MATERIALIZED (
+)`
+}
+
+// fairLanes is the CTE name over the candidates of both lanes (ex, then fc) in fair
+// order — by lane, then the express lane's priority, then round, the key's place in
+// the walk and claim order within the key — with the column pos (an expression over
+// u) and the tail tail (an ORDER BY and LIMIT, or nothing).
+func fairLanes(name, pos, tail string) string {
+	return name + ` AS MATERIALIZED (
   SELECT u.id, u.queue, u.kind, u.ckey, u.priority, u.run_at, u.wpos, u.round, u.weight,
-         row_number() OVER (ORDER BY u.lane, u.p, u.round, u.wpos, u.i, u.run_at, u.id) AS pos
+         ` + pos + `
   FROM (
     SELECT e.id, e.queue, e.kind, e.ckey, e.priority, e.run_at, 0 AS lane, -e.priority AS p, 0 AS round, 0 AS wpos, 0::bigint AS i, 0 AS weight FROM ex e
     UNION ALL
     SELECT f.id, f.queue, f.kind, f.ckey, f.priority, f.run_at, 1, 0, f.round, f.wpos, f.i, f.weight FROM fc f
-  ) u
+  ) u` + tail + `
 )`
 }
 
@@ -204,7 +226,7 @@ func fairClaimed(pick, extra string) string {
 // concurrency_key = $k: docs/fairness.md.)
 func fairKeyJobs(k, limit, when string) string {
 	return `
-    SELECT x.*, row_number() OVER (ORDER BY x.priority DESC, x.run_at, x.id) AS i FROM (
+    SELECT x.*, row_number() OVER (ORDER BY x.ckey, x.priority DESC, x.run_at, x.id) AS i FROM (
       SELECT jobs.id, jobs.queue, jobs.kind, jobs.concurrency_key AS ckey, jobs.priority, jobs.run_at
       FROM {{s}}.jobs
       WHERE ` + when + ` AND jobs.status = 'pending' AND jobs.queue = $2 AND jobs.concurrency_key >= ` + k + ` AND jobs.concurrency_key <= ` + k + `
@@ -225,18 +247,24 @@ func fairKeyJobs(k, limit, when string) string {
 // nested loop, quadratic in the claim: 88 ms of a claim of 600).
 func fairAdvance(taken string) string {
 	return `rot AS (
-  INSERT INTO {{s}}.fair_rotation AS r (queue, last_key, more, turns, updated_at)
-  SELECT $2, coalesce(
-           (SELECT c.ckey FROM cand c WHERE c.wpos > 0 AND c.pos <= (SELECT max(k.pos) FROM ` + taken + ` k)
-            ORDER BY c.pos DESC LIMIT 1),
+` + fairRotate(`(SELECT c.ckey FROM cand c WHERE c.wpos > 0 AND c.pos <= (SELECT max(k.pos) FROM `+taken+` k)
+            ORDER BY c.pos DESC LIMIT 1)`) + `
+)`
+}
+
+// fairRotate is fairAdvance's statement, the rotation moved on to the key last (a
+// subquery: NULL when the claim took no job of the fair lane) or else to the last key
+// the walk visited.
+func fairRotate(last string) string {
+	return `  INSERT INTO {{s}}.fair_rotation AS r (queue, last_key, more, turns, updated_at)
+  SELECT $2, coalesce(` + last + `,
            (SELECT w.key FROM walk w ORDER BY w.n DESC LIMIT 1)),
          (SELECT max(w.n) >= $5 OR max(w.wsum) >= $5 FROM walk w), 1, t.now
   FROM t
   WHERE EXISTS (SELECT 1 FROM walk)
   ON CONFLICT (queue) DO UPDATE SET last_key = excluded.last_key, more = excluded.more,
     turns = r.turns + 1, updated_at = excluded.updated_at
-  RETURNING r.more
-)`
+  RETURNING r.more`
 }
 
 // fairClaimSQL is the fair claim of a queue no limit governs ($1 now, $2 queue, $3
@@ -250,13 +278,26 @@ func fairClaimSQL() string {
 	return `
 WITH RECURSIVE
 ` + fairWalk(unlimited) + `,
-` + fairCandidates() + `,
-pick AS MATERIALIZED (
-  SELECT c.id, c.pos FROM cand c ORDER BY c.pos LIMIT $5
+` + fairSources() + `,
+` + fairLanes("pick", fairPos, "\n  ORDER BY "+fairPosOrder+"\n  LIMIT $5") + `,
+km AS MATERIALIZED (
+  SELECT coalesce(jsonb_object_agg(w.key, jsonb_build_array(w.n, w.weight)), '{}') AS m FROM walk w
 ),
-` + fairOrder("pick") + `,
-` + fairClaimed("pick", "") + `,
-` + fairAdvance("pick") + `
+` + startMap("pick", "pos", "$6") + `,
+claimed AS (
+  UPDATE {{s}}.jobs AS j
+  ` + claimSet + `,
+    slot_of = NULL, slot_token = NULL,
+    ` + claimStarted + `
+  FROM t
+  WHERE j.id = ANY(ARRAY(SELECT id FROM pick)) AND ` + stillPending + ` AND t.async IS NOT NULL
+  RETURNING ` + claimReturns + `,
+    CASE WHEN j.priority >= t.bypass THEN 0 ELSE coalesce(((SELECT km.m FROM km) -> j.concurrency_key ->> 0)::int, 0) END AS wpos,
+    CASE WHEN j.priority >= t.bypass THEN 0 ELSE coalesce(((SELECT km.m FROM km) -> j.concurrency_key ->> 1)::int, 0) END AS weight
+),
+rot AS (
+` + fairRotate(`(SELECT k.ckey FROM pick k WHERE k.wpos > 0 ORDER BY k.pos DESC LIMIT 1)`) + `
+)
 SELECT c.*, coalesce((SELECT r.more FROM rot r), false) AS more FROM claimed c`
 }
 
@@ -433,10 +474,27 @@ func (s *Store) ClaimFair(ctx context.Context, db Batcher, now *time.Time, p Cla
 	if err := pl.end(br); err != nil {
 		return FairClaim{}, err
 	}
+	for i := range jobs {
+		out.More = out.More || ext[i].more
+	}
+	if !limited {
+		// The unlimited claim returns each job's key's place in the walk (wpos, 0
+		// for the express lane) rather than the job's place in the fair order: that
+		// needs a map by job, which cost a claim of 1,000 jobs about as much as its
+		// candidates' order (docs/fairness.md, "Fourth pass"). fairPlaces rebuilds
+		// the order from it.
+		wpos := make([]int, len(jobs))
+		weights := make([]int, len(jobs))
+		for i := range ext {
+			wpos[i], weights[i] = int(ext[i].pos), ext[i].weight
+		}
+		for i, pos := range fairPlaces(jobs, wpos, weights) {
+			ext[i].pos = pos
+		}
+	}
 	order := make(map[*Job]extra, len(jobs))
 	for i, j := range jobs {
 		order[j] = ext[i]
-		out.More = out.More || ext[i].more
 	}
 	sortBatch(jobs, func(a, b *Job) int { return cmp.Compare(order[a].pos, order[b].pos) })
 	out.Jobs = jobs
@@ -445,6 +503,57 @@ func (s *Store) ClaimFair(ctx context.Context, db Batcher, now *time.Time, p Cla
 		out.Weights[i] = order[j].weight
 	}
 	return out, nil
+}
+
+// fairPlaces returns the place of each of jobs in the fair claim's order (fairPos:
+// by lane, the express lane's priority, round, the key's place in the walk, then
+// claim order within the key), from each job's key's place in the walk (wpos) and
+// weight, both 0 for a job of the express lane. A key's jobs in a claim are the
+// first of its candidates in claim order (priority, run_at, id), so a job's number
+// among its key's jobs in the fair lane (i) is its rank among those the claim took,
+// and its round is i divided by the key's weight, rounded up.
+func fairPlaces(jobs []*Job, wpos, weights []int) []int64 {
+	type place struct {
+		lane, p, round, wpos, i int
+		j                       *Job
+		at                      int
+	}
+	claimOrder := func(a, b *Job) int {
+		if c := cmp.Compare(b.Priority, a.Priority); c != 0 {
+			return c
+		}
+		if c := a.RunAt.Compare(b.RunAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	}
+	ps := make([]place, len(jobs))
+	byKey := map[string][]int{}
+	for n, j := range jobs {
+		ps[n] = place{j: j, at: n}
+		if weights[n] <= 0 {
+			ps[n].p = -j.Priority
+			continue
+		}
+		ps[n].lane, ps[n].wpos = 1, wpos[n]
+		byKey[j.ConcurrencyKey] = append(byKey[j.ConcurrencyKey], n)
+	}
+	for _, ns := range byKey {
+		slices.SortFunc(ns, func(a, b int) int { return claimOrder(jobs[a], jobs[b]) })
+		for r, n := range ns {
+			ps[n].i = r + 1
+			ps[n].round = (r + weights[n]) / weights[n]
+		}
+	}
+	slices.SortFunc(ps, func(a, b place) int {
+		return cmp.Or(cmp.Compare(a.lane, b.lane), cmp.Compare(a.p, b.p), cmp.Compare(a.round, b.round),
+			cmp.Compare(a.wpos, b.wpos), cmp.Compare(a.i, b.i), claimOrder(a.j, b.j))
+	})
+	out := make([]int64, len(jobs))
+	for pos, x := range ps {
+		out[x.at] = int64(pos + 1)
+	}
+	return out
 }
 
 // FairQueue is a fair queue's setting: its name and bypass priority (nil: none).
