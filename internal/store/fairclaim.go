@@ -280,9 +280,6 @@ WITH RECURSIVE
 ` + fairWalk(unlimited) + `,
 ` + fairSources() + `,
 ` + fairLanes("pick", fairPos, "\n  ORDER BY "+fairPosOrder+"\n  LIMIT $5") + `,
-km AS MATERIALIZED (
-  SELECT coalesce(jsonb_object_agg(w.key, jsonb_build_array(w.n, w.weight)), '{}') AS m FROM walk w
-),
 ` + startMap("pick", "pos", "$6") + `,
 claimed AS (
   UPDATE {{s}}.jobs AS j
@@ -291,14 +288,15 @@ claimed AS (
     ` + claimStarted + `
   FROM t
   WHERE j.id = ANY(ARRAY(SELECT id FROM pick)) AND ` + stillPending + ` AND t.async IS NOT NULL
-  RETURNING ` + claimReturns + `,
-    CASE WHEN j.priority >= t.bypass THEN 0 ELSE coalesce(((SELECT km.m FROM km) -> j.concurrency_key ->> 0)::int, 0) END AS wpos,
-    CASE WHEN j.priority >= t.bypass THEN 0 ELSE coalesce(((SELECT km.m FROM km) -> j.concurrency_key ->> 1)::int, 0) END AS weight
+  RETURNING ` + claimReturns + `, (j.priority >= t.bypass) IS TRUE AS express
 ),
 rot AS (
 ` + fairRotate(`(SELECT k.ckey FROM pick k WHERE k.wpos > 0 ORDER BY k.pos DESC LIMIT 1)`) + `
 )
-SELECT c.*, coalesce((SELECT r.more FROM rot r), false) AS more FROM claimed c`
+SELECT c.*, coalesce((SELECT r.more FROM rot r), false) AS more,
+  CASE WHEN row_number() OVER () = 1 THEN (SELECT array_agg(w.key ORDER BY w.n) FROM walk w) END AS keys,
+  CASE WHEN row_number() OVER () = 1 AND (SELECT weighted FROM t) THEN (SELECT array_agg(w.weight ORDER BY w.n) FROM walk w) END AS weights
+FROM claimed c`
 }
 
 // fairLimitedClaimSQL is the fair claim of a queue some limit governs: the fair
@@ -452,23 +450,36 @@ func (s *Store) ClaimFair(ctx context.Context, db Batcher, now *time.Time, p Cla
 	// Each row's extras are scanned before the next row appends to ext, so a pointer
 	// into its current backing array is safe.
 	type extra struct {
-		pos    int64
-		weight int
-		more   bool
+		pos     int64
+		weight  int
+		more    bool
+		express bool
 	}
 	var ext []extra
+	// The unlimited claim's walk: its keys in order, and their weights when the
+	// queue has any, sent with its first row only (NULL in the others, which scan
+	// as nil: each row's are kept before the next row is scanned).
+	var keys, rowKeys []string
+	var weights, rowWeights []int32
+	keep := func() {
+		if rowKeys != nil {
+			keys, weights = rowKeys, rowWeights
+		}
+	}
 	jobs, err := collectJobRows(rows, err, func(d []any, j *Job) []any {
 		ext = append(ext, extra{})
 		x := &ext[len(ext)-1]
-		d = append(d, &j.Unblocks, &x.pos, &x.weight)
+		d = append(d, &j.Unblocks)
 		if limited {
-			d = append(d, &j.Rated)
+			return append(d, &x.pos, &x.weight, &j.Rated, &x.more)
 		}
-		return append(d, &x.more)
+		keep()
+		return append(d, &x.express, &x.more, &rowKeys, &rowWeights)
 	})
 	if err != nil {
 		return out, err
 	}
+	keep()
 	// Jobs read before a failed commit were never claimed: none are returned with
 	// the error (pipeline.end).
 	if err := pl.end(br); err != nil {
@@ -478,19 +489,9 @@ func (s *Store) ClaimFair(ctx context.Context, db Batcher, now *time.Time, p Cla
 		out.More = out.More || ext[i].more
 	}
 	if !limited {
-		// The unlimited claim returns each job's key's place in the walk (wpos, 0
-		// for the express lane) rather than the job's place in the fair order: that
-		// needs a map by job, which cost a claim of 1,000 jobs about as much as its
-		// candidates' order (docs/fairness.md, "Fourth pass"). fairPlaces rebuilds
-		// the order from it.
-		wpos := make([]int, len(jobs))
-		weights := make([]int, len(jobs))
-		for i := range ext {
-			wpos[i], weights[i] = int(ext[i].pos), ext[i].weight
-		}
-		for i, pos := range fairPlaces(jobs, wpos, weights) {
-			ext[i].pos = pos
-		}
+		fairOrderOf(jobs, keys, weights, func(i int) bool { return ext[i].express }, func(i int, pos int64, weight int) {
+			ext[i].pos, ext[i].weight = pos, weight
+		})
 	}
 	order := make(map[*Job]extra, len(jobs))
 	for i, j := range jobs {
@@ -503,6 +504,38 @@ func (s *Store) ClaimFair(ctx context.Context, db Batcher, now *time.Time, p Cla
 		out.Weights[i] = order[j].weight
 	}
 	return out, nil
+}
+
+// fairOrderOf is the fair order of the jobs an unlimited fair claim took, rebuilt
+// from the keys its walk visited, in order, and their weights (none: each weighs 1):
+// it calls set with each job's place (by its index in jobs) and its key's weight (0
+// for a job of the express lane, express). The statement returns the walk once
+// rather than each job's place in the fair order: that took a map by job, built and
+// read in the statement, which cost a claim of 1,000 jobs about as much as the order
+// of its candidates (docs/fairness.md, "Fourth pass").
+func fairOrderOf(jobs []*Job, keys []string, weights []int32, express func(i int) bool, set func(i int, pos int64, weight int)) {
+	at := make(map[string]int, len(keys))
+	for i, k := range keys {
+		at[k] = i
+	}
+	wpos := make([]int, len(jobs))
+	ws := make([]int, len(jobs))
+	for i, j := range jobs {
+		if express(i) {
+			continue
+		}
+		n, ok := at[j.ConcurrencyKey]
+		if !ok { // not a key of the walk (it cannot be): last in its round
+			n = len(keys)
+		}
+		wpos[i], ws[i] = n+1, 1
+		if n < len(weights) && weights[n] > 0 {
+			ws[i] = int(weights[n])
+		}
+	}
+	for i, pos := range fairPlaces(jobs, wpos, ws) {
+		set(i, pos, ws[i])
+	}
 }
 
 // fairPlaces returns the place of each of jobs in the fair claim's order (fairPos:
