@@ -177,30 +177,37 @@ func fairLanes(name, pos, tail string) string {
 )`
 }
 
-// fairOrder is the CTE po: the fair order (pos) and the key's weight (0 for the
-// bypass lane) of each candidate (cand), as one jsonb object of [pos, weight] by id,
-// which the claim's RETURNING reads (as successorMap); and the CTE st, the jobs of
-// relation pick (id, pos) that start at once (startMap). The engine hands a claim's
-// jobs to its executors in the order they were chosen, and those that wait for an
-// executor wait by key, each key taking its weight of jobs per turn (across claims),
-// so that the job of a key enqueued after another key's backlog does not run after
-// the jobs of that backlog a claim took.
+// fairOrder is the limited fair claim's CTE po: the fair order (pos) and the key's
+// weight (0 for the bypass lane) of each candidate (cand), as one jsonb object of
+// [pos, weight] by id, which its RETURNING reads (fairPlace); and the CTE st, the
+// jobs of relation pick (id, pos) that start at once (startMap). The engine hands a
+// claim's jobs to its executors in the order they were chosen, and those that wait
+// for an executor wait by key, each key taking its weight of jobs per turn (across
+// claims), so that the job of a key enqueued after another key's backlog does not
+// run after the jobs of that backlog a claim took. (The unlimited claim returns its
+// walk instead, once, and the store rebuilds the order: fairOrderOf.)
 func fairOrder(pick string) string {
 	return `po AS MATERIALIZED (SELECT coalesce(jsonb_object_agg(c.id::text, jsonb_build_array(c.pos, c.weight)), '{}') AS m FROM cand c),
 ` + startMap(pick, "pos", "$6")
 }
 
+// fairPlace is what the limited fair claim's RETURNING adds for each job: its place
+// in the fair order and its key's weight, from po (fairOrder).
+const fairPlace = `((SELECT po.m FROM po) -> j.id::text ->> 0)::bigint AS pos,
+    ((SELECT po.m FROM po) -> j.id::text ->> 1)::int AS weight`
+
 // fairClaimed is the CTE claimed: the fair claim's UPDATE, which leases the jobs of
-// relation pick (id) that are still pending (stillPending) and returns each with its
-// fair order (po: fairOrder) and then extra. This is where the fair claims set status
-// 'running' (claimSet).
+// relation pick (id) that are still pending (stillPending) and returns each
+// (claimReturns) and then returns, the columns the claim adds. This is where the
+// fair claims set status 'running' (claimSet).
 //
-// The maps po and st are read as subqueries (InitPlans, evaluated once), not joined:
-// a one-row CTE in the update's FROM is read again for every job it updates, and a
-// CTE scan copies its row each time, so each job copied both maps, whose size grows
-// with the claim — quadratic in the claim's size. In a claim of 1,000 jobs that copy
-// was a quarter of the statement's CPU time (docs/fairness.md, "Third pass").
-func fairClaimed(pick, extra string) string {
+// The maps it reads (st, and the limited claim's po) are read as subqueries
+// (InitPlans, evaluated once), not joined: a one-row CTE in the update's FROM is
+// read again for every job it updates, and a CTE scan copies its row each time, so
+// each job copied both maps, whose size grows with the claim — quadratic in the
+// claim's size. In a claim of 1,000 jobs that copy was a quarter of the statement's
+// CPU time (docs/fairness.md, "Third pass").
+func fairClaimed(pick, returns string) string {
 	return `claimed AS (
   UPDATE {{s}}.jobs AS j
   ` + claimSet + `,
@@ -208,8 +215,7 @@ func fairClaimed(pick, extra string) string {
     ` + claimStarted + `
   FROM t
   WHERE j.id = ANY(ARRAY(SELECT id FROM ` + pick + `)) AND ` + stillPending + ` AND t.async IS NOT NULL
-  RETURNING ` + claimReturns + `, ((SELECT po.m FROM po) -> j.id::text ->> 0)::bigint AS pos,
-    ((SELECT po.m FROM po) -> j.id::text ->> 1)::int AS weight` + extra + `
+  RETURNING ` + claimReturns + `, ` + returns + `
 )`
 }
 
@@ -274,6 +280,12 @@ func fairRotate(last string) string {
 // that has not heard of the queue's fairness yet, or an operator's cancel, cannot
 // make it take a job twice. Its UPDATE (fairClaimed) is where the fair claim sets
 // status 'running' (claimSet).
+//
+// Its candidates of both lanes are ordered, cut to $5 and numbered in one pass
+// (pick), and it returns with its first row the keys of its walk in order (keys) and,
+// when the queue has weights, theirs (weights), from which the store rebuilds each
+// job's place in the fair order and its weight (fairOrderOf); each row says whether
+// its job is of the express lane.
 func fairClaimSQL() string {
 	return `
 WITH RECURSIVE
@@ -281,15 +293,7 @@ WITH RECURSIVE
 ` + fairSources() + `,
 ` + fairLanes("pick", fairPos, "\n  ORDER BY "+fairPosOrder+"\n  LIMIT $5") + `,
 ` + startMap("pick", "pos", "$6") + `,
-claimed AS (
-  UPDATE {{s}}.jobs AS j
-  ` + claimSet + `,
-    slot_of = NULL, slot_token = NULL,
-    ` + claimStarted + `
-  FROM t
-  WHERE j.id = ANY(ARRAY(SELECT id FROM pick)) AND ` + stillPending + ` AND t.async IS NOT NULL
-  RETURNING ` + claimReturns + `, (j.priority >= t.bypass) IS TRUE AS express
-),
+` + fairClaimed("pick", `(j.priority >= t.bypass) IS TRUE AS express`) + `,
 rot AS (
 ` + fairRotate(`(SELECT k.ckey FROM pick k WHERE k.wpos > 0 ORDER BY k.pos DESC LIMIT 1)`) + `
 )
@@ -320,7 +324,7 @@ rated AS (
   SELECT id, scope, target, bkey, per_us FROM f_cb WHERE rate IS NOT NULL AND ` + limRated + `
 ),
 ` + fairOrder("f_pick") + `,
-` + fairClaimed("f_pick", ", j.id IN (SELECT r.id FROM rated r) AS rated") + `,
+` + fairClaimed("f_pick", fairPlace+", j.id IN (SELECT r.id FROM rated r) AS rated") + `,
 ` + startsLogged + `,
 ` + fairAdvance("f_pick") + `
 SELECT c.*, coalesce((SELECT r.more FROM rot r), false) AS more FROM claimed c`
@@ -420,7 +424,7 @@ type FairClaim struct {
 
 // ClaimFair is Claim for a fair queue (fairClaimSQL; limited: fairLimitedClaimSQL,
 // for a queue some limit may govern). Rows come back in the fair order they were
-// chosen in (fairOrder), not in claim order. p.After, p.Lag and p.Preds are not used.
+// chosen in (fairOrder, fairOrderOf), not in claim order. p.After, p.Lag and p.Preds are not used.
 func (s *Store) ClaimFair(ctx context.Context, db Batcher, now *time.Time, p ClaimParams, limited bool) (FairClaim, error) {
 	var out FairClaim
 	claim := s.fair.claim
