@@ -16,6 +16,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -113,6 +114,20 @@ func fairWeight(k string) string {
 // each such key, up to its share plus the room. So a burst of one key still fills
 // whole claims while the other keys have little to do.
 func fairCandidates() string {
+	return fairSources() + `,
+` + fairLanes("cand", fairPos, "")
+}
+
+// fairPosOrder is the fair order of the candidates (fairLanes' u), and fairPos their
+// place in it.
+const (
+	fairPosOrder = `u.lane, u.p, u.round, u.wpos, u.i, u.run_at, u.id`
+	fairPos      = `row_number() OVER (ORDER BY ` + fairPosOrder + `) AS pos`
+)
+
+// fairSources is the CTEs of fairCandidates before cand: ex (the express lane),
+// rounds, fc1, spare and fc (the fair lane's candidates of each key of the walk).
+func fairSources() string {
 	return `ex AS MATERIALIZED (
   SELECT jobs.id, jobs.queue, jobs.kind, jobs.concurrency_key AS ckey, jobs.priority, jobs.run_at
   FROM {{s}}.jobs
@@ -143,42 +158,56 @@ fc AS MATERIALIZED (
   SELECT c.id, c.queue, c.kind, c.ckey, c.priority, c.run_at, s.wpos, ceil(c.i::numeric / s.weight)::int, c.i, s.weight
   FROM fc1 s CROSS JOIN LATERAL (` + fairKeyJobs("s.ckey", "s.lim + (SELECT n FROM spare)", "true") + `) c
   WHERE s.i = s.lim AND (SELECT n FROM spare) > 0 AND c.i > s.lim
-),
-cand AS MATERIALIZED (
+)`
+}
+
+// fairLanes is the CTE name over the candidates of both lanes (ex, then fc) in fair
+// order — by lane, then the express lane's priority, then round, the key's place in
+// the walk and claim order within the key — with the column pos (an expression over
+// u) and the tail tail (an ORDER BY and LIMIT, or nothing).
+func fairLanes(name, pos, tail string) string {
+	return name + ` AS MATERIALIZED (
   SELECT u.id, u.queue, u.kind, u.ckey, u.priority, u.run_at, u.wpos, u.round, u.weight,
-         row_number() OVER (ORDER BY u.lane, u.p, u.round, u.wpos, u.i, u.run_at, u.id) AS pos
+         ` + pos + `
   FROM (
     SELECT e.id, e.queue, e.kind, e.ckey, e.priority, e.run_at, 0 AS lane, -e.priority AS p, 0 AS round, 0 AS wpos, 0::bigint AS i, 0 AS weight FROM ex e
     UNION ALL
     SELECT f.id, f.queue, f.kind, f.ckey, f.priority, f.run_at, 1, 0, f.round, f.wpos, f.i, f.weight FROM fc f
-  ) u
+  ) u` + tail + `
 )`
 }
 
-// fairOrder is the CTE po: the fair order (pos) and the key's weight (0 for the
-// bypass lane) of each candidate (cand), as one jsonb object of [pos, weight] by id,
-// which the claim's RETURNING reads (as successorMap); and the CTE st, the jobs of
-// relation pick (id, pos) that start at once (startMap). The engine hands a claim's
-// jobs to its executors in the order they were chosen, and those that wait for an
-// executor wait by key, each key taking its weight of jobs per turn (across claims),
-// so that the job of a key enqueued after another key's backlog does not run after
-// the jobs of that backlog a claim took.
+// fairOrder is the limited fair claim's CTE po: the fair order (pos) and the key's
+// weight (0 for the bypass lane) of each candidate (cand), as one jsonb object of
+// [pos, weight] by id, which its RETURNING reads (fairPlace); and the CTE st, the
+// jobs of relation pick (id, pos) that start at once (startMap). The engine hands a
+// claim's jobs to its executors in the order they were chosen, and those that wait
+// for an executor wait by key, each key taking its weight of jobs per turn (across
+// claims), so that the job of a key enqueued after another key's backlog does not
+// run after the jobs of that backlog a claim took. (The unlimited claim returns its
+// walk instead, once, and the store rebuilds the order: fairOrderOf.)
 func fairOrder(pick string) string {
 	return `po AS MATERIALIZED (SELECT coalesce(jsonb_object_agg(c.id::text, jsonb_build_array(c.pos, c.weight)), '{}') AS m FROM cand c),
 ` + startMap(pick, "pos", "$6")
 }
 
+// fairPlace is what the limited fair claim's RETURNING adds for each job: its place
+// in the fair order and its key's weight, from po (fairOrder).
+const fairPlace = `((SELECT po.m FROM po) -> j.id::text ->> 0)::bigint AS pos,
+    ((SELECT po.m FROM po) -> j.id::text ->> 1)::int AS weight`
+
 // fairClaimed is the CTE claimed: the fair claim's UPDATE, which leases the jobs of
-// relation pick (id) that are still pending (stillPending) and returns each with its
-// fair order (po: fairOrder) and then extra. This is where the fair claims set status
-// 'running' (claimSet).
+// relation pick (id) that are still pending (stillPending) and returns each
+// (claimReturns) and then returns, the columns the claim adds. This is where the
+// fair claims set status 'running' (claimSet).
 //
-// The maps po and st are read as subqueries (InitPlans, evaluated once), not joined:
-// a one-row CTE in the update's FROM is read again for every job it updates, and a
-// CTE scan copies its row each time, so each job copied both maps, whose size grows
-// with the claim — quadratic in the claim's size. In a claim of 1,000 jobs that copy
-// was a quarter of the statement's CPU time (docs/fairness.md, "Third pass").
-func fairClaimed(pick, extra string) string {
+// The maps it reads (st, and the limited claim's po) are read as subqueries
+// (InitPlans, evaluated once), not joined: a one-row CTE in the update's FROM is
+// read again for every job it updates, and a CTE scan copies its row each time, so
+// each job copied both maps, whose size grows with the claim — quadratic in the
+// claim's size. In a claim of 1,000 jobs that copy was a quarter of the statement's
+// CPU time (docs/fairness.md, "Third pass").
+func fairClaimed(pick, returns string) string {
 	return `claimed AS (
   UPDATE {{s}}.jobs AS j
   ` + claimSet + `,
@@ -186,8 +215,7 @@ func fairClaimed(pick, extra string) string {
     ` + claimStarted + `
   FROM t
   WHERE j.id = ANY(ARRAY(SELECT id FROM ` + pick + `)) AND ` + stillPending + ` AND t.async IS NOT NULL
-  RETURNING ` + claimReturns + `, ((SELECT po.m FROM po) -> j.id::text ->> 0)::bigint AS pos,
-    ((SELECT po.m FROM po) -> j.id::text ->> 1)::int AS weight` + extra + `
+  RETURNING ` + claimReturns + `, ` + returns + `
 )`
 }
 
@@ -204,7 +232,7 @@ func fairClaimed(pick, extra string) string {
 // concurrency_key = $k: docs/fairness.md.)
 func fairKeyJobs(k, limit, when string) string {
 	return `
-    SELECT x.*, row_number() OVER (ORDER BY x.priority DESC, x.run_at, x.id) AS i FROM (
+    SELECT x.*, row_number() OVER (ORDER BY x.ckey, x.priority DESC, x.run_at, x.id) AS i FROM (
       SELECT jobs.id, jobs.queue, jobs.kind, jobs.concurrency_key AS ckey, jobs.priority, jobs.run_at
       FROM {{s}}.jobs
       WHERE ` + when + ` AND jobs.status = 'pending' AND jobs.queue = $2 AND jobs.concurrency_key >= ` + k + ` AND jobs.concurrency_key <= ` + k + `
@@ -225,18 +253,24 @@ func fairKeyJobs(k, limit, when string) string {
 // nested loop, quadratic in the claim: 88 ms of a claim of 600).
 func fairAdvance(taken string) string {
 	return `rot AS (
-  INSERT INTO {{s}}.fair_rotation AS r (queue, last_key, more, turns, updated_at)
-  SELECT $2, coalesce(
-           (SELECT c.ckey FROM cand c WHERE c.wpos > 0 AND c.pos <= (SELECT max(k.pos) FROM ` + taken + ` k)
-            ORDER BY c.pos DESC LIMIT 1),
+` + fairRotate(`(SELECT c.ckey FROM cand c WHERE c.wpos > 0 AND c.pos <= (SELECT max(k.pos) FROM `+taken+` k)
+            ORDER BY c.pos DESC LIMIT 1)`) + `
+)`
+}
+
+// fairRotate is fairAdvance's statement, the rotation moved on to the key last (a
+// subquery: NULL when the claim took no job of the fair lane) or else to the last key
+// the walk visited.
+func fairRotate(last string) string {
+	return `  INSERT INTO {{s}}.fair_rotation AS r (queue, last_key, more, turns, updated_at)
+  SELECT $2, coalesce(` + last + `,
            (SELECT w.key FROM walk w ORDER BY w.n DESC LIMIT 1)),
          (SELECT max(w.n) >= $5 OR max(w.wsum) >= $5 FROM walk w), 1, t.now
   FROM t
   WHERE EXISTS (SELECT 1 FROM walk)
   ON CONFLICT (queue) DO UPDATE SET last_key = excluded.last_key, more = excluded.more,
     turns = r.turns + 1, updated_at = excluded.updated_at
-  RETURNING r.more
-)`
+  RETURNING r.more`
 }
 
 // fairClaimSQL is the fair claim of a queue no limit governs ($1 now, $2 queue, $3
@@ -246,18 +280,27 @@ func fairAdvance(taken string) string {
 // that has not heard of the queue's fairness yet, or an operator's cancel, cannot
 // make it take a job twice. Its UPDATE (fairClaimed) is where the fair claim sets
 // status 'running' (claimSet).
+//
+// Its candidates of both lanes are ordered, cut to $5 and numbered in one pass
+// (pick), and it returns with its first row the keys of its walk in order (keys) and,
+// when the queue has weights, theirs (weights), from which the store rebuilds each
+// job's place in the fair order and its weight (fairOrderOf); each row says whether
+// its job is of the express lane.
 func fairClaimSQL() string {
 	return `
 WITH RECURSIVE
 ` + fairWalk(unlimited) + `,
-` + fairCandidates() + `,
-pick AS MATERIALIZED (
-  SELECT c.id, c.pos FROM cand c ORDER BY c.pos LIMIT $5
-),
-` + fairOrder("pick") + `,
-` + fairClaimed("pick", "") + `,
-` + fairAdvance("pick") + `
-SELECT c.*, coalesce((SELECT r.more FROM rot r), false) AS more FROM claimed c`
+` + fairSources() + `,
+` + fairLanes("pick", fairPos, "\n  ORDER BY "+fairPosOrder+"\n  LIMIT $5") + `,
+` + startMap("pick", "pos", "$6") + `,
+` + fairClaimed("pick", `(j.priority >= t.bypass) IS TRUE AS express`) + `,
+rot AS (
+` + fairRotate(`(SELECT k.ckey FROM pick k WHERE k.wpos > 0 ORDER BY k.pos DESC LIMIT 1)`) + `
+)
+SELECT c.*, coalesce((SELECT r.more FROM rot r), false) AS more,
+  CASE WHEN row_number() OVER () = 1 THEN (SELECT array_agg(w.key ORDER BY w.n) FROM walk w) END AS keys,
+  CASE WHEN row_number() OVER () = 1 AND (SELECT weighted FROM t) THEN (SELECT array_agg(w.weight ORDER BY w.n) FROM walk w) END AS weights
+FROM claimed c`
 }
 
 // fairLimitedClaimSQL is the fair claim of a queue some limit governs: the fair
@@ -281,7 +324,7 @@ rated AS (
   SELECT id, scope, target, bkey, per_us FROM f_cb WHERE rate IS NOT NULL AND ` + limRated + `
 ),
 ` + fairOrder("f_pick") + `,
-` + fairClaimed("f_pick", ", j.id IN (SELECT r.id FROM rated r) AS rated") + `,
+` + fairClaimed("f_pick", fairPlace+", j.id IN (SELECT r.id FROM rated r) AS rated") + `,
 ` + startsLogged + `,
 ` + fairAdvance("f_pick") + `
 SELECT c.*, coalesce((SELECT r.more FROM rot r), false) AS more FROM claimed c`
@@ -381,7 +424,7 @@ type FairClaim struct {
 
 // ClaimFair is Claim for a fair queue (fairClaimSQL; limited: fairLimitedClaimSQL,
 // for a queue some limit may govern). Rows come back in the fair order they were
-// chosen in (fairOrder), not in claim order. p.After, p.Lag and p.Preds are not used.
+// chosen in (fairOrder, fairOrderOf), not in claim order. p.After, p.Lag and p.Preds are not used.
 func (s *Store) ClaimFair(ctx context.Context, db Batcher, now *time.Time, p ClaimParams, limited bool) (FairClaim, error) {
 	var out FairClaim
 	claim := s.fair.claim
@@ -411,32 +454,52 @@ func (s *Store) ClaimFair(ctx context.Context, db Batcher, now *time.Time, p Cla
 	// Each row's extras are scanned before the next row appends to ext, so a pointer
 	// into its current backing array is safe.
 	type extra struct {
-		pos    int64
-		weight int
-		more   bool
+		pos     int64
+		weight  int
+		more    bool
+		express bool
 	}
 	var ext []extra
+	// The unlimited claim's walk: its keys in order, and their weights when the
+	// queue has any, sent with its first row only (NULL in the others, which scan
+	// as nil: each row's are kept before the next row is scanned).
+	var keys, rowKeys []string
+	var weights, rowWeights []int32
+	keep := func() {
+		if rowKeys != nil {
+			keys, weights = rowKeys, rowWeights
+		}
+	}
 	jobs, err := collectJobRows(rows, err, func(d []any, j *Job) []any {
 		ext = append(ext, extra{})
 		x := &ext[len(ext)-1]
-		d = append(d, &j.Unblocks, &x.pos, &x.weight)
+		d = append(d, &j.Unblocks)
 		if limited {
-			d = append(d, &j.Rated)
+			return append(d, &x.pos, &x.weight, &j.Rated, &x.more)
 		}
-		return append(d, &x.more)
+		keep()
+		return append(d, &x.express, &x.more, &rowKeys, &rowWeights)
 	})
 	if err != nil {
 		return out, err
 	}
+	keep()
 	// Jobs read before a failed commit were never claimed: none are returned with
 	// the error (pipeline.end).
 	if err := pl.end(br); err != nil {
 		return FairClaim{}, err
 	}
+	for i := range jobs {
+		out.More = out.More || ext[i].more
+	}
+	if !limited {
+		fairOrderOf(jobs, keys, weights, func(i int) bool { return ext[i].express }, func(i int, pos int64, weight int) {
+			ext[i].pos, ext[i].weight = pos, weight
+		})
+	}
 	order := make(map[*Job]extra, len(jobs))
 	for i, j := range jobs {
 		order[j] = ext[i]
-		out.More = out.More || ext[i].more
 	}
 	sortBatch(jobs, func(a, b *Job) int { return cmp.Compare(order[a].pos, order[b].pos) })
 	out.Jobs = jobs
@@ -445,6 +508,89 @@ func (s *Store) ClaimFair(ctx context.Context, db Batcher, now *time.Time, p Cla
 		out.Weights[i] = order[j].weight
 	}
 	return out, nil
+}
+
+// fairOrderOf is the fair order of the jobs an unlimited fair claim took, rebuilt
+// from the keys its walk visited, in order, and their weights (none: each weighs 1):
+// it calls set with each job's place (by its index in jobs) and its key's weight (0
+// for a job of the express lane, express). The statement returns the walk once
+// rather than each job's place in the fair order: that took a map by job, built and
+// read in the statement, which cost a claim of 1,000 jobs about as much as the order
+// of its candidates (docs/fairness.md, "Fourth pass").
+func fairOrderOf(jobs []*Job, keys []string, weights []int32, express func(i int) bool, set func(i int, pos int64, weight int)) {
+	at := make(map[string]int, len(keys))
+	for i, k := range keys {
+		at[k] = i
+	}
+	wpos := make([]int, len(jobs))
+	ws := make([]int, len(jobs))
+	for i, j := range jobs {
+		if express(i) {
+			continue
+		}
+		n, ok := at[j.ConcurrencyKey]
+		if !ok { // not a key of the walk (it cannot be): last in its round
+			n = len(keys)
+		}
+		wpos[i], ws[i] = n+1, 1
+		if n < len(weights) && weights[n] > 0 {
+			ws[i] = int(weights[n])
+		}
+	}
+	for i, pos := range fairPlaces(jobs, wpos, ws) {
+		set(i, pos, ws[i])
+	}
+}
+
+// fairPlaces returns the place of each of jobs in the fair claim's order (fairPos:
+// by lane, the express lane's priority, round, the key's place in the walk, then
+// claim order within the key), from each job's key's place in the walk (wpos) and
+// weight, both 0 for a job of the express lane. A key's jobs in a claim are the
+// first of its candidates in claim order (priority, run_at, id), so a job's number
+// among its key's jobs in the fair lane (i) is its rank among those the claim took,
+// and its round is i divided by the key's weight, rounded up.
+func fairPlaces(jobs []*Job, wpos, weights []int) []int64 {
+	type place struct {
+		lane, p, round, wpos, i int
+		j                       *Job
+		at                      int
+	}
+	claimOrder := func(a, b *Job) int {
+		if c := cmp.Compare(b.Priority, a.Priority); c != 0 {
+			return c
+		}
+		if c := a.RunAt.Compare(b.RunAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.ID, b.ID)
+	}
+	ps := make([]place, len(jobs))
+	byKey := map[string][]int{}
+	for n, j := range jobs {
+		ps[n] = place{j: j, at: n}
+		if weights[n] <= 0 {
+			ps[n].p = -j.Priority
+			continue
+		}
+		ps[n].lane, ps[n].wpos = 1, wpos[n]
+		byKey[j.ConcurrencyKey] = append(byKey[j.ConcurrencyKey], n)
+	}
+	for _, ns := range byKey {
+		slices.SortFunc(ns, func(a, b int) int { return claimOrder(jobs[a], jobs[b]) })
+		for r, n := range ns {
+			ps[n].i = r + 1
+			ps[n].round = (r + weights[n]) / weights[n]
+		}
+	}
+	slices.SortFunc(ps, func(a, b place) int {
+		return cmp.Or(cmp.Compare(a.lane, b.lane), cmp.Compare(a.p, b.p), cmp.Compare(a.round, b.round),
+			cmp.Compare(a.wpos, b.wpos), cmp.Compare(a.i, b.i), claimOrder(a.j, b.j))
+	})
+	out := make([]int64, len(jobs))
+	for pos, x := range ps {
+		out[x.at] = int64(pos + 1)
+	}
+	return out
 }
 
 // FairQueue is a fair queue's setting: its name and bypass priority (nil: none).

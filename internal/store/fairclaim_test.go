@@ -375,3 +375,51 @@ func TestFairKeys(t *testing.T) {
 		t.Fatalf("fair keys: %s, want %s", strings.Join(got, " "), want)
 	}
 }
+
+// TestFairClaimOrderRebuilt: the unlimited fair claim returns its jobs' keys' places
+// in the walk and the engine's order is rebuilt from them (fairPlaces); the limited
+// claim still returns each job's place from the statement. On the same table, with
+// weights, the express lane, priorities within keys and a rotation to wrap, both
+// return the same jobs in the same order and with the same weights.
+func TestFairClaimOrderRebuilt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	five := 5
+	s, pool := fairStore(t, &five)
+	addJobs(t, s, pool, "a", 9, 0, 0)
+	addJobs(t, s, pool, "a", 2, 3, 50) // a's urgent jobs, within its key
+	addJobs(t, s, pool, "b", 9, 0, 10)
+	addJobs(t, s, pool, "b", 2, 6, 60) // the express lane
+	addJobs(t, s, pool, "c", 1, 0, 20)
+	addJobs(t, s, pool, "d", 9, 0, 5)
+	addJobs(t, s, pool, "e", 3, 0, 5)
+	if err := s.FairWeightSet(ctx, pool, nil, "default", "b", 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO `+s.Table("fair_rotation")+` (queue, last_key) VALUES ('default', 'b')`); err != nil {
+		t.Fatal(err)
+	}
+	claim := func(limited bool) (ids []string, weights []int) {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		res, err := s.ClaimFair(ctx, tx, nil, ClaimParams{Queue: "default", WorkerID: "w", Limit: 17, Lease: time.Minute}, limited)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range res.Jobs {
+			ids = append(ids, j.ConcurrencyKey+":"+j.ID)
+		}
+		return ids, res.Weights
+	}
+	ids, weights := claim(false)
+	wantIDs, wantWeights := claim(true)
+	if len(ids) != 17 {
+		t.Fatalf("claimed %d jobs, want 17", len(ids))
+	}
+	if !slices.Equal(ids, wantIDs) || !slices.Equal(weights, wantWeights) {
+		t.Fatalf("unlimited claim's order\n%v %v\nlimited claim's\n%v %v", ids, weights, wantIDs, wantWeights)
+	}
+}
