@@ -72,7 +72,7 @@ var citusRebalanceScenario = &scenario{
 		"under load; nothing lost or run twice, pickup p50/p99 per window before, during and after the move",
 	// Moves with block_writes end with the shard's old placement dropped: a relay's
 	// mark in flight may fail and its batch be delivered again (at least once).
-	citus: true, outbox: true, relayFaults: true, inject: injectRebalance, verify: verifyRebalance, recoverOn: "jobs",
+	citus: true, outbox: true, relayFaults: true, halfRate: true, inject: injectRebalance, verify: verifyRebalance, recoverOn: "jobs",
 }
 
 // citusCluster is a running cluster of scripts/citus.sh.
@@ -217,8 +217,13 @@ func (h *harness) useCitus(ctx context.Context) error {
 		if h.citusPool, err = openPool(ctx, c.URL, harnessApp, 16, 5*time.Second); err != nil {
 			return fmt.Errorf("chaos: the harness pool on the Citus coordinator: %w", err)
 		}
+		// The open producer's: a connection for each enqueue in flight, so that those
+		// waiting for a moving shard hold up no other.
+		if h.citusAppPool, err = openPool(ctx, c.URL, harnessApp+"-producer", openInFlight, 5*time.Second); err != nil {
+			return fmt.Errorf("chaos: the producer's pool on the Citus coordinator: %w", err)
+		}
 	}
-	h.pool, h.proxyURL, h.appPool = h.citusPool, h.citus.URL, h.citusPool
+	h.pool, h.proxyURL, h.appPool = h.citusPool, h.citus.URL, h.citusAppPool
 	return nil
 }
 

@@ -208,8 +208,8 @@ type harness struct {
 	appPool, bouncerPool *pgxpool.Pool
 	// The Citus scenarios' cluster (citus.go), started on first use, and the
 	// harness's pool on its coordinator.
-	citus     *citusCluster
-	citusPool *pgxpool.Pool
+	citus                   *citusCluster
+	citusPool, citusAppPool *pgxpool.Pool
 }
 
 func (h *harness) setup(ctx context.Context, selected []*scenario) error {
@@ -267,7 +267,7 @@ func (h *harness) cleanup(removeLogs bool) {
 	if h.proxy != nil {
 		h.proxy.Close()
 	}
-	for _, p := range []*pgxpool.Pool{h.plainPool, h.haPool, h.bouncerPool, h.citusPool} {
+	for _, p := range []*pgxpool.Pool{h.plainPool, h.haPool, h.bouncerPool, h.citusPool, h.citusAppPool} {
 		if p != nil {
 			p.Close()
 		}
@@ -353,7 +353,11 @@ func (h *harness) shortParams(s *scenario) params {
 		// a rebalance's baseline and its after-window.
 		phase = max(phase, citusFaultPhase)
 	}
-	return params{faultPhase: phase, idleTx: h.cfg.IdleTx, pin: h.cfg.Pin, stall: 3 * time.Second, zombieStop: 5 * time.Second, faults: 3, rate: h.cfg.Rate}
+	rate := h.cfg.Rate
+	if s.halfRate {
+		rate = max(rate/2, 1)
+	}
+	return params{faultPhase: phase, idleTx: h.cfg.IdleTx, pin: h.cfg.Pin, stall: 3 * time.Second, zombieStop: 5 * time.Second, faults: 3, rate: rate}
 }
 
 func (h *harness) soakParams(s *scenario) params {
