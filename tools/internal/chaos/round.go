@@ -383,10 +383,14 @@ func (r *round) drain(ctx context.Context) (bool, error) {
 	q := ident.Quote(r.schema)
 	for {
 		var open, unconsumed int64
-		// Joined by the key as well as the id: on Citus, a join of co-located tables
-		// on their distribution column (on one node, every key is '').
-		err := r.h.pool.QueryRow(ctx, `SELECT count(*) FROM `+q+`.chaos_enqueued e JOIN `+q+`.jobs j
-  ON j.id = e.job_id AND j.concurrency_key = e.concurrency_key
+		// On Citus joined by the key as well, the distribution column of both (the
+		// producer writes its job's key there; other writers of chaos_enqueued on one
+		// node leave it '').
+		on := "j.id = e.job_id"
+		if r.s.citus {
+			on += " AND j.concurrency_key = e.concurrency_key"
+		}
+		err := r.h.pool.QueryRow(ctx, `SELECT count(*) FROM `+q+`.chaos_enqueued e JOIN `+q+`.jobs j ON `+on+`
 WHERE j.status NOT IN ('succeeded', 'failed', 'cancelled')`).Scan(&open)
 		if err == nil {
 			// Events committed less those consumed: the consumer's table is a plain one
