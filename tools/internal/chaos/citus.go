@@ -24,7 +24,6 @@ package chaos
 // its joins by job id are not joins Citus can run across shards.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -33,7 +32,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -165,27 +163,9 @@ func (c *citusCluster) sql(ctx context.Context, node string, stmts ...string) er
 	return nil
 }
 
-// run runs scripts/citus.sh with args and returns its standard output; its standard
-// error is appended to the harness's citus.log, and its tail is in the error.
+// run runs scripts/citus.sh with args (runScript).
 func (c *citusCluster) run(ctx context.Context, args ...string) (string, error) {
-	x := exec.CommandContext(ctx, "bash", append([]string{c.script}, args...)...)
-	x.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // signals for the harness stay out
-	x.Env = append(os.Environ(), "SKIPLOCK_CITUS_DIR="+c.dir, "SKIPLOCK_CITUS_PORT="+strconv.Itoa(c.port))
-	var out, errb bytes.Buffer
-	x.Stdout, x.Stderr = &out, &errb
-	err := x.Run()
-	if f, ferr := os.OpenFile(c.logf, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); ferr == nil {
-		fmt.Fprintf(f, "%s citus.sh %s\n%s", wallNow().UTC().Format(time.RFC3339Nano), strings.Join(args, " "), errb.Bytes())
-		f.Close()
-	}
-	if err != nil {
-		tail := errb.String()
-		if len(tail) > 600 {
-			tail = "…" + tail[len(tail)-600:]
-		}
-		return out.String(), fmt.Errorf("scripts/citus.sh %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(tail))
-	}
-	return out.String(), nil
+	return runScript(ctx, c.script, c.logf, []string{"SKIPLOCK_CITUS_DIR=" + c.dir, "SKIPLOCK_CITUS_PORT=" + strconv.Itoa(c.port)}, args...)
 }
 
 // destroy keeps the nodes' logs beside the children's, then stops the cluster and

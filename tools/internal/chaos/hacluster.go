@@ -123,15 +123,23 @@ func startHA(ctx context.Context, logDir string) (*haCluster, error) {
 // run runs scripts/ha.sh cmd and returns its standard output; its standard error is
 // appended to the harness's ha.log, and its tail is in the error.
 func (c *haCluster) run(ctx context.Context, cmd string) (string, error) {
-	x := exec.CommandContext(ctx, "bash", c.script, cmd)
+	return runScript(ctx, c.script, c.logf, []string{"SKIPLOCK_HA_DIR=" + c.dir, "SKIPLOCK_HA_PORT=" + strconv.Itoa(c.port),
+		"SKIPLOCK_HA_TIMING=fast", "SKIPLOCK_HA_WAIT=90"}, cmd)
+}
+
+// runScript runs a script of scripts/ (bash script args…) with env added, in a
+// process group of its own, and returns its standard output; its standard error is
+// appended to logf, and its tail is in the error.
+func runScript(ctx context.Context, script, logf string, env []string, args ...string) (string, error) {
+	x := exec.CommandContext(ctx, "bash", append([]string{script}, args...)...)
 	x.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own process group: signals for the harness's stay out
-	x.Env = append(os.Environ(), "SKIPLOCK_HA_DIR="+c.dir, "SKIPLOCK_HA_PORT="+strconv.Itoa(c.port),
-		"SKIPLOCK_HA_TIMING=fast", "SKIPLOCK_HA_WAIT=90")
+	x.Env = append(os.Environ(), env...)
 	var out, errb bytes.Buffer
 	x.Stdout, x.Stderr = &out, &errb
 	err := x.Run()
-	if f, ferr := os.OpenFile(c.logf, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); ferr == nil {
-		fmt.Fprintf(f, "%s ha.sh %s\n%s", wallNow().UTC().Format(time.RFC3339Nano), cmd, errb.Bytes())
+	name, what := filepath.Base(script), strings.Join(args, " ")
+	if f, ferr := os.OpenFile(logf, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); ferr == nil {
+		fmt.Fprintf(f, "%s %s %s\n%s", wallNow().UTC().Format(time.RFC3339Nano), name, what, errb.Bytes())
 		f.Close()
 	}
 	if err != nil {
@@ -139,7 +147,7 @@ func (c *haCluster) run(ctx context.Context, cmd string) (string, error) {
 		if len(tail) > 600 {
 			tail = "…" + tail[len(tail)-600:]
 		}
-		return out.String(), fmt.Errorf("scripts/ha.sh %s: %w: %s", cmd, err, strings.TrimSpace(tail))
+		return out.String(), fmt.Errorf("scripts/%s %s: %w: %s", name, what, err, strings.TrimSpace(tail))
 	}
 	return out.String(), nil
 }
