@@ -238,18 +238,17 @@ func (r *round) prepareCitus(ctx context.Context) error {
 	return nil
 }
 
-// recoverPrepared runs the coordinator's recovery of two-phase commits, notes what it
-// finished, and drains again when it finished anything.
-func (r *round) recoverPrepared(ctx context.Context) (bool, error) {
+// recoverPrepared runs the coordinator's recovery of two-phase commits and notes
+// what it finished.
+func (r *round) recoverPrepared(ctx context.Context) (int, error) {
 	var n int
 	if err := r.h.pool.QueryRow(ctx, "SELECT recover_prepared_transactions()").Scan(&n); err != nil {
-		return false, fmt.Errorf("recover_prepared_transactions: %w", err)
+		return 0, fmt.Errorf("recover_prepared_transactions: %w", err)
 	}
-	if n == 0 {
-		return true, nil
+	if n > 0 {
+		r.note("recover_prepared_transactions() finished %d prepared transactions left by a crashed node (committed or rolled back as the coordinator decided)", n)
 	}
-	r.note("recover_prepared_transactions() finished %d prepared transactions left by a crashed node (committed or rolled back as the coordinator decided)", n)
-	return r.drain(ctx)
+	return n, nil
 }
 
 // snapshotTables are the tables the check reads; citusSnapshotIdx their indexes in the copy.
