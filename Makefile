@@ -53,8 +53,9 @@ lint: vet
 bench: deps
 	$(GO) run ./cmd/skiplock bench $(BENCH_FLAGS)
 
-## chaos: the short fault-injection profile (about 9 minutes, Python and Node workers SIGKILLed among them, the last 3 the failover
-## scenarios on a pg_auto_failover cluster: scripts/ha.sh, directly and through PgBouncer); soak: 30 minutes of
+## chaos: the short fault-injection profile (about 9 minutes, Python and Node workers SIGKILLed among them, then the failover
+## scenarios on a pg_auto_failover cluster: scripts/ha.sh, directly and through PgBouncer; last the 2 Citus rounds on a cluster
+## of scripts/citus.sh, about 2 more minutes, skipped without Citus unless CI / SKIPLOCK_REQUIRE_CITUS); soak: 30 minutes of
 ## randomized faults from a printed seed (replay with: go run ./tools/chaos --soak --seed N),
 ## failovers and switchovers back among them.
 ## The harness is a test rig in tools/, not part of the skiplock binary.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# scripts/citus.sh build|start|stop|status|url
+# scripts/citus.sh build|start|stop|status|url|clean|add-worker [N]|stop-node NODE [MODE]
 #
 # A local Citus cluster for skiplock's distributed mode (docs/citus.md): one coordinator
 # and two worker nodes on loopback ports, each with its own data directory and
@@ -11,9 +11,20 @@
 #           the workers; does nothing to a node that is already up
 #   stop    stop the nodes that are running (fast shutdown); the data stays for the
 #           next start
-#   status  print each node's state; exit 0 only if all three are up
+#   status  print each node's state; exit 0 only if all are up
 #   url     print the coordinator's connection URL
 #   clean   stop, then remove the cluster's directory
+#   add-worker [N]
+#           online growth: make sure worker node N (default 3, at the coordinator's
+#           port + N) exists, runs and is in the cluster (citus_add_node); the
+#           cluster must be up. Idempotent: a worker already added is left alone.
+#           Moving shards onto it is citus_rebalance_start()'s job (docs/citus.md,
+#           "Online growth"). From then on start, stop and status include it.
+#   installed
+#           exit 0 when Citus is installed for pg_config's PostgreSQL (nothing built)
+#   stop-node NODE [fast|immediate]
+#           stop one node (coordinator, worker1, …) with pg_ctl's mode (default
+#           fast; immediate is a crash); start brings it back
 #
 # Where Citus comes from, first match wins:
 #   * already installed: citus.control and citus.so in pg_config's directories;
@@ -33,7 +44,7 @@
 #                          /usr/lib/postgresql/*/bin/pg_config, else pg_config on PATH)
 #   SKIPLOCK_CITUS_DIR     the cluster's directory (default ${TMPDIR:-/tmp}/skiplock-citus)
 #   SKIPLOCK_CITUS_PORT    the coordinator's port; the workers take the next two
-#                          (default 9700)
+#                          (default 9700), an added worker N the coordinator's + N
 #
 # PostgreSQL refuses to run as root: as root, the data directories are handed to the
 # unprivileged "postgres" user (Debian's package creates it) and every server command
@@ -80,13 +91,24 @@ case "$PORT" in
 '' | *[!0-9]*) die "SKIPLOCK_CITUS_PORT=$PORT is not a port number" ;;
 esac
 [ "$PORT" -ge 1024 ] && [ "$PORT" -le 65533 ] || die "SKIPLOCK_CITUS_PORT=$PORT: use 1024..65533 (the workers take the next two ports)"
-NODES=(coordinator worker1 worker2)
+# The nodes: the coordinator, the two first workers, and every worker added since
+# (add-worker), in order.
+nodes() {
+	echo coordinator worker1 worker2
+	local d n
+	for d in "$DIR"/worker*/; do
+		[ -f "$d/PG_VERSION" ] || continue
+		n=$(basename "$d")
+		n=${n#worker}
+		case "$n" in '' | *[!0-9]*) continue ;; esac
+		if [ "$n" -ge 3 ]; then echo "$n"; fi
+	done | sort -n | while read -r n; do echo "worker$n"; done
+}
 
 port_of() {
 	case "$1" in
 	coordinator) echo "$PORT" ;;
-	worker1) echo $((PORT + 1)) ;;
-	worker2) echo $((PORT + 2)) ;;
+	worker*) echo $((PORT + ${1#worker})) ;;
 	esac
 }
 
@@ -207,44 +229,91 @@ citus.max_client_connections = 250
 EOF
 }
 
-start() {
-	build
-	mkdir -p "$DIR"
-	[ "$(id -u)" -ne 0 ] || chown postgres:postgres "$DIR"
-	for node in "${NODES[@]}"; do
-		init_node "$node"
-		if running "$node"; then
-			continue
-		fi
-		local port
-		port=$(port_of "$node")
+# up_node initdbs a node (first time), starts it unless it runs, and creates the
+# extension in it.
+up_node() {
+	local node=$1 port
+	port=$(port_of "$node")
+	init_node "$node"
+	if ! running "$node"; then
 		if (echo >"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 			die "port $port ($node) is taken by another program: choose another SKIPLOCK_CITUS_PORT"
 		fi
 		as_pg "$BIN/pg_ctl" -D "$DIR/$node" -l "$DIR/$node.log" -w -t 60 -o "-p $port" start >/dev/null ||
 			die "$node did not start; see $DIR/$node.log"
-	done
-	for node in "${NODES[@]}"; do
-		psql_at "$(port_of "$node")" -c "CREATE EXTENSION IF NOT EXISTS citus"
+	fi
+	psql_at "$port" -c "CREATE EXTENSION IF NOT EXISTS citus"
+}
+
+# join adds a worker node to the coordinator, unless it is in already.
+join() {
+	local port
+	port=$(port_of "$1")
+	if [ "$(psql_at "$PORT" -c "SELECT count(*) FROM pg_dist_node WHERE nodename = '127.0.0.1' AND nodeport = $port")" = 0 ]; then
+		psql_at "$PORT" -c "SELECT citus_add_node('127.0.0.1', $port)" >/dev/null
+	fi
+}
+
+start() {
+	build
+	mkdir -p "$DIR"
+	[ "$(id -u)" -ne 0 ] || chown postgres:postgres "$DIR"
+	local all node
+	all=$(nodes)
+	for node in $all; do
+		up_node "$node"
 	done
 	psql_at "$PORT" -c "SELECT citus_set_coordinator_host('127.0.0.1', $PORT)" >/dev/null
-	for node in worker1 worker2; do
-		local port
-		port=$(port_of "$node")
-		if [ "$(psql_at "$PORT" -c "SELECT count(*) FROM pg_dist_node WHERE nodename = '127.0.0.1' AND nodeport = $port")" = 0 ]; then
-			psql_at "$PORT" -c "SELECT citus_add_node('127.0.0.1', $port)" >/dev/null
-		fi
+	local want=0 ports=""
+	for node in $all; do
+		[ "$node" = coordinator ] && continue
+		join "$node"
+		want=$((want + 1))
+		ports="$ports :$(port_of "$node")"
 	done
 	local workers
 	workers=$(psql_at "$PORT" -c "SELECT count(*) FROM citus_get_active_worker_nodes()")
-	[ "$workers" = 2 ] || die "the coordinator sees $workers active workers, want 2"
-	log "up: coordinator 127.0.0.1:$PORT, workers :$((PORT + 1)) :$((PORT + 2)) ($DIR)"
+	[ "$workers" = "$want" ] || die "the coordinator sees $workers active workers, want $want"
+	log "up: coordinator 127.0.0.1:$PORT, workers$ports ($DIR)"
 	url
+}
+
+# add_worker makes sure worker node N runs and is in the cluster (online growth).
+add_worker() {
+	local n=${1:-3}
+	case "$n" in
+	'' | *[!0-9]*) die "add-worker $n: N is a worker number (3 or more)" ;;
+	esac
+	[ "$n" -ge 3 ] || die "add-worker $n: workers 1 and 2 are the cluster's own (start); add 3 or more"
+	[ $((PORT + n)) -le 65535 ] || die "add-worker $n: port $((PORT + n)) is past 65535"
+	running coordinator || die "the cluster is not up: run $0 start first"
+	up_node "worker$n"
+	join "worker$n"
+	[ "$(psql_at "$PORT" -c "SELECT count(*) FROM citus_get_active_worker_nodes() WHERE node_port = $((PORT + n))")" = 1 ] ||
+		die "worker$n (:$((PORT + n))) is not an active worker of the coordinator"
+	log "worker$n 127.0.0.1:$((PORT + n)) is in the cluster; move shards onto it with SELECT citus_rebalance_start()"
+}
+
+# stop_node stops one node with pg_ctl's mode: fast (default) or immediate (a crash).
+stop_node() {
+	local node=${1:-} mode=${2:-fast}
+	case "$mode" in fast | immediate) ;; *) die "stop-node $node $mode: the mode is fast or immediate" ;; esac
+	case " $(nodes | tr '\n' ' ') " in
+	*" $node "*) ;;
+	*) die "stop-node: no node '$node' (have: $(nodes | tr '\n' ' '))" ;;
+	esac
+	if running "$node"; then
+		# A loaded machine can take a while to reap a crashed node's processes.
+		as_pg "$BIN/pg_ctl" -D "$DIR/$node" -m "$mode" -w -t 180 stop >/dev/null ||
+			die "$node did not stop; see $DIR/$node.log"
+		log "$node stopped ($mode)"
+	fi
 }
 
 stop() {
 	[ -d "$DIR" ] || return 0
-	for node in "${NODES[@]}"; do
+	local node
+	for node in $(nodes); do
 		if [ -f "$DIR/$node/PG_VERSION" ] && running "$node"; then
 			as_pg "$BIN/pg_ctl" -D "$DIR/$node" -m fast -w -t 60 stop >/dev/null ||
 				die "$node did not stop; see $DIR/$node.log"
@@ -254,8 +323,9 @@ stop() {
 }
 
 status() {
-	local up=0
-	for node in "${NODES[@]}"; do
+	local up=0 all=0 node
+	for node in $(nodes); do
+		all=$((all + 1))
 		if [ -f "$DIR/$node/PG_VERSION" ] && running "$node"; then
 			echo "$node 127.0.0.1:$(port_of "$node") up"
 			up=$((up + 1))
@@ -263,7 +333,7 @@ status() {
 			echo "$node 127.0.0.1:$(port_of "$node") down"
 		fi
 	done
-	[ "$up" = 3 ]
+	[ "$up" = "$all" ]
 }
 
 clean() {
@@ -278,8 +348,13 @@ stop) stop ;;
 status) status ;;
 url) url ;;
 clean) clean ;;
+add-worker) add_worker "${2:-3}" ;;
+installed)
+	installed || die "citus is not installed for $("$PGCFG" --version)"
+	;;
+stop-node) stop_node "${2:-}" "${3:-fast}" ;;
 *)
-	echo "usage: $0 build|start|stop|status|url|clean" >&2
+	echo "usage: $0 build|installed|start|stop|status|url|clean|add-worker [N]|stop-node NODE [fast|immediate]" >&2
 	exit 2
 	;;
 esac

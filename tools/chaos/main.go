@@ -1,12 +1,14 @@
 // Command chaos is skiplock's fault-injection run (make chaos, make soak): it starts a
 // throwaway PostgreSQL, runs worker and relay processes against it, injects one kind
 // of fault per scenario and checks the invariants. The failover scenarios run on a
-// pg_auto_failover cluster (scripts/ha.sh) instead, and lose its primary. It is a test rig, kept out of the
+// pg_auto_failover cluster (scripts/ha.sh) instead, and lose its primary; the Citus
+// scenarios on a Citus cluster (scripts/citus.sh). It is a test rig, kept out of the
 // skiplock binary; the worker and relay processes are this binary re-executed.
 //
 //	go run ./tools/chaos                              # the short profile (about 9 minutes)
 //	go run ./tools/chaos --scenario rate-limit        # one scenario (--scenarios a,b for several)
 //	go run ./tools/chaos --scenarios failover,failover-kill  # the failover scenarios alone
+//	go run ./tools/chaos --scenarios citus,citus-rebalance   # the Citus rounds alone
 //	go run ./tools/chaos --soak --duration 30m        # randomized rounds from a seed
 //	go run ./tools/chaos --soak --seed N              # replay a seed
 //

@@ -22,6 +22,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"--scenario", "no-such"}, 2, `unknown scenario "no-such"; valid: `},
 		{[]string{"--help"}, 0, "rate-limit"},
 		{[]string{"--help"}, 0, "mvcc-pin"},
+		{[]string{"--help"}, 0, "citus-rebalance"},
 		{[]string{"--pin", "long"}, 2, `invalid value "long" for flag -pin`},
 		{[]string{"extra"}, 2, `unexpected arguments ["extra"]`},
 	} {

@@ -15,11 +15,17 @@ import (
 
 // prepare migrates the round's schema and installs the audit tables and trigger.
 func (r *round) prepare(ctx context.Context) error {
-	if _, err := skiplock.Migrate(ctx, r.h.pool, r.schema); err != nil {
-		return fmt.Errorf("migrating %s: %w", r.schema, err)
-	}
-	if _, err := r.h.pool.Exec(ctx, auditDDL(r.schema)); err != nil {
-		return fmt.Errorf("installing the audit in %s: %w", r.schema, err)
+	if r.s.citus {
+		if err := r.prepareCitus(ctx); err != nil {
+			return err
+		}
+	} else {
+		if _, err := skiplock.Migrate(ctx, r.h.pool, r.schema); err != nil {
+			return fmt.Errorf("migrating %s: %w", r.schema, err)
+		}
+		if _, err := r.h.pool.Exec(ctx, auditDDL(r.schema)+auditTriggersDDL(r.schema)); err != nil {
+			return fmt.Errorf("installing the audit in %s: %w", r.schema, err)
+		}
 	}
 	r.h.consumer.reset(r.h.pool, r.schema)
 	if r.s.broker {
@@ -33,20 +39,31 @@ func (r *round) prepare(ctx context.Context) error {
 func (r *round) dropSchema() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if r.s.citus {
+		if _, err := r.h.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+ident.Quote(r.snapshotSchema())+" CASCADE"); err != nil {
+			r.log.Debug("chaos: dropping schema", "schema", r.snapshotSchema(), "error", err)
+		}
+	}
 	if _, err := r.h.pool.Exec(ctx, "DROP SCHEMA "+ident.Quote(r.schema)+" CASCADE"); err != nil {
 		r.log.Debug("chaos: dropping schema", "schema", r.schema, "error", err)
 	}
 }
 
-// auditDDL is the chaos audit of schema: tables, and the trigger that records every
-// job transition with the token of the job's latest claim.
+// auditDDL is the chaos audit of schema: tables, and the trigger functions that record
+// every job transition with the token of the job's latest claim (auditTriggersDDL
+// installs them).
 func auditDDL(schema string) string {
 	q := ident.Quote(schema)
 	return strings.ReplaceAll(`
+-- concurrency_key: the job's, so that on Citus (citus.go) the row sits in the shard
+-- of its job (the tables that carry it are distributed and co-located with jobs
+-- there); '' on one node. Every key below contains it for that reason.
 CREATE TABLE {s}.chaos_enqueued (
-  job_id   uuid PRIMARY KEY,
+  job_id   uuid NOT NULL,
   event_id uuid,
-  at       timestamptz NOT NULL DEFAULT clock_timestamp()
+  concurrency_key text NOT NULL DEFAULT '',
+  at       timestamptz NOT NULL DEFAULT clock_timestamp(),
+  PRIMARY KEY (job_id, concurrency_key)
 );
 CREATE TABLE {s}.chaos_audit (
   seq         bigserial PRIMARY KEY,
@@ -62,8 +79,9 @@ CREATE TABLE {s}.chaos_consumed (
   at       timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 CREATE TABLE {s}.chaos_transitions (
-  seq          bigserial PRIMARY KEY,
+  seq          bigserial NOT NULL,
   job_id       uuid NOT NULL,
+  concurrency_key text NOT NULL DEFAULT '',
   old_status   text NOT NULL,
   new_status   text NOT NULL,
   old_token    uuid,
@@ -84,7 +102,8 @@ CREATE TABLE {s}.chaos_transitions (
   slot_token      uuid,
   -- The reclaimer ended this run: its lease had expired (or so the reclaimer's
   -- statement judged; the failover scenarios check it against old_lease_until).
-  reclaim         boolean NOT NULL DEFAULT false
+  reclaim         boolean NOT NULL DEFAULT false,
+  PRIMARY KEY (seq, concurrency_key)
 );
 CREATE INDEX ON {s}.chaos_transitions (job_id, seq);
 CREATE INDEX ON {s}.chaos_transitions (old_token);
@@ -92,12 +111,14 @@ CREATE INDEX ON {s}.chaos_transitions (old_token);
 -- held no slot from expired_at until this write, and holds one again from it. Rows
 -- share chaos_transitions' sequence, so seq orders them among the job's transitions.
 CREATE TABLE {s}.chaos_revivals (
-  seq        bigint PRIMARY KEY DEFAULT nextval(pg_get_serial_sequence('{s}.chaos_transitions', 'seq')),
+  seq        bigint NOT NULL DEFAULT nextval('{s}.chaos_transitions_seq_seq'),
   job_id     uuid NOT NULL,
+  concurrency_key text NOT NULL DEFAULT '',
   token      uuid,
   expired_at timestamptz NOT NULL,
   lease_until timestamptz NOT NULL,
-  at         timestamptz NOT NULL DEFAULT clock_timestamp()
+  at         timestamptz NOT NULL DEFAULT clock_timestamp(),
+  PRIMARY KEY (seq, concurrency_key)
 );
 
 -- Every change of status or token (a heartbeat changes neither and is skipped). A
@@ -111,19 +132,20 @@ DECLARE
 BEGIN
   IF OLD.status = NEW.status AND OLD.lease_token IS NOT DISTINCT FROM NEW.lease_token THEN
     IF NEW.status = 'running' AND NEW.lease_until > OLD.lease_until AND OLD.lease_until <= clock_timestamp() THEN
-      INSERT INTO {s}.chaos_revivals (job_id, token, expired_at, lease_until)
-      VALUES (NEW.id, NEW.lease_token, OLD.lease_until, NEW.lease_until);
+      INSERT INTO {s}.chaos_revivals (job_id, concurrency_key, token, expired_at, lease_until)
+      VALUES (NEW.id, NEW.concurrency_key, NEW.lease_token, OLD.lease_until, NEW.lease_until);
     END IF;
     RETURN NULL;
   END IF;
   IF OLD.status = 'running' THEN
     SELECT t.new_token INTO latest FROM {s}.chaos_transitions t
-    WHERE t.job_id = NEW.id AND t.new_status = 'running' AND t.old_status <> 'running'
+    WHERE t.job_id = NEW.id AND t.concurrency_key = NEW.concurrency_key
+      AND t.new_status = 'running' AND t.old_status <> 'running'
     ORDER BY t.seq DESC LIMIT 1;
   END IF;
-  INSERT INTO {s}.chaos_transitions (job_id, old_status, new_status, old_token, new_token, new_attempts, worker, latest_claim, stale,
+  INSERT INTO {s}.chaos_transitions (job_id, concurrency_key, old_status, new_status, old_token, new_token, new_attempts, worker, latest_claim, stale,
                                      claimed_at, old_lease_until, slot_of, slot_token, reclaim)
-  VALUES (NEW.id, OLD.status, NEW.status, OLD.lease_token, NEW.lease_token, NEW.attempts,
+  VALUES (NEW.id, NEW.concurrency_key, OLD.status, NEW.status, OLD.lease_token, NEW.lease_token, NEW.attempts,
           coalesce(NEW.worker_id, OLD.worker_id), latest,
           OLD.status = 'running' AND (OLD.lease_token IS DISTINCT FROM latest
                                       OR (NEW.status = 'running' AND NEW.lease_token IS DISTINCT FROM OLD.lease_token)),
@@ -136,18 +158,25 @@ BEGIN
   RETURN NULL;
 END
 $$;
-CREATE TRIGGER chaos_audit_transition AFTER UPDATE ON {s}.jobs
-  FOR EACH ROW EXECUTE FUNCTION {s}.chaos_audit_transition();
 
 -- A deleted job is recorded too: nothing in these scenarios deletes jobs.
 CREATE FUNCTION {s}.chaos_audit_delete() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-  INSERT INTO {s}.chaos_transitions (job_id, old_status, new_status, old_token, new_token, new_attempts, worker, latest_claim, stale)
-  VALUES (OLD.id, OLD.status, 'deleted', OLD.lease_token, NULL, OLD.attempts, OLD.worker_id, NULL, false);
+  INSERT INTO {s}.chaos_transitions (job_id, concurrency_key, old_status, new_status, old_token, new_token, new_attempts, worker, latest_claim, stale)
+  VALUES (OLD.id, OLD.concurrency_key, OLD.status, 'deleted', OLD.lease_token, NULL, OLD.attempts, OLD.worker_id, NULL, false);
   RETURN NULL;
 END
 $$;
+`, "{s}", q)
+}
+
+// auditTriggersDDL puts auditDDL's functions on schema's jobs. On Citus they are
+// created once the audit tables are distributed (citus.go).
+func auditTriggersDDL(schema string) string {
+	return strings.ReplaceAll(`
+CREATE TRIGGER chaos_audit_transition AFTER UPDATE ON {s}.jobs
+  FOR EACH ROW EXECUTE FUNCTION {s}.chaos_audit_transition();
 CREATE TRIGGER chaos_audit_delete AFTER DELETE ON {s}.jobs
   FOR EACH ROW EXECUTE FUNCTION {s}.chaos_audit_delete();
-`, "{s}", q)
+`, "{s}", ident.Quote(schema))
 }

@@ -212,7 +212,7 @@ func (rep *Report) WriteTable(w io.Writer) {
 // check computes the round's row from the database and the harness's own records.
 func (r *round) check(ctx context.Context, baselineFrom, faultsFrom time.Time) (*Row, error) {
 	row := &Row{Scenario: r.s.name, Runs: 1}
-	q := ident.Quote(r.schema)
+	q := ident.Quote(r.auditSchema())
 	db := r.h.pool
 	one := func(what, sql string, args ...any) int64 {
 		var n int64

@@ -35,11 +35,12 @@ type haCluster struct {
 // haNodes are the data nodes' names, as scripts/ha.sh calls them.
 var haNodes = []string{"node1", "node2"}
 
-// findHAScript finds scripts/ha.sh: $SKIPLOCK_HA_SCRIPT, else in the module that
-// holds the working directory (go run ./tools/chaos runs from the repository, the
-// package's tests from their own directory).
-func findHAScript() (string, error) {
-	if s := os.Getenv("SKIPLOCK_HA_SCRIPT"); s != "" {
+// findScript finds scripts/<name>: $<env>, else in the module that holds the
+// working directory (go run ./tools/chaos runs from the repository, the package's
+// tests from their own directory). scripts/ha.sh's variable is SKIPLOCK_HA_SCRIPT,
+// scripts/citus.sh's SKIPLOCK_CITUS_SCRIPT.
+func findScript(name, env string) (string, error) {
+	if s := os.Getenv(env); s != "" {
 		return s, nil
 	}
 	dir, err := os.Getwd()
@@ -47,7 +48,7 @@ func findHAScript() (string, error) {
 		return "", err
 	}
 	for {
-		p := filepath.Join(dir, "scripts", "ha.sh")
+		p := filepath.Join(dir, "scripts", name)
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
 			if _, err := os.Stat(p); err == nil {
 				return p, nil
@@ -55,20 +56,20 @@ func findHAScript() (string, error) {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("chaos: scripts/ha.sh not found above the working directory (set SKIPLOCK_HA_SCRIPT)")
+			return "", fmt.Errorf("chaos: scripts/%s not found above the working directory (set %s)", name, env)
 		}
 		dir = parent
 	}
 }
 
-// freePorts returns a port p such that p to p+3 are free on 127.0.0.1: the monitor,
-// the two nodes and PgBouncer.
-func freePorts() (int, error) {
+// freePorts returns a port p such that p to p+n-1 are free on 127.0.0.1: for the HA
+// cluster (4) the monitor, the two nodes and PgBouncer.
+func freePorts(n int) (int, error) {
 	for try := 0; try < 50; try++ {
 		base := 20000 + rand.IntN(30000)
 		ok := true
 		var held []net.Listener
-		for i := 0; i < 4 && ok; i++ {
+		for i := 0; i < n && ok; i++ {
 			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(base+i))
 			if err != nil {
 				ok = false
@@ -83,13 +84,13 @@ func freePorts() (int, error) {
 			return base, nil
 		}
 	}
-	return 0, errors.New("chaos: no four consecutive free ports for the HA cluster")
+	return 0, fmt.Errorf("chaos: no %d consecutive free ports for a cluster", n)
 }
 
 // startHA creates and starts a cluster under a new temporary directory; its script's
 // output goes to logDir/ha.log.
 func startHA(ctx context.Context, logDir string) (*haCluster, error) {
-	script, err := findHAScript()
+	script, err := findScript("ha.sh", "SKIPLOCK_HA_SCRIPT")
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +101,7 @@ func startHA(ctx context.Context, logDir string) (*haCluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chaos: creating the HA directory: %w", err)
 	}
-	port, err := freePorts()
+	port, err := freePorts(4)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -122,15 +123,23 @@ func startHA(ctx context.Context, logDir string) (*haCluster, error) {
 // run runs scripts/ha.sh cmd and returns its standard output; its standard error is
 // appended to the harness's ha.log, and its tail is in the error.
 func (c *haCluster) run(ctx context.Context, cmd string) (string, error) {
-	x := exec.CommandContext(ctx, "bash", c.script, cmd)
+	return runScript(ctx, c.script, c.logf, []string{"SKIPLOCK_HA_DIR=" + c.dir, "SKIPLOCK_HA_PORT=" + strconv.Itoa(c.port),
+		"SKIPLOCK_HA_TIMING=fast", "SKIPLOCK_HA_WAIT=90"}, cmd)
+}
+
+// runScript runs a script of scripts/ (bash script args…) with env added, in a
+// process group of its own, and returns its standard output; its standard error is
+// appended to logf, and its tail is in the error.
+func runScript(ctx context.Context, script, logf string, env []string, args ...string) (string, error) {
+	x := exec.CommandContext(ctx, "bash", append([]string{script}, args...)...)
 	x.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own process group: signals for the harness's stay out
-	x.Env = append(os.Environ(), "SKIPLOCK_HA_DIR="+c.dir, "SKIPLOCK_HA_PORT="+strconv.Itoa(c.port),
-		"SKIPLOCK_HA_TIMING=fast", "SKIPLOCK_HA_WAIT=90")
+	x.Env = append(os.Environ(), env...)
 	var out, errb bytes.Buffer
 	x.Stdout, x.Stderr = &out, &errb
 	err := x.Run()
-	if f, ferr := os.OpenFile(c.logf, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); ferr == nil {
-		fmt.Fprintf(f, "%s ha.sh %s\n%s", wallNow().UTC().Format(time.RFC3339Nano), cmd, errb.Bytes())
+	name, what := filepath.Base(script), strings.Join(args, " ")
+	if f, ferr := os.OpenFile(logf, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); ferr == nil {
+		fmt.Fprintf(f, "%s %s %s\n%s", wallNow().UTC().Format(time.RFC3339Nano), name, what, errb.Bytes())
 		f.Close()
 	}
 	if err != nil {
@@ -138,7 +147,7 @@ func (c *haCluster) run(ctx context.Context, cmd string) (string, error) {
 		if len(tail) > 600 {
 			tail = "…" + tail[len(tail)-600:]
 		}
-		return out.String(), fmt.Errorf("scripts/ha.sh %s: %w: %s", cmd, err, strings.TrimSpace(tail))
+		return out.String(), fmt.Errorf("scripts/%s %s: %w: %s", name, what, err, strings.TrimSpace(tail))
 	}
 	return out.String(), nil
 }

@@ -206,6 +206,10 @@ type harness struct {
 	// pool, or (failover-pgbouncer) bouncerPool, through PgBouncer in front of the
 	// HA cluster (started on first use), where proxyURL then points too.
 	appPool, bouncerPool *pgxpool.Pool
+	// The Citus scenarios' cluster (citus.go), started on first use, and the
+	// harness's pool on its coordinator.
+	citus                   *citusCluster
+	citusPool, citusAppPool *pgxpool.Pool
 }
 
 func (h *harness) setup(ctx context.Context, selected []*scenario) error {
@@ -263,7 +267,7 @@ func (h *harness) cleanup(removeLogs bool) {
 	if h.proxy != nil {
 		h.proxy.Close()
 	}
-	for _, p := range []*pgxpool.Pool{h.plainPool, h.haPool, h.bouncerPool} {
+	for _, p := range []*pgxpool.Pool{h.plainPool, h.haPool, h.bouncerPool, h.citusPool, h.citusAppPool} {
 		if p != nil {
 			p.Close()
 		}
@@ -273,6 +277,9 @@ func (h *harness) cleanup(removeLogs bool) {
 	}
 	if h.ha != nil {
 		h.ha.destroy()
+	}
+	if h.citus != nil {
+		h.citus.destroy()
 	}
 	if h.cluster != nil {
 		if err := h.cluster.Stop(); err != nil {
@@ -340,7 +347,17 @@ type params struct {
 }
 
 func (h *harness) shortParams(s *scenario) params {
-	return params{faultPhase: h.cfg.FaultPhase, idleTx: h.cfg.IdleTx, pin: h.cfg.Pin, stall: 3 * time.Second, zombieStop: 5 * time.Second, faults: 3, rate: h.cfg.Rate}
+	phase := h.cfg.FaultPhase
+	if s.citus {
+		// A node's stop and start take seconds of the phase: room for both, and for
+		// a rebalance's baseline and its after-window.
+		phase = max(phase, citusFaultPhase)
+	}
+	rate := h.cfg.Rate
+	if s.halfRate {
+		rate = max(rate/2, 1)
+	}
+	return params{faultPhase: phase, idleTx: h.cfg.IdleTx, pin: h.cfg.Pin, stall: 3 * time.Second, zombieStop: 5 * time.Second, faults: 3, rate: rate}
 }
 
 func (h *harness) soakParams(s *scenario) params {

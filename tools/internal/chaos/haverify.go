@@ -248,7 +248,7 @@ type pickup struct {
 // jobs wait behind its limits by design), when its business row was written and how
 // long until its first claim.
 func (r *round) pickups(ctx context.Context) ([]pickup, error) {
-	q := ident.Quote(r.schema)
+	q := ident.Quote(r.auditSchema())
 	rows, err := r.h.pool.Query(ctx, `SELECT e.at, min(t.claimed_at) - e.at FROM `+q+`.chaos_enqueued e
 JOIN `+q+`.jobs j ON j.id = e.job_id AND j.queue = $1
 JOIN `+q+`.chaos_transitions t ON t.job_id = e.job_id AND t.claimed_at IS NOT NULL
@@ -279,10 +279,15 @@ func pickupSummary(ps []pickup, from, to time.Time) string {
 	if len(ws) == 0 {
 		return "no jobs"
 	}
-	sort.Slice(ws, func(i, j int) bool { return ws[i] < ws[j] })
-	at := func(q float64) time.Duration { return ws[min(len(ws)-1, int(q*float64(len(ws))))] }
+	return fmt.Sprintf("%d jobs, %s", len(ws), durationSummary(ws))
+}
+
+// durationSummary is the p50, p99 and max of ds (not empty), which it sorts.
+func durationSummary(ds []time.Duration) string {
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	at := func(q float64) time.Duration { return ds[min(len(ds)-1, int(q*float64(len(ds))))] }
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
-	return fmt.Sprintf("%d jobs, p50 %s, p99 %s, max %s", len(ws), ms(at(0.50)), ms(at(0.99)), ms(ws[len(ws)-1]))
+	return fmt.Sprintf("p50 %s, p99 %s, max %s", ms(at(0.50)), ms(at(0.99)), ms(ds[len(ds)-1]))
 }
 
 var (

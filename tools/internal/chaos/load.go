@@ -35,6 +35,15 @@ type producer struct {
 	log    *slog.Logger
 	// manualShare is the fraction of jobs sent to manualQueue (the zombie's loop).
 	manualShare float64
+	// keys > 0 spreads the jobs and their events over that many concurrency keys
+	// (the Citus scenarios: the distribution column); 0 leaves them without one.
+	keys int
+	// open: each enqueue runs in a goroutine of its own (at most openInFlight at
+	// once), so one that waits — for a key whose shard Citus is moving — holds up
+	// only itself, as one request of an application would. rngMu then guards rng.
+	open  bool
+	rngMu sync.Mutex
+	calls []enqueueCall // open: every committed enqueue's start and duration
 
 	mu         sync.Mutex
 	acked      []string    // job ids whose commit returned success
@@ -83,18 +92,51 @@ func (p *producer) payload() []byte {
 	return b
 }
 
+// enqueueCall is one committed enqueue of an open producer: when it began and how
+// long until its commit returned.
+type enqueueCall struct {
+	start time.Time
+	took  time.Duration
+}
+
+// openInFlight bounds an open producer's enqueues in flight.
+const openInFlight = 64
+
 // run enqueues rate jobs per second until ctx ends.
 func (p *producer) run(ctx context.Context, rate int) {
 	t := time.NewTicker(time.Second / time.Duration(rate))
 	defer t.Stop()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, openInFlight)
 	for {
 		select {
 		case <-ctx.Done():
+			wg.Wait()
 			p.client.Close()
 			return
 		case <-t.C:
 		}
-		p.enqueueOne(ctx, p.rng.IntN(20) == 0)
+		p.rngMu.Lock()
+		rollback := p.rng.IntN(20) == 0
+		p.rngMu.Unlock()
+		if !p.open {
+			p.enqueueOne(ctx, rollback)
+			continue
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			start := wallNow()
+			if p.enqueueOne(ctx, rollback) {
+				p.mu.Lock()
+				p.calls = append(p.calls, enqueueCall{start: start, took: time.Since(start)})
+				p.mu.Unlock()
+			}
+		})
 	}
 }
 
@@ -111,7 +153,14 @@ func (p *producer) enqueueOne(ctx context.Context, rollback bool) bool {
 		return false
 	}
 	defer tx.Rollback(context.Background())
-	res, err := p.client.EnqueueRawTx(tctx, tx, jobKind, p.payload(), &skiplock.EnqueueOpts{Queue: p.queue()})
+	p.rngMu.Lock()
+	var key string
+	if p.keys > 0 {
+		key = fmt.Sprintf("t%02d", p.rng.IntN(p.keys))
+	}
+	payload, queue := p.payload(), p.queue()
+	p.rngMu.Unlock()
+	res, err := p.client.EnqueueRawTx(tctx, tx, jobKind, payload, &skiplock.EnqueueOpts{Queue: queue, ConcurrencyKey: key})
 	if err != nil {
 		p.fail(err)
 		return false
@@ -119,14 +168,14 @@ func (p *producer) enqueueOne(ctx context.Context, rollback bool) bool {
 	var eventID *string
 	if p.writer != nil {
 		id, err := p.writer.Write(tctx, tx, outbox.Event{AggregateType: "chaos_job", AggregateID: res.ID, EventType: "chaos.enqueued",
-			Payload: []byte(`{"job":"` + res.ID + `"}`), MaxAttempts: outbox.MaxMaxAttempts})
+			Payload: []byte(`{"job":"` + res.ID + `"}`), MaxAttempts: outbox.MaxMaxAttempts, ConcurrencyKey: key})
 		if err != nil {
 			p.fail(err)
 			return false
 		}
 		eventID = &id
 	}
-	if _, err := tx.Exec(tctx, "INSERT INTO "+ident.Quote(p.schema)+".chaos_enqueued (job_id, event_id) VALUES ($1, $2)", res.ID, eventID); err != nil {
+	if _, err := tx.Exec(tctx, "INSERT INTO "+ident.Quote(p.schema)+".chaos_enqueued (job_id, event_id, concurrency_key) VALUES ($1, $2, $3)", res.ID, eventID, key); err != nil {
 		p.fail(err)
 		return false
 	}

@@ -66,6 +66,8 @@ type round struct {
 	// The failover scenarios' watchers (hawatch.go) and write probes of the old primary.
 	ha     *haRun
 	probes []*producer
+	// The citus-rebalance scenario's move (citus.go).
+	rebalance *rebalanceRun
 }
 
 // fault is one injected fault: when it began and when it was lifted.
@@ -123,6 +125,16 @@ func (h *harness) runRound(ctx context.Context, s *scenario, p params) (*Row, er
 		if err := h.useHA(ctx, s.pgbouncer); err != nil {
 			return nil, err
 		}
+	} else if s.citus {
+		if reason := citusMissing(ctx); reason != "" {
+			if citusRequired() {
+				return &Row{Scenario: s.name, Runs: 1, Violations: []string{"Citus required (CI, SKIPLOCK_REQUIRE_CITUS): " + reason}}, nil
+			}
+			return &Row{Scenario: s.name, Skipped: reason}, nil
+		}
+		if err := h.useCitus(ctx); err != nil {
+			return nil, err
+		}
 	} else {
 		h.usePlain()
 	}
@@ -172,12 +184,40 @@ func (h *harness) runRound(ctx context.Context, s *scenario, p params) (*Row, er
 		}
 		r.note("fault injection failed: %v", injectErr)
 	}
+	// A transaction Citus committed in two phases whose worker node crashed between
+	// PREPARE and COMMIT PREPARED is committed by the coordinator's recovery; until
+	// then its rows are invisible (and locked). Its maintenance daemon runs it every
+	// citus.recover_2pc_interval (a minute by default): run it now, before the drain
+	// (a completion left prepared holds its job) and after (what the drain's last
+	// work left), draining again what it made visible.
+	if s.citus {
+		if _, err := r.recoverPrepared(ctx); err != nil {
+			return nil, err
+		}
+	}
 	drained, err := r.drain(ctx)
 	if err != nil {
 		return nil, err
 	}
+	if s.citus && drained {
+		n, err := r.recoverPrepared(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if n > 0 {
+			if drained, err = r.drain(ctx); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if !drained {
 		r.note("not drained within %s", drainTimeout)
+	}
+	if s.citus {
+		r.stopAll() // the copy is the final state: nothing may change the tables after it
+		if err := r.snapshotCitus(ctx); err != nil {
+			return nil, err
+		}
 	}
 	row, err := r.check(ctx, baselineFrom, faultsFrom)
 	if err != nil {
@@ -258,6 +298,9 @@ func (r *round) startLoad(ctx context.Context) error {
 	if err == nil && r.s.zombie {
 		r.prod.manualShare = 0.15
 	}
+	if err == nil && r.s.citus {
+		r.prod.keys, r.prod.open = citusKeys, true
+	}
 	return err
 }
 
@@ -272,6 +315,7 @@ func (r *round) startWorker(ctx context.Context, manual bool) (*proc, error) {
 	spec.Queues = r.s.queues
 	spec.Periodic = r.s.failover != ""
 	spec.ListenURL = r.h.listenURL(r.s)
+	spec.Citus = r.s.citus
 	return r.launch(ctx, childSpec{Role: "worker", URL: r.h.proxyURL, Schema: r.schema, ID: id, Worker: spec}, &r.workers)
 }
 
@@ -351,11 +395,26 @@ func (r *round) drain(ctx context.Context) (bool, error) {
 	q := ident.Quote(r.schema)
 	for {
 		var open, unconsumed int64
-		err := r.h.pool.QueryRow(ctx, `SELECT
-  (SELECT count(*) FROM `+q+`.chaos_enqueued e JOIN `+q+`.jobs j ON j.id = e.job_id
-    WHERE j.status NOT IN ('succeeded', 'failed', 'cancelled')),
-  (SELECT count(*) FROM `+q+`.chaos_enqueued e
-    WHERE e.event_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM `+q+`.chaos_consumed c WHERE c.event_id = e.event_id::text))`).Scan(&open, &unconsumed)
+		// On Citus joined by the key as well, the distribution column of both (the
+		// producer writes its job's key there; other writers of chaos_enqueued on one
+		// node leave it '').
+		on := "j.id = e.job_id"
+		if r.s.citus {
+			on += " AND j.concurrency_key = e.concurrency_key"
+		}
+		err := r.h.pool.QueryRow(ctx, `SELECT count(*) FROM `+q+`.chaos_enqueued e JOIN `+q+`.jobs j ON `+on+`
+WHERE j.status NOT IN ('succeeded', 'failed', 'cancelled')`).Scan(&open)
+		if err == nil {
+			// Events committed less those consumed: the consumer's table is a plain one
+			// on Citus, which a correlated subquery cannot join with the distributed
+			// chaos_enqueued. Only committed events are ever published.
+			var committed, consumed int64
+			err = r.h.pool.QueryRow(ctx, `SELECT count(*) FROM `+q+`.chaos_enqueued WHERE event_id IS NOT NULL`).Scan(&committed)
+			if err == nil {
+				err = r.h.pool.QueryRow(ctx, `SELECT count(DISTINCT event_id) FROM `+q+`.chaos_consumed`).Scan(&consumed)
+			}
+			unconsumed = committed - consumed
+		}
 		if err == nil && open == 0 && unconsumed == 0 {
 			return true, nil
 		}

@@ -52,6 +52,11 @@ type scenario struct {
 	// follower points at the primary (scripts/ha.sh pgbouncer); workers and relays
 	// LISTEN on PostgreSQL itself (Config.ListenURL: the multi-host string).
 	pgbouncer bool
+	// citus: the round runs on a Citus cluster (citus.go) with the distributed layout.
+	citus bool
+	// halfRate: the producer offers half the configured rate (citus-rebalance
+	// measures pickup latency, which a backlog on a loaded machine would swamp).
+	halfRate bool
 }
 
 // Scenarios lists the scenario names in the order a short run uses.
@@ -94,6 +99,8 @@ var allScenarios = []*scenario{
 	killPrimaryScenario,
 	asyncKillScenario,
 	bouncerScenario,
+	citusScenario,
+	citusRebalanceScenario,
 }
 
 func selectScenarios(names []string) ([]*scenario, error) {

@@ -46,6 +46,9 @@ type workerSpec struct {
 	Periodic bool `json:"periodic,omitempty"`
 	// ListenURL: the LISTEN connection's own (Config.ListenURL), behind PgBouncer.
 	ListenURL string `json:"listen_url,omitempty"`
+	// Citus: the schema has the distributed layout, where the scheduler does not run
+	// (Start refuses it: docs/citus.md).
+	Citus bool `json:"citus,omitempty"`
 }
 
 // The failover scenarios' periodic job: every second, on every worker's schedule list.
@@ -88,8 +91,13 @@ func newWorker(pool *pgxpool.Pool, schema, id string, spec workerSpec, clock ski
 	for q, n := range spec.Queues {
 		queues[q] = skiplock.QueueConfig{MaxWorkers: n}
 	}
+	scheduler := time.Duration(0)
+	if spec.Citus {
+		scheduler = -1
+	}
 	c, err := skiplock.NewClient(pool, skiplock.Config{
-		Schema: schema, ID: id, Workers: ws, Clock: clock, Logger: log,
+		SchedulerInterval: scheduler,
+		Schema:            schema, ID: id, Workers: ws, Clock: clock, Logger: log,
 		Queues:            queues,
 		LeaseDuration:     spec.Lease,
 		HeartbeatInterval: spec.Heartbeat,

@@ -1,0 +1,565 @@
+package chaos
+
+// The Citus scenarios (issue #46): the same invariants on a Citus cluster started by
+// scripts/citus.sh, the project's script a person would use, in a directory and on
+// ports of the harness's own.
+//
+//	citus            worker processes SIGKILLed, client backends terminated on the
+//	                 worker nodes (the coordinator's connections to them) and on the
+//	                 coordinator (the children's), and worker nodes stopped — one
+//	                 crash (immediate), one fast shutdown — and started again, while
+//	                 a producer enqueues jobs and outbox events over many keys
+//	citus-rebalance  online growth: a worker node added (citus.sh add-worker) and
+//	                 citus_rebalance_start() moving shards onto it while producers,
+//	                 workers and relays run; the pickup latency per window before,
+//	                 during and after the move, and each move's time
+//
+// Both run the distributed layout (skiplock.MigrateOpts{Citus: true}) with the audit
+// of audit.go: its tables that are written in a job's transaction or by its trigger
+// (chaos_enqueued, chaos_transitions, chaos_revivals) are distributed by
+// concurrency_key and co-located with jobs, so that each write stays on the job's
+// node; chaos_audit and chaos_consumed stay plain tables on the coordinator. When the
+// round has drained, the tables the check reads are copied into a plain schema on the
+// coordinator (snapshotCitus) and the check (check.go) runs on that copy unchanged:
+// its joins by job id are not joins Citus can run across shards.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock"
+	"github.com/skiplock/skiplock/internal/ident"
+	"github.com/skiplock/skiplock/internal/migrate"
+)
+
+// citusFaultPhase is the least fault phase of a Citus round.
+const citusFaultPhase = 12 * time.Second
+
+// citusKeys is how many concurrency keys the producer spreads its jobs and events
+// over on Citus: enough for every shard of every node to hold some.
+const citusKeys = 64
+
+// citusMaxWorkers bounds the worker nodes a cluster of the harness can grow to
+// (citus-rebalance adds one per round): the ports reserved for it.
+const citusMaxWorkers = 6
+
+// citusShardCount is the shard count of the rounds' distributed tables (the
+// coordinator's citus.shard_count). Citus's
+// default is 32; 16 keeps a rebalance round's moves (a third of the shards, each
+// copying six co-located shards) within CI's budget while every node holds several.
+const citusShardCount = 16
+
+var citusScenario = &scenario{
+	name: "citus",
+	summary: "on a Citus cluster (scripts/citus.sh, the distributed layout, jobs over 64 keys): worker processes SIGKILLed, client backends " +
+		"terminated on the worker nodes and the coordinator, worker nodes crashed (immediate) and stopped (fast) and started again",
+	citus: true, outbox: true, relayFaults: true, inject: injectCitus, recoverOn: "jobs",
+}
+
+var citusRebalanceScenario = &scenario{
+	name: "citus-rebalance",
+	summary: "online growth on Citus: a worker node added (citus.sh add-worker) and citus_rebalance_start() moving shards " +
+		"under load; nothing lost or run twice, pickup p50/p99 per window before, during and after the move",
+	// Moves with block_writes end with the shard's old placement dropped: a relay's
+	// mark in flight may fail and its batch be delivered again (at least once).
+	citus: true, outbox: true, relayFaults: true, halfRate: true, inject: injectRebalance, verify: verifyRebalance, recoverOn: "jobs",
+}
+
+// citusCluster is a running cluster of scripts/citus.sh.
+type citusCluster struct {
+	script string
+	dir    string
+	port   int // the coordinator's; worker n takes port+n
+	logf   string
+	URL    string
+}
+
+// citusRequired reports whether a missing Citus fails the Citus scenarios (CI, or
+// SKIPLOCK_REQUIRE_CITUS set) rather than skipping them.
+func citusRequired() bool {
+	return os.Getenv("CI") == "true" || os.Getenv("SKIPLOCK_REQUIRE_CITUS") != ""
+}
+
+// citusMissing says why the Citus scenarios cannot run here ("" when they can).
+func citusMissing(ctx context.Context) string {
+	script, err := findScript("citus.sh", "SKIPLOCK_CITUS_SCRIPT")
+	if err != nil {
+		return err.Error()
+	}
+	if out, err := exec.CommandContext(ctx, "bash", script, "installed").CombinedOutput(); err != nil {
+		return "Citus is not installed (" + strings.TrimSpace(string(out)) + "; scripts/citus.sh build, or make test, installs it)"
+	}
+	return ""
+}
+
+// startCitus starts a cluster under a new temporary directory, on free ports, with
+// synchronous_commit on: a node's crash must not lose what it acknowledged (the
+// script's own clusters run with it off, as test clusters).
+func startCitus(ctx context.Context, logDir string) (*citusCluster, error) {
+	script, err := findScript("citus.sh", "SKIPLOCK_CITUS_SCRIPT")
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "skiplock-chaos-citus-")
+	if err != nil {
+		return nil, fmt.Errorf("chaos: creating the Citus directory: %w", err)
+	}
+	os.Chmod(dir, 0o755) // as root, the script hands it to the postgres user
+	port, err := freePorts(1 + citusMaxWorkers)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	c := &citusCluster{script: script, dir: filepath.Join(dir, "cluster"), port: port, logf: filepath.Join(logDir, "citus.log")}
+	out, err := c.run(ctx, "start")
+	if err != nil {
+		c.destroy()
+		return nil, err
+	}
+	c.URL = strings.TrimSpace(out)
+	for _, node := range []string{"coordinator", "worker1", "worker2"} {
+		stmts := []string{"ALTER SYSTEM SET synchronous_commit = on"}
+		if node == "coordinator" {
+			stmts = append(stmts, "ALTER SYSTEM SET citus.shard_count = "+strconv.Itoa(citusShardCount))
+		}
+		if err := c.sql(ctx, node, append(stmts, "SELECT pg_reload_conf()")...); err != nil {
+			c.destroy()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// nodeURL connects to one node directly.
+func (c *citusCluster) nodeURL(node string) string {
+	p := c.port
+	if n, ok := strings.CutPrefix(node, "worker"); ok {
+		k, _ := strconv.Atoi(n)
+		p += k
+	}
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=5", p)
+}
+
+// sql runs statements on one node, on a connection of its own.
+func (c *citusCluster) sql(ctx context.Context, node string, stmts ...string) error {
+	conn, err := pgx.Connect(ctx, c.nodeURL(node))
+	if err != nil {
+		return fmt.Errorf("chaos: connecting to Citus node %s: %w", node, err)
+	}
+	defer conn.Close(context.Background())
+	for _, st := range stmts {
+		if _, err := conn.Exec(ctx, st); err != nil {
+			return fmt.Errorf("chaos: on Citus node %s: %s: %w", node, st, err)
+		}
+	}
+	return nil
+}
+
+// run runs scripts/citus.sh with args (runScript).
+func (c *citusCluster) run(ctx context.Context, args ...string) (string, error) {
+	return runScript(ctx, c.script, c.logf, []string{"SKIPLOCK_CITUS_DIR=" + c.dir, "SKIPLOCK_CITUS_PORT=" + strconv.Itoa(c.port)}, args...)
+}
+
+// destroy keeps the nodes' logs beside the children's, then stops the cluster and
+// removes its directory.
+func (c *citusCluster) destroy() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	logs, _ := filepath.Glob(filepath.Join(c.dir, "*.log"))
+	for _, l := range logs {
+		if b, err := os.ReadFile(l); err == nil {
+			os.WriteFile(filepath.Join(filepath.Dir(c.logf), "citus-"+filepath.Base(l)), b, 0o644)
+		}
+	}
+	c.run(ctx, "clean")
+	os.RemoveAll(filepath.Dir(c.dir))
+}
+
+// useCitus points the harness at the Citus coordinator (the cluster started on
+// first use) for the round to come: the harness, the producer and the children all
+// connect to it directly.
+func (h *harness) useCitus(ctx context.Context) error {
+	if h.citus == nil {
+		h.log.Info("chaos: starting the Citus cluster (scripts/citus.sh)")
+		c, err := startCitus(ctx, h.logDir)
+		if err != nil {
+			return err
+		}
+		h.citus = c
+		if h.citusPool, err = openPool(ctx, c.URL, harnessApp, 16, 5*time.Second); err != nil {
+			return fmt.Errorf("chaos: the harness pool on the Citus coordinator: %w", err)
+		}
+		// The open producer's: a connection for each enqueue in flight, so that those
+		// waiting for a moving shard hold up no other.
+		if h.citusAppPool, err = openPool(ctx, c.URL, harnessApp+"-producer", openInFlight, 5*time.Second); err != nil {
+			return fmt.Errorf("chaos: the producer's pool on the Citus coordinator: %w", err)
+		}
+	}
+	h.pool, h.proxyURL, h.appPool = h.citusPool, h.citus.URL, h.citusAppPool
+	return nil
+}
+
+// prepareCitus migrates the round's schema with the distributed layout and installs
+// the audit: auditDDL's tables and functions, the tables written beside a job
+// distributed by its key and co-located with jobs, then the triggers (on every shard
+// of jobs; their writes name the row's key, so they stay on its node — what Citus
+// calls an unsafe trigger, as the layout's own are).
+func (r *round) prepareCitus(ctx context.Context) error {
+	if _, err := skiplock.MigrateWith(ctx, r.h.pool, r.schema, skiplock.MigrateOpts{Citus: true}); err != nil {
+		return fmt.Errorf("migrating %s with the Citus layout: %w", r.schema, err)
+	}
+	q := ident.Quote(r.schema)
+	var stmts []string
+	stmts = append(stmts, "SET LOCAL citus.enable_unsafe_triggers = on", "SET LOCAL citus.multi_shard_modify_mode = 'sequential'")
+	stmts = append(stmts, migrate.Statements(auditDDL(r.schema))...)
+	for _, t := range []string{"chaos_enqueued", "chaos_transitions", "chaos_revivals"} {
+		stmts = append(stmts, fmt.Sprintf("SELECT create_distributed_table('%s.%s', 'concurrency_key', colocate_with => '%s.jobs')", q, t, q))
+	}
+	stmts = append(stmts, migrate.Statements(auditTriggersDDL(r.schema))...)
+	err := pgx.BeginFunc(ctx, r.h.pool, func(tx pgx.Tx) error {
+		for _, st := range stmts {
+			if _, err := tx.Exec(ctx, st, pgx.QueryExecModeSimpleProtocol); err != nil {
+				return fmt.Errorf("%w\n%s", err, st)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("installing the audit in %s on Citus: %w", r.schema, err)
+	}
+	return nil
+}
+
+// recoverPrepared runs the coordinator's recovery of two-phase commits and notes
+// what it finished.
+func (r *round) recoverPrepared(ctx context.Context) (int, error) {
+	var n int
+	if err := r.h.pool.QueryRow(ctx, "SELECT recover_prepared_transactions()").Scan(&n); err != nil {
+		return 0, fmt.Errorf("recover_prepared_transactions: %w", err)
+	}
+	if n > 0 {
+		r.note("recover_prepared_transactions() finished %d prepared transactions left by a crashed node (committed or rolled back as the coordinator decided)", n)
+	}
+	return n, nil
+}
+
+// snapshotTables are the tables the check reads; citusSnapshotIdx their indexes in the copy.
+var (
+	snapshotTables   = []string{"jobs", "outbox", "chaos_enqueued", "chaos_audit", "chaos_transitions", "chaos_revivals", "chaos_consumed"}
+	citusSnapshotIdx = []string{"jobs (id)", "outbox (id)", "chaos_enqueued (job_id)", "chaos_audit (job_id, lease_token)",
+		"chaos_transitions (job_id, seq)", "chaos_transitions (old_token)", "chaos_consumed (event_id)"}
+)
+
+// snapshotSchema is where a Citus round's check reads (auditSchema).
+func (r *round) snapshotSchema() string { return r.schema + "_check" }
+
+// auditSchema is the schema the check reads: the round's, or on Citus the plain copy
+// snapshotCitus made of it.
+func (r *round) auditSchema() string {
+	if r.s.citus {
+		return r.snapshotSchema()
+	}
+	return r.schema
+}
+
+// snapshotCitus copies the tables the check reads, once the round has drained, into
+// plain tables of a schema of their own on the coordinator.
+func (r *round) snapshotCitus(ctx context.Context) error {
+	src, dst := ident.Quote(r.schema), ident.Quote(r.snapshotSchema())
+	stmts := []string{"DROP SCHEMA IF EXISTS " + dst + " CASCADE", "CREATE SCHEMA " + dst}
+	for _, t := range snapshotTables {
+		stmts = append(stmts, "CREATE TABLE "+dst+"."+t+" AS SELECT * FROM "+src+"."+t)
+	}
+	for _, ix := range citusSnapshotIdx {
+		stmts = append(stmts, "CREATE INDEX ON "+dst+"."+ix)
+	}
+	for _, st := range stmts {
+		if _, err := r.h.pool.Exec(ctx, st); err != nil {
+			return fmt.Errorf("copying the audit of %s for the check: %s: %w", r.schema, st, err)
+		}
+	}
+	return nil
+}
+
+// injectCitus runs the citus scenario's faults, spread over the fault phase in a
+// fixed rotation (so each kind comes at least once): a worker process SIGKILLed,
+// the worker nodes' client backends terminated, a worker node crashed and started,
+// the children's backends on the coordinator terminated, a worker node stopped
+// (fast) and started.
+func injectCitus(ctx context.Context, r *round) error {
+	began := wallNow()
+	kinds := []string{"sigkill", "terminate-workers", "crash-node", "terminate-coordinator", "sigkill", "stop-node"}
+	n := max(r.p.faults*2, len(kinds))
+	node := 1 + r.rng.IntN(2)
+	if err := atTimes(ctx, r.spread(n, r.p.faultPhase-2*time.Second), func(i int) error {
+		start := wallNow()
+		switch k := kinds[i%len(kinds)]; k {
+		case "sigkill":
+			return r.killWorker(ctx)
+		case "terminate-workers":
+			total := 0
+			for _, w := range []string{"worker1", "worker2"} {
+				n, err := r.terminateOnNode(ctx, w)
+				if err != nil {
+					return err
+				}
+				total += n
+			}
+			r.mark(fmt.Sprintf("terminated %d client backends on the worker nodes", total), start)
+		case "terminate-coordinator":
+			n, err := r.terminateWhenConnected(ctx)
+			if err != nil {
+				return err
+			}
+			r.mark(fmt.Sprintf("terminated %d children's backends on the coordinator", n), start)
+		case "crash-node", "stop-node":
+			mode := "immediate"
+			if k == "stop-node" {
+				mode = "fast"
+			}
+			w := "worker" + strconv.Itoa(node)
+			node = 3 - node // the other one next time
+			if _, err := r.h.citus.run(ctx, "stop-node", w, mode); err != nil {
+				return err
+			}
+			if err := pause(ctx, time.Second); err != nil { // statements for its keys fail meanwhile
+				return err
+			}
+			if _, err := r.h.citus.run(ctx, "start"); err != nil {
+				return err
+			}
+			r.mark(fmt.Sprintf("%s stopped (%s) and started", w, mode), start)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return finishPhase(ctx, r, began)
+}
+
+// terminateOnNode ends the client backends on one node — on a worker node, the
+// coordinator's connections to it, whatever statement or transaction they are in —
+// and returns how many.
+func (r *round) terminateOnNode(ctx context.Context, node string) (int, error) {
+	conn, err := pgx.Connect(ctx, r.h.citus.nodeURL(node))
+	if err != nil {
+		return 0, fmt.Errorf("connecting to %s: %w", node, err)
+	}
+	defer conn.Close(context.Background())
+	var n int
+	err = conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))
+FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND datname = current_database()`).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("terminating backends on %s: %w", node, err)
+	}
+	return n, nil
+}
+
+// rebalanceRun is what the citus-rebalance round recorded of its move.
+type rebalanceRun struct {
+	node                 string
+	port                 int
+	added, start, end    time.Time
+	job                  int64
+	moves                []shardMove
+	state                string
+	onNew, total, groups int
+}
+
+type shardMove struct {
+	task        int64
+	what        string
+	start, done time.Time
+}
+
+// rebalanceTransferMode is how citus-rebalance moves shards. The layout's tx_lineage
+// has no replica identity, so Citus's default (auto: logical replication) refuses the
+// move; logical replication also needs wal_level = logical on every node, which the
+// script's clusters do not set. block_writes copies each shard group while writes to
+// it wait (docs/citus.md, "Online growth").
+const rebalanceTransferMode = "block_writes"
+
+// injectRebalance waits a baseline, adds a worker node, starts the rebalance and
+// follows its moves until citus_rebalance_wait() returns, then lets the load run
+// for as long again as the baseline.
+func injectRebalance(ctx context.Context, r *round) error {
+	began := wallNow()
+	if err := pause(ctx, r.p.faultPhase/2); err != nil {
+		return err
+	}
+	var workers int
+	if err := r.h.pool.QueryRow(ctx, "SELECT count(*) FROM citus_get_active_worker_nodes()").Scan(&workers); err != nil {
+		return fmt.Errorf("counting worker nodes: %w", err)
+	}
+	if workers >= citusMaxWorkers {
+		return fmt.Errorf("the cluster has %d worker nodes already, the most the harness reserved ports for", workers)
+	}
+	rb := &rebalanceRun{node: "worker" + strconv.Itoa(workers+1), port: r.h.citus.port + workers + 1}
+	r.rebalance = rb
+	start := wallNow()
+	if _, err := r.h.citus.run(ctx, "add-worker", strconv.Itoa(workers+1)); err != nil {
+		return err
+	}
+	rb.added = wallNow()
+	r.mark("citus.sh add-worker "+strconv.Itoa(workers+1), start)
+	rb.start = wallNow()
+	if err := r.h.pool.QueryRow(ctx, "SELECT citus_rebalance_start(shard_transfer_mode => '"+rebalanceTransferMode+"')").Scan(&rb.job); err != nil {
+		return fmt.Errorf("citus_rebalance_start: %w", err)
+	}
+	waited := make(chan error, 1)
+	go func() {
+		_, err := r.h.pool.Exec(ctx, "SELECT citus_rebalance_wait()")
+		waited <- err
+	}()
+	seen := map[int64]*shardMove{}
+	poll := func() error {
+		rows, err := r.h.pool.Query(ctx, `SELECT task_id, status::text, command FROM pg_dist_background_task WHERE job_id = $1`, rb.job)
+		if err != nil {
+			return fmt.Errorf("following the rebalance: %w", err)
+		}
+		defer rows.Close()
+		now := wallNow()
+		for rows.Next() {
+			var id int64
+			var status, cmd string
+			if err := rows.Scan(&id, &status, &cmd); err != nil {
+				return err
+			}
+			m := seen[id]
+			if m == nil {
+				m = &shardMove{task: id, what: cmd}
+				seen[id] = m
+			}
+			if status == "running" && m.start.IsZero() {
+				m.start = now
+			}
+			if status == "done" && m.done.IsZero() {
+				if m.start.IsZero() {
+					m.start = now
+				}
+				m.done = now
+			}
+		}
+		return rows.Err()
+	}
+	var werr error
+	for done := false; !done; {
+		select {
+		case werr = <-waited:
+			done = true
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if err := poll(); err != nil {
+			return err
+		}
+	}
+	rb.end = wallNow()
+	if werr != nil {
+		return fmt.Errorf("citus_rebalance_wait: %w", werr)
+	}
+	for _, m := range seen {
+		rb.moves = append(rb.moves, *m)
+	}
+	sort.Slice(rb.moves, func(i, j int) bool { return rb.moves[i].task < rb.moves[j].task })
+	if err := r.h.pool.QueryRow(ctx, "SELECT state::text FROM pg_dist_background_job WHERE job_id = $1", rb.job).Scan(&rb.state); err != nil {
+		return fmt.Errorf("reading the rebalance job: %w", err)
+	}
+	r.mark(fmt.Sprintf("citus_rebalance_start(%s): %d moves", rebalanceTransferMode, len(rb.moves)), rb.start)
+	return pause(ctx, time.Until(rb.end.Add(rb.start.Sub(began))))
+}
+
+// rebalanceWindow is the width of the per-window pickup rows.
+const rebalanceWindow = 2 * time.Second
+
+// verifyRebalance checks that the move happened — the job finished, the new node
+// holds shards of the round's jobs — and reports the pickup latency per window.
+func verifyRebalance(ctx context.Context, r *round, row *Row) error {
+	rb := r.rebalance
+	if rb == nil {
+		row.Violations = append(row.Violations, "no rebalance ran")
+		return nil
+	}
+	if rb.state != "finished" {
+		row.Violations = append(row.Violations, fmt.Sprintf("the rebalance job %d ended %q, not finished", rb.job, rb.state))
+	}
+	err := r.h.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE p.nodeport = $2), count(*)
+FROM pg_dist_shard s JOIN pg_dist_placement pl USING (shardid) JOIN pg_dist_node p ON p.groupid = pl.groupid
+WHERE s.logicalrelid = $1::regclass`, ident.Quote(r.schema)+".jobs", rb.port).Scan(&rb.onNew, &rb.total)
+	if err != nil {
+		return fmt.Errorf("reading the shard placements: %w", err)
+	}
+	if rb.onNew == 0 {
+		row.Violations = append(row.Violations, fmt.Sprintf("no shard of %s.jobs is on the new node %s after the rebalance", r.schema, rb.node))
+	}
+	if len(rb.moves) == 0 {
+		row.Violations = append(row.Violations, "the rebalance moved nothing")
+	}
+	ps, err := r.pickups(ctx)
+	if err != nil {
+		return err
+	}
+	var first, last time.Time
+	if len(ps) > 0 {
+		first, last = ps[0].enqueued, ps[len(ps)-1].enqueued.Add(time.Nanosecond)
+	}
+	r.prod.mu.Lock()
+	calls := append([]enqueueCall(nil), r.prod.calls...)
+	r.prod.mu.Unlock()
+	row.Pickup = append(row.Pickup, fmt.Sprintf("%-7s %7s  %-44s  %-30s  %s", "phase", "start s", "pickup: business row → first claim", "enqueue call → commit", "moves done"))
+	phase := func(t time.Time) string {
+		switch {
+		case t.Before(rb.start):
+			return "before"
+		case t.Before(rb.end):
+			return "during"
+		default:
+			return "after"
+		}
+	}
+	for w := first; w.Before(last); w = w.Add(rebalanceWindow) {
+		done := 0
+		for _, m := range rb.moves {
+			if !m.done.Before(w) && m.done.Before(w.Add(rebalanceWindow)) {
+				done++
+			}
+		}
+		row.Pickup = append(row.Pickup, fmt.Sprintf("%-7s %7.1f  %-44s  %-30s  %d", phase(w), w.Sub(first).Seconds(),
+			pickupSummary(ps, w, w.Add(rebalanceWindow)), enqueueSummary(calls, w, w.Add(rebalanceWindow)), done))
+	}
+	var longest time.Duration
+	for _, m := range rb.moves {
+		longest = max(longest, m.done.Sub(m.start))
+	}
+	row.Pickup = append(row.Pickup, fmt.Sprintf("pickup before: %s | during (%.1f s, %d moves, longest %.1f s): %s | after: %s; "+
+		"enqueue before: %s | during: %s | after: %s; %d of %d shards of jobs on %s",
+		pickupSummary(ps, first, rb.start), rb.end.Sub(rb.start).Seconds(), len(rb.moves), longest.Seconds(),
+		pickupSummary(ps, rb.start, rb.end), pickupSummary(ps, rb.end, last),
+		enqueueSummary(calls, first, rb.start), enqueueSummary(calls, rb.start, rb.end), enqueueSummary(calls, rb.end, last),
+		rb.onNew, rb.total, rb.node))
+	return nil
+}
+
+// enqueueSummary is the p50, p99 and max time from the enqueue call to its commit,
+// of the committed calls that began in [from, to).
+func enqueueSummary(calls []enqueueCall, from, to time.Time) string {
+	var ds []time.Duration
+	for _, c := range calls {
+		if !c.start.Before(from) && c.start.Before(to) {
+			ds = append(ds, c.took)
+		}
+	}
+	if len(ds) == 0 {
+		return "no calls"
+	}
+	return durationSummary(ds)
+}
