@@ -126,3 +126,65 @@ func TestCitusManual(t *testing.T) {
 		t.Fatalf("a manual claim with a limit in the schema: %v; want ErrNotOnCitus naming limits", err)
 	}
 }
+
+// TestCitusManualHandle: on the cluster a job rebuilt from its id and lease token
+// alone (Manual.Handle, as the HTTP gateway's workers hold it) learns its key before
+// its heartbeat and finish, which name the key: its writes land, fenced by the token
+// as a claimed job's are. A wrong token writes nothing (ErrLeaseLost), and neither
+// does an id no job has. Without the lookup every handle's write would find no lease
+// under the key "" and return ErrLeaseLost.
+func TestCitusManualHandle(t *testing.T) {
+	t.Parallel()
+	e := newCitusEnv(t, skiplock.Config{})
+	m := e.client.Manual()
+	var params []skiplock.EnqueueParams
+	for n, k := range []string{"acme", "globex", "initech", "acme", "globex", "initech"} {
+		params = append(params, skiplock.EnqueueParams{Args: orderPlaced{Order: n}, Opts: skiplock.EnqueueOpts{ConcurrencyKey: k}})
+	}
+	_, err := e.client.EnqueueManyTx(e.ctx, e.pool, params)
+	e.must(err)
+	claimed, err := m.Claim(e.ctx, skiplock.DefaultQueue, 6)
+	e.must(err)
+	if len(claimed) != 6 {
+		t.Fatalf("claimed %d jobs, want 6", len(claimed))
+	}
+	handles := make([]*skiplock.Job, len(claimed))
+	for i, j := range claimed {
+		h, err := m.Handle(j.ID, j.LeaseToken)
+		e.must(err)
+		handles[i] = h
+	}
+	lost, err := m.Heartbeat(e.ctx, handles...)
+	e.must(err)
+	if len(lost) != 0 {
+		t.Fatalf("a heartbeat of 6 handles lost %d leases", len(lost))
+	}
+	// A wrong token on a real job, and a job that does not exist: nothing written.
+	stale, err := m.Handle(claimed[0].ID, "00000000-0000-4000-8000-000000000001")
+	e.must(err)
+	if err := m.Complete(e.ctx, stale); !errors.Is(err, skiplock.ErrLeaseLost) {
+		t.Fatalf("a handle's complete with a wrong token: %v; want ErrLeaseLost", err)
+	}
+	ghost, err := m.Handle("00000000-0000-4000-8000-000000000002", claimed[0].LeaseToken)
+	e.must(err)
+	if err := m.Complete(e.ctx, ghost); !errors.Is(err, skiplock.ErrLeaseLost) {
+		t.Fatalf("a handle's complete of no job: %v; want ErrLeaseLost", err)
+	}
+	// Two finished one by one, four in one FinishMany over the three keys.
+	e.must(m.Complete(e.ctx, handles[0]))
+	e.must(m.Fail(e.ctx, handles[1], errors.New("no")))
+	var fs []skiplock.Finish
+	for _, h := range handles[2:] {
+		fs = append(fs, skiplock.Finish{Job: h, Action: skiplock.FinishComplete})
+	}
+	states, err := m.FinishMany(e.ctx, fs)
+	e.must(err)
+	for i, st := range states {
+		if st != skiplock.StateSucceeded {
+			t.Fatalf("FinishMany of handle %d: %q, want succeeded", i+2, st)
+		}
+	}
+	if st := citusJobStates(t, e.pool, e.schema); st["succeeded:1"] != 5 || st["failed:1"] != 1 {
+		t.Fatalf("job states %v; want 5 succeeded and 1 failed, each at its first attempt", st)
+	}
+}

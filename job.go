@@ -70,6 +70,7 @@ type Job struct {
 	output        []byte    // SetOutput's JSON, written with the success
 	claimedAt     time.Time // the claim's attempted_at: tells this claim from a later one of the same attempt
 	client        *Client   // the client that claimed the job, for ClientFromContext (nil for jobs read otherwise)
+	keyUnknown    bool      // a Manual.Handle: its ConcurrencyKey is looked up on the Citus layout before a write
 }
 
 // IdempotencyKey is stable across every attempt of this job: pass it to external APIs

@@ -149,11 +149,16 @@ func (m *Manual) renew(ctx context.Context, jobs []*Job, started bool) (lost []*
 	if ctx == nil {
 		return nil, invalid("ctx", "must not be nil")
 	}
-	leases := make([]store.Lease, len(jobs))
 	for i, j := range jobs {
 		if j == nil {
 			return nil, invalid("jobs", "job %d is nil", i)
 		}
+	}
+	if err := m.learnKeys(ctx, jobs); err != nil {
+		return nil, err
+	}
+	leases := make([]store.Lease, len(jobs))
+	for i, j := range jobs {
 		leases[i] = j.lease()
 	}
 	var began []bool
@@ -217,6 +222,11 @@ func (m *Manual) Cancel(ctx context.Context, job *Job, cause error) error {
 // The handle knows only its ID and LeaseToken (and the client, for
 // ClientFromContext): Retry with a negative delay, which needs the job's kind and
 // attempt for the retry policy, refuses it; read the job with Client.JobGet for that.
+//
+// On the Citus layout every write names the job's concurrency key, which a handle
+// does not carry: its first heartbeat or finish looks the key up by id (one read of
+// every shard per call, for all the handles it writes), then writes as a claimed
+// job's would.
 func (m *Manual) Handle(id, leaseToken string) (*Job, error) {
 	if !isUUID(id) {
 		return nil, invalid("id", "%q is not a job id (a UUID)", id)
@@ -224,7 +234,44 @@ func (m *Manual) Handle(id, leaseToken string) (*Job, error) {
 	if !isUUID(leaseToken) {
 		return nil, invalid("lease_token", "%q is not a lease token (a UUID)", leaseToken)
 	}
-	return &Job{ID: id, LeaseToken: leaseToken, State: StateRunning, client: m.c}, nil
+	return &Job{ID: id, LeaseToken: leaseToken, State: StateRunning, client: m.c, keyUnknown: true}, nil
+}
+
+// learnKeys gives the handles among jobs (Manual.Handle) their concurrency keys on
+// the Citus layout, where a heartbeat or a finish names the key: one lookup for all
+// of them. A handle whose job is not found keeps the key "" and its write then finds
+// no lease (ErrLeaseLost), as a made-up pair does on one node. Nothing is read on a
+// single-node schema.
+func (m *Manual) learnKeys(ctx context.Context, jobs []*Job) error {
+	c := m.c
+	var ids []string
+	for _, j := range jobs {
+		if j != nil && j.keyUnknown {
+			ids = append(ids, j.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	dist, err := c.store.Distributed(ctx, c.pool)
+	if err != nil {
+		return fmt.Errorf("looking up the keys of %d job handle(s): %w", len(ids), wrapPgError(err))
+	}
+	if !dist {
+		return nil
+	}
+	keys, err := c.store.CitusJobKeys(ctx, c.pool, ids)
+	if err != nil {
+		return fmt.Errorf("looking up the keys of %d job handle(s): %w", len(ids), wrapPgError(err))
+	}
+	for _, j := range jobs {
+		if j != nil && j.keyUnknown {
+			if k, ok := keys[j.ID]; ok {
+				j.ConcurrencyKey, j.keyUnknown = k, false
+			}
+		}
+	}
+	return nil
 }
 
 // FinishAction is what FinishMany does with a job: the verbs of Complete, Retry,
@@ -266,6 +313,13 @@ func (m *Manual) FinishMany(ctx context.Context, finishes []Finish) ([]JobState,
 	}
 	if len(finishes) == 0 {
 		return nil, nil
+	}
+	handles := make([]*Job, len(finishes))
+	for i, f := range finishes {
+		handles[i] = f.Job
+	}
+	if err := m.learnKeys(ctx, handles); err != nil {
+		return nil, err
 	}
 	outs := make([]store.Outcome, len(finishes))
 	seen := make(map[store.Lease]int, len(finishes))

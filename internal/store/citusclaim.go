@@ -33,6 +33,7 @@ type citusWorkStatements struct {
 	keyDefer                        stmt
 	heartbeat, finish, finishDelete stmt
 	expired, reclaim                stmt
+	jobKeys                         stmt
 }
 
 // citusNow is the statement's time on the Citus layout.
@@ -90,6 +91,12 @@ func newCitusWorkStatements(b *builder) citusWorkStatements {
 		// The keys of queue $1 with pending jobs that may be due at $4, in key order
 		// after $2 (NULL: from the first), at most $3: a read of the small key table
 		// on every shard (an index-only range: run_at is in the index).
+		// The keys of the jobs $1 (a lookup of every shard by the primary key's id
+		// prefix): a job known by its id and token alone (Manual.Handle) learns its key
+		// before its heartbeat or finish, which name the key.
+		jobKeys: b.addCitus(planCitusCustom, "citus_job_keys", `
+SELECT id, concurrency_key FROM {{s}}.jobs WHERE id = ANY($1::uuid[])`),
+
 		keys: b.addCitus(planCitusCustom, "citus_keys", `
 SELECT concurrency_key FROM {{s}}.citus_keys
 WHERE queue = $1 AND ($2::text IS NULL OR concurrency_key > $2::text)
@@ -292,6 +299,20 @@ func (s *Store) citusKeyIdle(ctx context.Context, db Beginner, queue, key string
 		}
 	}
 	return n > 0, tx.Commit(ctx)
+}
+
+// CitusJobKeys returns the concurrency key of each of the jobs ids that exists, by id
+// (citus_job_keys: a read of every shard, by the primary key's id prefix).
+func (s *Store) CitusJobKeys(ctx context.Context, db DBTX, ids []string) (map[string]string, error) {
+	rows, err := guarded(ctx, db, s.citusWork.jobKeys, collectKeyedIDs, uuidArg(ids))
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(rows))
+	for _, r := range rows {
+		out[r.id] = r.key
+	}
+	return out, nil
 }
 
 // byKey splits the positions of xs by the concurrency key key(x), in the order the
