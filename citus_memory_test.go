@@ -8,7 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/skiplock/skiplock"
 )
 
@@ -110,4 +112,74 @@ func rssAnon(t *testing.T, pid int) int64 {
 	}
 	t.Fatalf("no RssAnon in /proc/%d/status", pid)
 	return 0
+}
+
+// TestCitusConcurrentMultiKeyBatches runs two batches of 1,000 jobs over the same 64
+// new keys at once, in transactions, one listing the keys in order and the other in
+// reverse: each batch makes the 64 keys' rows of the key table and holds them to its
+// commit, and neither may deadlock the other (SQLSTATE 40P01). In the later rounds the
+// keys are there already, with jobs only for later, and both batches' jobs are due
+// earlier: each lowers the 64 rows' run_at, which holds them too.
+func TestCitusConcurrentMultiKeyBatches(t *testing.T) {
+	t.Parallel()
+	pool, q, client := citusClient(t)
+	ctx := context.Background()
+	const keys, jobs = 64, 1000
+	later := time.Now().Add(2 * time.Hour)
+	for round := range 6 {
+		var runAt *time.Time
+		if round >= 3 {
+			// The keys have a job for later; the batches' jobs are due sooner.
+			ps := make([]skiplock.EnqueueParams, keys)
+			for k := range ps {
+				ps[k] = skiplock.EnqueueParams{Args: orderPlaced{Order: k}, Opts: skiplock.EnqueueOpts{ConcurrencyKey: fmt.Sprintf("r%d-k%02d", round, k), RunAt: later}}
+			}
+			if _, err := client.EnqueueMany(ctx, ps); err != nil {
+				t.Fatal(err)
+			}
+			at := later.Add(-time.Hour)
+			runAt = &at
+		}
+		batch := func(reverse bool) []skiplock.EnqueueParams {
+			ps := make([]skiplock.EnqueueParams, jobs)
+			for i := range ps {
+				k := i % keys
+				if reverse {
+					k = keys - 1 - k
+				}
+				ps[i] = skiplock.EnqueueParams{Args: orderPlaced{Order: i}, Opts: skiplock.EnqueueOpts{ConcurrencyKey: fmt.Sprintf("r%d-k%02d", round, k)}}
+				if runAt != nil {
+					ps[i].Opts.RunAt = *runAt
+				}
+			}
+			return ps
+		}
+		errs := make(chan error, 2)
+		for _, reverse := range []bool{false, true} {
+			go func() {
+				errs <- pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					_, err := client.EnqueueManyTx(ctx, tx, batch(reverse))
+					return err
+				})
+			}()
+		}
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: two batches over the same %d keys: %v", round, keys, err)
+			}
+		}
+		if n := count(t, pool, `SELECT count(*) FROM `+q("citus_keys")+` WHERE concurrency_key LIKE $1`, fmt.Sprintf("r%d-%%", round)); n != keys {
+			t.Errorf("round %d: %d rows in the key table; want %d", round, n, keys)
+		}
+		want := 2 * jobs
+		if runAt != nil {
+			want += keys
+			if n := count(t, pool, `SELECT count(*) FROM `+q("citus_keys")+` WHERE concurrency_key LIKE $1 AND run_at <= $2`, fmt.Sprintf("r%d-%%", round), *runAt); n != keys {
+				t.Errorf("round %d: %d keys' run_at lowered to the batches' jobs; want %d", round, n, keys)
+			}
+		}
+		if n := count(t, pool, `SELECT count(*) FROM `+q("jobs")+` WHERE concurrency_key LIKE $1`, fmt.Sprintf("r%d-%%", round)); n != want {
+			t.Errorf("round %d: %d jobs; want %d", round, n, want)
+		}
+	}
 }
