@@ -311,6 +311,11 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx DB, jobs []EnqueueParams)
 	_, own := tx.(*pgxpool.Pool)
 	notify, done := c.coalescer.Queues(queues, own)
 	defer done()
+	// On Citus, a batch over several keys takes their key-table rows in key order
+	// first: two concurrent batches over the same new keys deadlocked otherwise.
+	if err := c.store.CitusHoldKeys(ctx, tx, now, ps); err != nil {
+		return nil, fmt.Errorf("enqueueing %d job(s): %w", len(ps), wrapPgError(err))
+	}
 	if copier, ok := tx.(store.Copier); ok && len(ps) >= copyThreshold {
 		if out, ok, err := c.copyInsert(ctx, copier, tx, ps, notify); ok || err != nil {
 			return out, err

@@ -102,19 +102,38 @@ FROM {{schema}}.jobs j WHERE u.job_id = j.id AND j.concurrency_key <> '';
 
 -- The lineage rows of a statement's inserts, on the node and shard of their key. The
 -- transaction id is the row's txid column (set where the insert was planned, the
--- coordinator), not the worker's own. Row by row: the worker cannot plan an insert
--- into a distributed table that reads the transition table (Citus reports "could not
--- find named tuplestore"), while each one-row insert is a router insert into the
--- co-located shard.
+-- coordinator), not the worker's own.
+--
+-- The trigger runs on the shard of jobs (or outbox) that took the rows, and writes the
+-- co-located shard of tx_lineage on the same node by its own name, as one local
+-- insert from the transition table. Not through the distributed name: an insert into
+-- a distributed table, run from a trigger on a worker node, is a distributed query,
+-- planned and executed by Citus there, and the worker backend that serves the
+-- coordinator's connection kept ~55 KB per such call until that connection closed
+-- (TestCitusWorkerMemoryPerJob). The shard is looked up at each call in the node's
+-- Citus metadata (get_shard_id_for_distribution_column, a cache read), never stored: a
+-- shard moved by the rebalancer keeps its name, a split one gets new names, and the
+-- lookup follows either. Every row of a statement's transition table is in one shard
+-- of jobs, so one row's key names the shard of all of them.
+--
+-- citus_colocated_shard has no SET clause so that it is inlined into its callers,
+-- which run with search_path = pg_catalog.
+CREATE FUNCTION {{schema}}.citus_colocated_shard(rel regclass, key text) RETURNS text
+LANGUAGE sql STABLE AS $$
+  SELECT pg_catalog.shard_name(rel, pg_catalog.get_shard_id_for_distribution_column(rel, key))
+$$;
+
 CREATE OR REPLACE FUNCTION {{schema}}.jobs_lineage() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
 DECLARE
-  r record;
+  k text;
 BEGIN
-  FOR r IN SELECT txid, id, created_at, concurrency_key FROM new_rows LOOP
-    INSERT INTO {{schema}}.tx_lineage (txid, job_id, created_at, concurrency_key)
-    VALUES (coalesce(r.txid, pg_current_xact_id()), r.id, r.created_at, r.concurrency_key);
-  END LOOP;
+  SELECT concurrency_key INTO k FROM new_rows LIMIT 1;
+  IF FOUND THEN
+    EXECUTE format('INSERT INTO %s (txid, job_id, created_at, concurrency_key) '
+                   'SELECT coalesce(txid, pg_current_xact_id()), id, created_at, concurrency_key FROM new_rows',
+                   {{schema}}.citus_colocated_shard('{{schema}}.tx_lineage', k));
+  END IF;
   RETURN NULL;
 END
 $$;
@@ -122,12 +141,14 @@ $$;
 CREATE OR REPLACE FUNCTION {{schema}}.outbox_lineage() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
 DECLARE
-  r record;
+  k text;
 BEGIN
-  FOR r IN SELECT txid, id, created_at, concurrency_key FROM new_rows LOOP
-    INSERT INTO {{schema}}.tx_lineage (txid, event_id, created_at, concurrency_key)
-    VALUES (coalesce(r.txid, pg_current_xact_id()), r.id, r.created_at, r.concurrency_key);
-  END LOOP;
+  SELECT concurrency_key INTO k FROM new_rows LIMIT 1;
+  IF FOUND THEN
+    EXECUTE format('INSERT INTO %s (txid, event_id, created_at, concurrency_key) '
+                   'SELECT coalesce(txid, pg_current_xact_id()), id, created_at, concurrency_key FROM new_rows',
+                   {{schema}}.citus_colocated_shard('{{schema}}.tx_lineage', k));
+  END IF;
   RETURN NULL;
 END
 $$;
@@ -262,12 +283,18 @@ SELECT DISTINCT concurrency_key, chr(1) || 'outbox', NULL::timestamptz FROM {{sc
 
 -- The trigger of jobs (the row's queue) and of the outbox (its argument, the outbox's
 -- queue name).
+--
+-- It writes the co-located shard of citus_keys on its own node by name, as the
+-- lineage triggers do (above: a distributed query per call from a worker node kept
+-- memory in the worker's backend per job).
 CREATE FUNCTION {{schema}}.jobs_citus_key() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
 DECLARE
-  q  text;
-  at timestamptz; -- the job's run_at; NULL for the outbox's events
-  k  {{schema}}.citus_keys;
+  q     text;
+  at    timestamptz; -- the job's run_at; NULL for the outbox's events
+  shard text := {{schema}}.citus_colocated_shard('{{schema}}.citus_keys', NEW.concurrency_key);
+  k_at  timestamptz;
+  n     bigint;
 BEGIN
   IF TG_NARGS > 0 THEN
     q := chr(1) || TG_ARGV[0];
@@ -276,18 +303,20 @@ BEGIN
     at := NEW.run_at;
   END IF;
   LOOP
-    SELECT * INTO k FROM {{schema}}.citus_keys
-    WHERE concurrency_key = NEW.concurrency_key AND queue = q FOR KEY SHARE;
-    IF FOUND THEN
-      IF k.run_at > at THEN
-        UPDATE {{schema}}.citus_keys SET run_at = at
-        WHERE concurrency_key = NEW.concurrency_key AND queue = q AND run_at > at;
+    EXECUTE format('SELECT run_at FROM %s WHERE concurrency_key = $1 AND queue = $2 FOR KEY SHARE', shard)
+      INTO k_at USING NEW.concurrency_key, q;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    IF n > 0 THEN
+      IF k_at > at THEN
+        EXECUTE format('UPDATE %s SET run_at = $3 WHERE concurrency_key = $1 AND queue = $2 AND run_at > $3', shard)
+          USING NEW.concurrency_key, q, at;
       END IF;
       EXIT;
     END IF;
-    INSERT INTO {{schema}}.citus_keys (concurrency_key, queue, run_at) VALUES (NEW.concurrency_key, q, at)
-    ON CONFLICT DO NOTHING;
-    EXIT WHEN FOUND;
+    EXECUTE format('INSERT INTO %s (concurrency_key, queue, run_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING', shard)
+      USING NEW.concurrency_key, q, at;
+    GET DIAGNOSTICS n = ROW_COUNT;
+    EXIT WHEN n > 0;
   END LOOP;
   RETURN NULL;
 END

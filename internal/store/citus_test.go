@@ -122,7 +122,7 @@ func TestCitusStatementPlans(t *testing.T) {
 // and prunes the key table, and with which retention deletes finished jobs, lineage
 // rows and old outbox events (citusretention.go).
 var citusWorkerWrites = []string{"citus_claim", "citus_heartbeat", "citus_finish", "citus_finish_delete", "citus_reclaim",
-	"citus_key_lock", "citus_key_prune", "citus_key_defer", "citus_outbox_claim", "citus_outbox_claim_ordered", "citus_outbox_finish", "citus_outbox_key_prune",
+	"citus_key_lock", "citus_key_prune", "citus_key_defer", "citus_key_lower", "citus_key_hold", "citus_outbox_claim", "citus_outbox_claim_ordered", "citus_outbox_finish", "citus_outbox_key_prune",
 	"citus_retention_delete", "citus_retention_prune_lineage", "citus_outbox_prune_published", "citus_outbox_prune_dead"}
 
 // explainOnCitus plans one statement with a value for each parameter.

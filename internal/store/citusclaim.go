@@ -31,6 +31,7 @@ import (
 type citusWorkStatements struct {
 	keys, claim, keyLock, keyPrune  stmt
 	keyDefer                        stmt
+	keyLower, keyHold               stmt // CitusHoldKeys (citushold.go)
 	heartbeat, finish, finishDelete stmt
 	expired, reclaim                stmt
 	jobKeys                         stmt
@@ -149,6 +150,14 @@ SET run_at = (SELECT min(j.run_at) FROM {{s}}.jobs j WHERE j.concurrency_key = $
 WHERE k.concurrency_key = $1 AND k.queue = $2
   AND NOT EXISTS (SELECT 1 FROM {{s}}.jobs j WHERE j.concurrency_key = $1 AND j.queue = $2 AND j.status = 'pending'
                   AND j.run_at <= {{s}}.citus_clock($3))`),
+
+		// CitusHoldKeys' two steps for one key and queue: lower the key's run_at to
+		// $3 (NULL: due), then add its row if it has none (citushold.go).
+		keyLower: b.addCitus("", "citus_key_lower", `
+UPDATE {{s}}.citus_keys SET run_at = $3
+WHERE concurrency_key = $1 AND queue = $2 AND run_at IS NOT NULL AND ($3::timestamptz IS NULL OR run_at > $3::timestamptz)`),
+		keyHold: b.addCitus("", "citus_key_hold", `
+INSERT INTO {{s}}.citus_keys (concurrency_key, queue, run_at) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`),
 
 		// The heartbeat of the leases of one key ($7), as the single-node heartbeat
 		// (lease.go: held, then locked without waiting, then renewed).
