@@ -58,6 +58,7 @@ func TestFromRowMapsEveryColumn(t *testing.T) {
 		"completedInTx": "set by CompleteTx during the run",
 		"output":        "set by SetOutput during the run",
 		"client":        "set by the client that claimed the job (Client.claimed)",
+		"keyUnknown":    "set by Manual.Handle, whose job is built from an id and a token",
 	}
 
 	job := fromRow(&full)
