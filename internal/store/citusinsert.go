@@ -38,10 +38,11 @@ type citusInsertStatements struct {
 	plain  [2]stmt
 }
 
-// citusNotify is the value a router insert appends to the job's queue: with notify,
-// pg_notify's result as text (”), which sends the NOTIFY of the one queue $11 on the
-// channel $10; without, ” all the same, naming $10, $11 and the solo parameter solo
-// so that their types are known (a statement's every parameter must be used).
+// citusNotify is the value a router insert appends to the job's queue, an empty
+// string: with notify, pg_notify's result as text, which sends the NOTIFY of the one
+// queue $11 on the channel $10; without, a constant that names $10, $11 and the solo
+// parameter solo so that their types are known (a statement's every parameter must be
+// used).
 func citusNotify(notify bool, solo string) string {
 	if notify {
 		return `pg_catalog.pg_notify($10::text, ($11::text[])[1])::text || CASE WHEN ` + solo + `::bool THEN '' ELSE '' END`
