@@ -78,8 +78,8 @@ func TestCitusEnqueueTxColocated(t *testing.T) {
 	}
 	t.Cleanup(client.Close)
 
-	// Listeners on the coordinator hear the enqueue's NOTIFY: the coordinator runs the
-	// insert's first step, which sends it.
+	// Listeners on the coordinator hear the enqueue's NOTIFY: the coordinator evaluates
+	// the router insert's pg_notify before it sends the row to the node.
 	listener := nodeConn(t, "")
 	if _, err := listener.Exec(ctx, `LISTEN "`+schema+`.jobs"`); err != nil {
 		t.Fatal(err)

@@ -120,10 +120,21 @@ func TestCitusStatementPlans(t *testing.T) {
 // citusWorkerWrites are the statements with which a worker on the Citus layout claims,
 // renews, completes (succeeds, retries, fails, snoozes, cancels) and reclaims jobs,
 // and prunes the key table, and with which retention deletes finished jobs, lineage
-// rows and old outbox events (citusretention.go).
+// rows and old outbox events (citusretention.go), and with which a job is enqueued
+// (citusinsert.go): each must be a router query.
 var citusWorkerWrites = []string{"citus_claim", "citus_heartbeat", "citus_finish", "citus_finish_delete", "citus_reclaim",
 	"citus_key_lock", "citus_key_prune", "citus_key_defer", "citus_key_lower", "citus_key_hold", "citus_outbox_claim", "citus_outbox_claim_ordered", "citus_outbox_finish", "citus_outbox_key_prune",
-	"citus_retention_delete", "citus_retention_prune_lineage", "citus_outbox_prune_published", "citus_outbox_prune_dead"}
+	"citus_retention_delete", "citus_retention_prune_lineage", "citus_outbox_prune_published", "citus_outbox_prune_dead",
+	// and the one-job enqueue's router inserts (citusinsert.go)
+	"citus_insert", "citus_insert_notify", "citus_insert_dedup", "citus_insert_dedup_notify", "citus_insert_plain", "citus_insert_plain_notify"}
+
+// citusPlanArgs are the parameters ($n) explainOnCitus gives a value of their own:
+// Citus evaluates a router insert's VALUES while it plans, so the unique states ($15,
+// cast to the status enum) must be labels of it.
+var citusPlanArgs = map[string]map[int]string{
+	"citus_insert": {15: "'pending'"}, "citus_insert_notify": {15: "'pending'"},
+	"citus_insert_dedup": {15: "'pending'"}, "citus_insert_dedup_notify": {15: "'pending'"},
+}
 
 // explainOnCitus plans one statement with a value for each parameter.
 func explainOnCitus(ctx context.Context, t *testing.T, conn *pgx.Conn, st stmt, text string, custom bool) citusPlan {
@@ -151,6 +162,9 @@ func explainOnCitus(ctx context.Context, t *testing.T, conn *pgx.Conn, st stmt, 
 			t.Fatalf("a literal for type %d: %v", oid, err)
 		}
 		args[i] = lit
+	}
+	for n, lit := range citusPlanArgs[st.name] {
+		args[n-1] = lit
 	}
 	if st.guard != "" { // planned as it runs: under its plan guard (planguard.go)
 		if _, err := tx.Exec(ctx, st.guard); err != nil {

@@ -24,6 +24,8 @@ type enqueueStatements struct {
 	// key is held per concurrency_key there, so each names the key of the jobs whose
 	// insert was skipped and runs as a router query on that key's node.
 	dedupHoldersCitus, uniqueHoldersCitus stmt
+	// The one-job inserts of the Citus layout, router queries (citusinsert.go).
+	citus citusInsertStatements
 }
 
 // sequenceLock is a CTE body that takes a transaction-scoped advisory lock per
@@ -188,6 +190,8 @@ func newEnqueueStatements(b *builder) enqueueStatements {
 		// skipped.
 		uniqueHoldersCitus: b.addCitus(planCitusCustom, "unique_holders_citus", uniqueHoldersSQL(" AND u.concurrency_key = $5::text")),
 		dedupHoldersCitus:  b.addCitus(planCitusCustom, "dedup_holders_citus", dedupHoldersSQL(" AND j.concurrency_key = $3::text")),
+
+		citus: newCitusInsertStatements(b),
 	}
 }
 
@@ -249,9 +253,17 @@ var ErrHolderVanished = errors.New("store: the job holding the key changed while
 // Insert adds one job.
 func (s *Store) Insert(ctx context.Context, db DBTX, now *time.Time, p InsertParams, n *Notify) (InsertResult, error) {
 	ch, qs := n.args()
+	citus, err := s.citusInsertSQLFor(ctx, db, &p, n) // "" but on the Citus layout
+	if err != nil {
+		return InsertResult{}, err
+	}
 	if p.DedupKey == nil && p.UniqueKey == nil && p.SequenceKey == nil {
 		// No key that can skip the row: one statement, which always inserts.
-		id, err := queryInsert(ctx, s, db, n, collectID, s.enqueue.insertPlain.sql, Now(now), p.Queue, p.Kind, string(p.Payload),
+		q := s.enqueue.insertPlain.sql
+		if citus != "" {
+			q = citus
+		}
+		id, err := queryInsert(ctx, s, db, n, collectID, q, Now(now), p.Queue, p.Kind, string(p.Payload),
 			p.Priority, p.RunAt, micros(p.Delay), p.MaxAttempts, jsonOrNil(p.Metadata), ch, qs, p.Tags, p.ConcurrencyKey, p.Solo)
 		if err != nil {
 			return InsertResult{}, err
@@ -261,6 +273,9 @@ func (s *Store) Insert(ctx context.Context, db DBTX, now *time.Time, p InsertPar
 	ukey, uperiod, ustates := p.unique()
 	for range insertRetries {
 		q := s.enqueue.insert[b2i(p.SequenceKey != nil)][b2i(p.DedupKey != nil)].sql
+		if citus != "" {
+			q = citus
+		}
 		args := []any{Now(now), p.Queue, p.Kind, string(p.Payload), p.Priority,
 			p.RunAt, micros(p.Delay), p.MaxAttempts, p.DedupKey, ch, qs, jsonOrNil(p.Metadata),
 			ukey, uperiod, ustates, p.SequenceKey, p.SequenceSkipFailed, p.Tags, p.ConcurrencyKey, p.Solo}
