@@ -11,6 +11,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/migrate"
@@ -213,13 +215,29 @@ func isolated(run func(context.Context, *Env) (*Result, error)) func(context.Con
 		e.created = nil
 		r, err := run(ctx, e)
 		for _, name := range e.created {
-			if _, derr := e.Pool.Exec(context.WithoutCancel(ctx), `DROP SCHEMA IF EXISTS "`+name+`" CASCADE`); derr != nil && err == nil {
+			if derr := dropSchema(context.WithoutCancel(ctx), e.Pool, name); derr != nil && err == nil {
 				err = fmt.Errorf("dropping schema %s: %w", name, derr)
 			}
 		}
 		e.created = nil
 		return r, err
 	}
+}
+
+// dropSchema drops the schema name and what it holds. On Citus a drop of distributed
+// tables takes locks on every node, and another session's DDL on the cluster (a
+// schema made or dropped beside it) can make it a distributed deadlock's victim
+// (40P01), which rolls it back whole: it is then tried again, up to 5 times.
+func dropSchema(ctx context.Context, pool *pgxpool.Pool, name string) error {
+	var err error
+	for range 5 {
+		_, err = pool.Exec(ctx, `DROP SCHEMA IF EXISTS "`+name+`" CASCADE`)
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "40P01" {
+			return err
+		}
+	}
+	return err
 }
 
 // schema creates a fresh, migrated schema for a workload.
@@ -229,7 +247,7 @@ func (e *Env) schema(ctx context.Context, name string) (string, error) {
 		// name folded to lower case, which fails for "bench_W5".
 		name = strings.ToLower(name)
 	}
-	if _, err := e.Pool.Exec(ctx, `DROP SCHEMA IF EXISTS "`+name+`" CASCADE`); err != nil {
+	if err := dropSchema(ctx, e.Pool, name); err != nil {
 		return "", err
 	}
 	e.created = append(e.created, name)
@@ -245,8 +263,8 @@ func (e *Env) schema(ctx context.Context, name string) (string, error) {
 }
 
 // clientConfig is cfg for a workload's client on e: with e.DeleteOnSuccess it deletes
-// succeeded jobs, and on Citus the scheduler and the retention service are off, as
-// Client.Start requires there (docs/citus.md, "Workers on Citus").
+// succeeded jobs, and on Citus the scheduler and the retention service are off, so
+// that their walks of every shard do not run beside the workload's statements.
 func (e *Env) clientConfig(cfg skiplock.Config) skiplock.Config {
 	cfg.DeleteOnSuccess = cfg.DeleteOnSuccess || e.DeleteOnSuccess
 	if e.Citus {
