@@ -77,6 +77,12 @@ package store
 // implicit transaction (a single Sync ends it), so the settings end with it. On a
 // connection or transaction the caller owns (CompleteTx, tests) a third statement
 // restores the caller's own values, since that transaction may go on.
+//
+// On the Citus layout a forced generic plan is what Citus cannot make of a statement
+// that reads every shard with parameters, so there each such statement runs under its
+// citusGuard: the same settings with a custom plan (citus.go, citusGuardOf). Which of
+// the two applies is the store's layout flag, read with an atomic load; the
+// single-node statements and guards are the same either way.
 
 import (
 	"context"
