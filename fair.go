@@ -148,10 +148,17 @@ type FairKeysOpts struct {
 // most due jobs, each with its count and the age of its oldest due job, then one
 // Other row summing the rest (absent when there is none). It reads one index
 // descent per key that has pending jobs and at most Cap index entries per key,
-// whatever the backlog. The queue need not be fair.
+// whatever the backlog. The queue need not be fair. ErrNotOnCitus on the Citus
+// layout: the walk of the keys is a recursive query that names no key, which Citus
+// refuses (the claims' own walk reads the key table there, docs/citus.md).
 func (c *Client) FairKeys(ctx context.Context, queue string, opts *FairKeysOpts) ([]FairKeyStats, error) {
 	if err := checkQueue(ctx, queue); err != nil {
 		return nil, err
+	}
+	if dist, err := c.store.Distributed(ctx, c.pool); err != nil {
+		return nil, fmt.Errorf("reading the keys of queue %q: %w", queue, wrapPgError(err))
+	} else if dist {
+		return nil, c.notOnCitus("a fair queue's key backlog (FairKeys, skiplock queues keys)", "the walk of the keys is a recursive query that names no key")
 	}
 	p := store.FairKeysParams{Queue: queue, Top: 10, Cap: 10_000, MaxKeys: 100_000}
 	if opts != nil {

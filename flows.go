@@ -340,9 +340,16 @@ const MaxFlowTree = 10_000
 // FlowTree returns the tree of the flow the job id belongs to, from its top-most
 // parent down (at most MaxFlowTree jobs, by level; truncated then reports true).
 // ErrNotFound if no job has the id. A job outside any flow is a tree of one.
+// ErrNotOnCitus on the Citus layout, which refuses flows (docs/citus.md): the tree's
+// walk names no key, and Citus refuses such a recursive query.
 func (c *Client) FlowTree(ctx context.Context, id string) (root *FlowNode, truncated bool, err error) {
 	if err := checkAdmin(ctx, id); err != nil {
 		return nil, false, err
+	}
+	if dist, err := c.store.Distributed(ctx, c.pool); err != nil {
+		return nil, false, fmt.Errorf("reading the flow of job %s: %w", id, wrapPgError(err))
+	} else if dist {
+		return nil, false, c.notOnCitus("flow trees (FlowTree, skiplock flows show)", "the layout refuses flows, and the walk of a tree names no key")
 	}
 	rows, err := c.store.FlowTree(ctx, c.pool, id, MaxFlowTree+1)
 	if err != nil {

@@ -4,6 +4,7 @@ package dashboard
 // the most due jobs and the age of each one's oldest due job, and its weights.
 
 import (
+	"errors"
 	"net/http"
 	"time"
 
@@ -43,7 +44,7 @@ func (h *handler) fair(q *request) {
 			continue
 		}
 		keys, err := h.c.FairKeys(q.ctx, qi.Name, &skiplock.FairKeysOpts{Top: fairTop})
-		if err != nil {
+		if err != nil && !errors.Is(err, skiplock.ErrNotOnCitus) { // the Citus layout: the queue without its keys
 			h.failErr(q, err)
 			return
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -166,6 +167,8 @@ and at most --cap entries per key, whatever the backlog.`,
 type fairRead struct {
 	queue skiplock.QueueInfo
 	keys  []skiplock.FairKeyStats
+	// noKeys: the keys were not read (the Citus layout refuses their walk).
+	noKeys bool
 }
 
 // fairStatsTop is how many keys stats shows per fair queue.
@@ -183,10 +186,10 @@ func readFair(cmd *cobra.Command, c *skiplock.Client) ([]fairRead, error) {
 			continue
 		}
 		ks, err := c.FairKeys(cmd.Context(), q.Name, &skiplock.FairKeysOpts{Top: fairStatsTop})
-		if err != nil {
+		if err != nil && !errors.Is(err, skiplock.ErrNotOnCitus) { // the Citus layout: the queue without its keys
 			return nil, err
 		}
-		out = append(out, fairRead{queue: q, keys: ks})
+		out = append(out, fairRead{queue: q, keys: ks, noKeys: err != nil})
 	}
 	return out, nil
 }
@@ -212,6 +215,10 @@ func printFair(w io.Writer, fs []fairRead) {
 		bypass := ""
 		if p := f.queue.FairBypassPriority; p != nil {
 			bypass = fmt.Sprintf(", priority %d and up first", *p)
+		}
+		if f.noKeys {
+			fmt.Fprintf(w, "\nfair queue %s (by concurrency key%s): its keys are not read on the Citus layout\n", f.queue.Name, bypass)
+			continue
 		}
 		fmt.Fprintf(w, "\nfair queue %s (by concurrency key%s): top %d keys by due jobs\n", f.queue.Name, bypass, fairStatsTop)
 		printFairKeys(w, f.keys, 10_000)

@@ -29,6 +29,26 @@ const LayoutCitus Layout = "citus"
 // Each run plans once on the coordinator and once on the node of the key.
 const planCitusCustom = planCustom
 
+// citusGuardOf is the plan guard a statement guarded by guard runs under on the Citus
+// layout: the same settings, but a custom plan where guard forces a generic one, or ""
+// when guard forces none (its statements run under guard there too).
+//
+// Citus cannot make a generic plan of a statement that reads several shards with
+// parameters ("could not create distributed plan"), and forcing one is what the
+// single-node guard does (planguard.go). With the values, Citus plans the same
+// statement as a read or a write of every shard (docs/citus_plans.md): the lookups by
+// id, the operator's actions, the stats and the lineage lookups, which name no key.
+// Each run is planned on the coordinator, as the Citus layout's own statements are
+// (planCitusCustom); the other settings shape what the coordinator plans itself
+// (its subplans and the merge of the shards' rows), as they do on one node.
+func citusGuardOf(guard string) string {
+	const generic, custom = `set_config('plan_cache_mode', 'force_generic_plan', true)`, `set_config('plan_cache_mode', 'force_custom_plan', true)`
+	if !strings.Contains(guard, generic) {
+		return ""
+	}
+	return strings.Replace(guard, generic, custom, 1)
+}
+
 type citusStatements struct {
 	present, distributed stmt
 }

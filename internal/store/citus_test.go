@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -51,9 +52,10 @@ var (
 //	SKIPLOCK_TEST_CITUS_URL=$(bash scripts/citus.sh url) go test ./internal/store \
 //	  -run TestCitusStatementPlans -update-citus-plans
 //
-// Each statement is planned under its plan guard (planguard.go), as it runs: most
-// guards force a generic plan, which Citus cannot make of some statements it would
-// plan with the values. Every parameter gets a plausible value of its type (each text parameter the jobs
+// Each statement is planned under its plan guard on the layout (planguard.go), as it
+// runs: a guard that forces a generic plan on one node asks for a custom plan there
+// (citusGuardOf), since Citus cannot make a generic plan of a statement that reads
+// every shard with parameters. Every parameter gets a plausible value of its type (each text parameter the jobs
 // table's name — one value, so a key parameter names one shard, and a statement that
 // looks a table up by name finds one), and each statement is planned in a transaction that is
 // rolled back: EXPLAIN executes nothing, but nothing may leak should Citus evaluate a
@@ -166,8 +168,9 @@ func explainOnCitus(ctx context.Context, t *testing.T, conn *pgx.Conn, st stmt, 
 	for n, lit := range citusPlanArgs[st.name] {
 		args[n-1] = lit
 	}
-	if st.guard != "" { // planned as it runs: under its plan guard (planguard.go)
-		if _, err := tx.Exec(ctx, st.guard); err != nil {
+	// Planned as it runs: under its plan guard on the layout (planguard.go, citusGuardOf).
+	if guard := cmp.Or(st.citusGuard, st.guard); guard != "" {
+		if _, err := tx.Exec(ctx, guard); err != nil {
 			t.Fatalf("%s's plan guard: %v", st.name, err)
 		}
 	}

@@ -431,7 +431,7 @@ func (s *Store) ClaimFair(ctx context.Context, db Batcher, now *time.Time, p Cla
 	if limited {
 		claim = s.fair.limitedClaim
 	}
-	pl := newPipeline(db, claim.guard)
+	pl := newPipeline(db, claim)
 	pl.add(s.fair.lock, p.Queue)
 	if limited {
 		pl.add(s.limits.lock)

@@ -166,7 +166,7 @@ RETURNING ` + claimReturns + `, j.slot_of, j.slot_token, false AS rated`
 // ClaimSuccessors takes successors for p.Preds only (successorClaimSQL), under the
 // limited claims' lock.
 func (s *Store) ClaimSuccessors(ctx context.Context, db Batcher, now *time.Time, p ClaimParams) ([]*Job, error) {
-	pl := newPipeline(db, s.limits.succ.guard)
+	pl := newPipeline(db, s.limits.succ)
 	pl.add(s.limits.lock)
 	s.queueLimitedClaim(pl, s.limits.succ, now, p, len(p.Preds)+16) // a successor each, and a margin
 	br, err := pl.send(ctx)

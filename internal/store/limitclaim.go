@@ -32,7 +32,7 @@ type LimitedClaim struct {
 // statement grows with the window.
 func (s *Store) ClaimLimited(ctx context.Context, db Batcher, now *time.Time, p ClaimParams) (LimitedClaim, error) {
 	var out LimitedClaim
-	pl := newPipeline(db, s.limits.claim.guard)
+	pl := newPipeline(db, s.limits.claim)
 	pl.add(s.limits.lock)
 	s.queueLimitedClaim(pl, s.limits.claim, now, p, p.Limit+max(16, min(p.Limit/2, 128)))
 	prio, after, lag := p.cursorArgs()

@@ -77,6 +77,12 @@ package store
 // implicit transaction (a single Sync ends it), so the settings end with it. On a
 // connection or transaction the caller owns (CompleteTx, tests) a third statement
 // restores the caller's own values, since that transaction may go on.
+//
+// On the Citus layout a forced generic plan is what Citus cannot make of a statement
+// that reads every shard with parameters, so there each such statement runs under its
+// citusGuard: the same settings with a custom plan (citus.go, citusGuardOf). Which of
+// the two applies is the store's layout flag, read with an atomic load; the
+// single-node statements and guards are the same either way.
 
 import (
 	"context"
@@ -168,17 +174,27 @@ func guardedRow[T any](ctx context.Context, db DBTX, st stmt, scan func(pgx.Row)
 	}, args...)
 }
 
-// guarded runs st under its plan guard (st.guard; none when "") and collects its
+// guarded runs st under its plan guard (st.planGuard; none when "") and collects its
 // rows. A db that cannot pipeline (none of pgx's pool, conn or tx) runs it unguarded.
+//
+// A statement with a guard of its own on the Citus layout (st.citusGuard) needs the
+// layout known: the first such statement a Store runs before anything else asked
+// learns it (Store.Distributed: one catalog query per Store, two on Citus). A started
+// client's workers learn it at Start; after that, picking the guard is an atomic load.
 func guarded[T any](ctx context.Context, db DBTX, st stmt, collect func(pgx.Rows, error) (T, error), args ...any) (T, error) {
+	var zero T
 	b, ok := db.(Batcher)
 	if !ok || st.guard == "" {
 		return collect(db.Query(ctx, st.sql, args...))
 	}
-	p := newPipeline(b, st.guard)
+	if st.citusGuard != "" && st.store.layout.v.Load() == 0 {
+		if _, err := st.store.Distributed(ctx, db); err != nil {
+			return zero, err
+		}
+	}
+	p := newPipeline(b, st)
 	p.add(st, args...)
 	br, err := p.send(ctx)
-	var zero T
 	if err != nil {
 		return zero, err
 	}
@@ -203,11 +219,23 @@ type pipeline struct {
 	restore bool
 }
 
-func newPipeline(db Batcher, guard string) *pipeline {
+// newPipeline starts a pipeline under the plan guard of st, its statement that the
+// guard is for (st.planGuard: as the store knows its layout; the pipelines of the
+// limited and fair claims run in started clients, which learnt it at Start).
+func newPipeline(db Batcher, st stmt) *pipeline {
 	_, pooled := db.(*pgxpool.Pool)
 	p := &pipeline{db: db, restore: !pooled}
-	p.batch.Queue(guard)
+	p.batch.Queue(st.planGuard())
 	return p
+}
+
+// planGuard is the plan guard st runs under: st.citusGuard once its store knows that
+// the schema has the Citus layout, else st.guard.
+func (st stmt) planGuard() string {
+	if st.citusGuard != "" && st.store.onCitus() {
+		return st.citusGuard
+	}
+	return st.guard
 }
 
 // add queues st (its guard is the pipeline's, or it has none).

@@ -24,11 +24,18 @@ func statementFields(s *Store) map[string]stmt {
 		switch {
 		case f.Type() == stmtType:
 			// Unexported fields cannot be Interface()d, but their strings can be read.
+			// The store pointer is read as an address: s when the builder wired it.
+			var store *Store
+			if f.FieldByName("store").Pointer() == reflect.ValueOf(s).Pointer() {
+				store = s
+			}
 			out[name] = stmt{
-				name:   f.FieldByName("name").String(),
-				sql:    f.FieldByName("sql").String(),
-				layout: Layout(f.FieldByName("layout").String()),
-				guard:  f.FieldByName("guard").String(),
+				name:       f.FieldByName("name").String(),
+				sql:        f.FieldByName("sql").String(),
+				layout:     Layout(f.FieldByName("layout").String()),
+				guard:      f.FieldByName("guard").String(),
+				citusGuard: f.FieldByName("citusGuard").String(),
+				store:      store,
 			}
 		case f.Kind() == reflect.Array:
 			for j := range f.Len() {
@@ -84,6 +91,16 @@ func TestStatementsRegistered(t *testing.T) {
 		seen[st.name] = path
 		if rec, ok := recorded[st.name]; !ok || rec != st {
 			t.Errorf("%s (%q) was not recorded by builder.add as it is", path, st.name)
+		}
+		if st.store != s {
+			t.Errorf("%s (%q) does not read its own Store's layout flag", path, st.name)
+		}
+		// The Citus guard differs from the single-node one in its plan mode only, and
+		// exactly when that one forces a generic plan (citusGuardOf).
+		if generic := strings.Contains(st.guard, "force_generic_plan"); generic != (st.citusGuard != "") {
+			t.Errorf("%s (%q): guard forces a generic plan %v, has a Citus guard %v", path, st.name, generic, st.citusGuard != "")
+		} else if generic && strings.Replace(st.citusGuard, "force_custom_plan", "force_generic_plan", 1) != st.guard {
+			t.Errorf("%s (%q): its Citus guard is not its guard with a custom plan", path, st.name)
 		}
 		if got := s.SQL(st.name); got != st.sql {
 			t.Errorf("SQL(%q) returns other text than %s", st.name, path)

@@ -36,6 +36,10 @@ func perFinishedState(query string) string {
 
 type statsStatements struct {
 	live, pages, finishedSample, finishedExact, recent, outbox, blockedSequences, throughput, horizon, writable stmt
+	// blockedSequencesCitus is blockedSequences on the Citus layout, where a sequence
+	// is per (concurrency_key, sequence key): the join names the key, so each shard
+	// joins its own rows (a join not on the distribution column is refused there).
+	blockedSequencesCitus stmt
 }
 
 func newStatsStatements(b *builder) statsStatements {
@@ -74,6 +78,15 @@ FROM {{s}}.jobs f
 WHERE f.sequence_key IS NOT NULL AND f.status = 'failed' AND NOT f.sequence_skip_failed
   AND EXISTS (SELECT 1 FROM {{s}}.jobs n
               WHERE n.sequence_key = f.sequence_key AND n.id > f.id AND n.status = 'pending')
+GROUP BY 1`),
+
+		blockedSequencesCitus: b.addCitus(planCitusCustom, "stats_blocked_sequences_citus", `
+SELECT f.queue, count(DISTINCT (f.concurrency_key, f.sequence_key))
+FROM {{s}}.jobs f
+WHERE f.sequence_key IS NOT NULL AND f.status = 'failed' AND NOT f.sequence_skip_failed
+  AND EXISTS (SELECT 1 FROM {{s}}.jobs n
+              WHERE n.concurrency_key = f.concurrency_key AND n.sequence_key = f.sequence_key
+                AND n.id > f.id AND n.status = 'pending')
 GROUP BY 1`),
 
 		// Jobs finished within the last $2 microseconds, per queue, bucket of $3
@@ -258,8 +271,14 @@ func (s *Store) OutboxHealth(ctx context.Context, db DBTX, now *time.Time) (Outb
 	}, Now(now))
 }
 
-// BlockedSequences counts, per queue, the sequences a failed job holds up.
+// BlockedSequences counts, per queue, the sequences a failed job holds up (on the
+// Citus layout a sequence is per concurrency key).
 func (s *Store) BlockedSequences(ctx context.Context, db DBTX) (map[string]int64, error) {
+	if dist, err := s.Distributed(ctx, db); err != nil {
+		return nil, err
+	} else if dist {
+		return guarded(ctx, db, s.stats.blockedSequencesCitus, collectMap[int64])
+	}
 	return guarded(ctx, db, s.stats.blockedSequences, collectMap[int64])
 }
 

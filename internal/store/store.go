@@ -103,8 +103,9 @@ func New(schema string) (*Store, error) {
 	if err := ident.Validate("schema", schema); err != nil {
 		return nil, err
 	}
-	b := &builder{q: ident.Quote(schema)}
-	s := &Store{
+	s := &Store{}
+	b := &builder{q: ident.Quote(schema), store: s}
+	*s = Store{
 		Schema:    schema,
 		q:         b.q,
 		enqueue:   newEnqueueStatements(b),
@@ -147,12 +148,18 @@ type stmt struct {
 	// guard is the plan guard it runs under (planguard.go), "" for none. guarded
 	// applies it, and TestEveryStatementPlansBounded plans the statement with it.
 	guard string
+	// citusGuard is the guard it runs under on the Citus layout instead, when that
+	// differs: guard with a custom plan where guard forces a generic one (citus.go,
+	// citusGuardOf). store's layout flag picks between the two (stmt.planGuard).
+	citusGuard string
+	store      *Store
 }
 
 // builder makes the statements of one schema. Every stmt comes from add.
 type builder struct {
-	q   string // quoted schema
-	all []stmt
+	q     string // quoted schema
+	store *Store // the Store being built, whose layout flag its statements read
+	all   []stmt
 }
 
 // add returns the statement text with the quoted schema in place of {{s}}, and
@@ -168,11 +175,13 @@ func (b *builder) addFor(layout Layout, name, text string) stmt {
 
 // addGuarded is add for a statement that runs under the plan guard guard
 // (planGuardOn or planGuardByID), through guarded.
+// On the Citus layout it runs under citusGuardOf(guard).
 func (b *builder) addGuarded(guard, name, text string) stmt {
-	return b.record(stmt{name: name, sql: strings.ReplaceAll(text, "{{s}}", b.q), guard: guard})
+	return b.record(stmt{name: name, sql: strings.ReplaceAll(text, "{{s}}", b.q), guard: guard, citusGuard: citusGuardOf(guard)})
 }
 
 func (b *builder) record(st stmt) stmt {
+	st.store = b.store
 	b.all = append(b.all, st)
 	return st
 }
