@@ -13,6 +13,19 @@ func (c *Client) notOnCitus(feature, why string) error {
 	return fmt.Errorf("%w: %s (schema %q is distributed by Citus: %s; docs/citus.md)", ErrNotOnCitus, feature, c.cfg.Schema, why)
 }
 
+// refuseOnCitus returns notOnCitus(feature, why) when the client's schema has the
+// Citus layout, nil otherwise; doing is what the caller was doing, for the error of
+// the layout's lookup (one catalog query per Store, then remembered).
+func (c *Client) refuseOnCitus(ctx context.Context, doing, feature, why string) error {
+	switch dist, err := c.store.Distributed(ctx, c.pool); {
+	case err != nil:
+		return fmt.Errorf("%s: %w", doing, wrapPgError(err))
+	case dist:
+		return c.notOnCitus(feature, why)
+	}
+	return nil
+}
+
 // citusRefusals returns ErrNotOnCitus, naming the feature, for what a started client
 // on the Citus layout cannot do with its guarantee (docs/citus.md, "What works on
 // Citus"): each statement of a worker there names one concurrency key, and these

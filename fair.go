@@ -32,6 +32,10 @@ func (c *Client) QueueSetFair(ctx context.Context, queue string, opts *FairOpts)
 	if err := c.checkKnownQueue(ctx, queue, "making fair"); err != nil {
 		return err
 	}
+	if err := c.refuseOnCitus(ctx, fmt.Sprintf("making queue %q fair", queue), "fair queue settings (QueueSetFair, skiplock queues fair)",
+		"the claims there rotate over the keys with work in every queue already"); err != nil {
+		return err
+	}
 	var bypass *int
 	if opts != nil && opts.BypassPriority != nil {
 		p := *opts.BypassPriority
@@ -48,6 +52,10 @@ func (c *Client) QueueSetFair(ctx context.Context, queue string, opts *FairOpts)
 // fair does nothing; a queue nothing names is refused with ErrQueueNotFound.
 func (c *Client) QueueUnsetFair(ctx context.Context, queue string) error {
 	if err := c.checkKnownQueue(ctx, queue, "unsetting fairness of"); err != nil {
+		return err
+	}
+	if err := c.refuseOnCitus(ctx, fmt.Sprintf("unsetting fairness of queue %q", queue), "fair queue settings (QueueUnsetFair, skiplock queues fair)",
+		"the claims there rotate over the keys with work in every queue already"); err != nil {
 		return err
 	}
 	if _, err := c.store.FairSet(ctx, c.pool, store.NowParam(c.cfg.Clock), queue, false, nil, c.channel); err != nil {
@@ -155,10 +163,9 @@ func (c *Client) FairKeys(ctx context.Context, queue string, opts *FairKeysOpts)
 	if err := checkQueue(ctx, queue); err != nil {
 		return nil, err
 	}
-	if dist, err := c.store.Distributed(ctx, c.pool); err != nil {
-		return nil, fmt.Errorf("reading the keys of queue %q: %w", queue, wrapPgError(err))
-	} else if dist {
-		return nil, c.notOnCitus("a fair queue's key backlog (FairKeys, skiplock queues keys)", "the walk of the keys is a recursive query that names no key")
+	if err := c.refuseOnCitus(ctx, fmt.Sprintf("reading the keys of queue %q", queue),
+		"a fair queue's key backlog (FairKeys, skiplock queues keys)", "the walk of the keys is a recursive query that names no key"); err != nil {
+		return nil, err
 	}
 	p := store.FairKeysParams{Queue: queue, Top: 10, Cap: 10_000, MaxKeys: 100_000}
 	if opts != nil {

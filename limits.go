@@ -154,11 +154,8 @@ func (c *Client) LimitSet(ctx context.Context, l Limit) error {
 	}
 	// The Citus layout refuses limits (citusRefusals): say so by name rather than
 	// with the planner's error.
-	switch dist, err := c.store.Distributed(ctx, c.pool); {
-	case err != nil:
-		return fmt.Errorf("setting limit (%s): %w", l, wrapPgError(err))
-	case dist:
-		return c.notOnCitus("limits (Client.LimitSet)", "a limit counts running jobs across keys")
+	if err := c.refuseOnCitus(ctx, fmt.Sprintf("setting limit (%s)", l), "limits (Client.LimitSet)", "a limit counts running jobs across keys"); err != nil {
+		return err
 	}
 	scope, target, _ := l.scope()
 	_, err := c.store.LimitSet(ctx, c.pool, store.NowParam(c.cfg.Clock), store.LimitRow{

@@ -32,7 +32,7 @@ u AS (
   FROM t WHERE q.name = $2
   RETURNING q.name
 )
-SELECT count(*), (SELECT pg_notify($3, $2)) IS NULL FROM u`),
+SELECT count(*), (SELECT pg_notify($3, $2)::text) IS NULL FROM u`),
 
 		list: b.add("queue_list", `SELECT name, paused_at, updated_at, fair, fair_bypass_priority FROM {{s}}.queues ORDER BY name`),
 
