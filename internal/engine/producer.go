@@ -66,6 +66,7 @@ type claimResult struct {
 // the handing over of its jobs and the sending of the next claim, which under a
 // backlog's load is a good part of its pickup (docs/fairness.md, "Fourth pass"). At
 // most two claims are in flight.
+
 func (e *Engine) produce(p *producer) {
 	defer e.prodWG.Done()
 	fail := e.failBackoff(100 * time.Millisecond)
@@ -187,8 +188,8 @@ func (e *Engine) produce(p *producer) {
 				case <-p.reconnected:
 				default:
 				}
-				// The producer sleeps only once every claim that overlapped came back
-				// short and no wake-up arrived after the last of them began.
+				// The producer sleeps only if every claim that overlapped came back
+				// short, none of them began before a wake-up it might have missed.
 				full = full || !res.short
 				if !claiming {
 					empty = empty || (!full && !woken)
