@@ -242,7 +242,16 @@ func (r *round) prepareCitus(ctx context.Context) error {
 // what it finished.
 func (r *round) recoverPrepared(ctx context.Context) (int, error) {
 	var n int
-	if err := r.h.pool.QueryRow(ctx, "SELECT recover_prepared_transactions()").Scan(&n); err != nil {
+	var err error
+	// A pooled connection a fault terminated (the citus round's backends on the
+	// coordinator) fails its next statement (57P01) and leaves the pool; the next try
+	// takes another.
+	for range 3 {
+		if err = r.h.pool.QueryRow(ctx, "SELECT recover_prepared_transactions()").Scan(&n); err == nil || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
 		return 0, fmt.Errorf("recover_prepared_transactions: %w", err)
 	}
 	if n > 0 {
