@@ -25,7 +25,9 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,6 +37,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/ident"
 	"github.com/skiplock/skiplock/internal/migrate"
@@ -202,9 +205,52 @@ func (h *harness) useCitus(ctx context.Context) error {
 		if h.citusAppPool, err = openPool(ctx, c.URL, harnessApp+"-producer", openInFlight, 5*time.Second); err != nil {
 			return fmt.Errorf("chaos: the producer's pool on the Citus coordinator: %w", err)
 		}
+	} else {
+		// A round before this one crashed nodes and terminated backends: a pooled
+		// coordinator session may hold a cached connection to a worker node that is
+		// gone, and fail its next distributed statement (08006). Fresh sessions open
+		// fresh connections to the workers.
+		h.citusPool.Reset()
+		h.citusAppPool.Reset()
 	}
 	h.pool, h.proxyURL, h.appPool = h.citusPool, h.citus.URL, h.citusAppPool
 	return nil
+}
+
+// onCoordinator runs one of the harness's own statements on the coordinator (not
+// the load's), again after a connection error: a pooled session a fault terminated
+// fails with 57P01, and one whose cached connection to a worker node died with that
+// node's crash fails with class 08. The pool is reset before the next try, so it
+// runs on a fresh session.
+func (r *round) onCoordinator(ctx context.Context, what string, fn func() error) error {
+	var err error
+	for try := range 4 {
+		if try > 0 {
+			r.h.pool.Reset()
+			if perr := pause(ctx, time.Duration(try)*250*time.Millisecond); perr != nil {
+				break
+			}
+		}
+		if err = fn(); err == nil || ctx.Err() != nil || !connectionError(err) {
+			break
+		}
+		r.h.log.Warn("chaos: a harness statement on the Citus coordinator hit a connection error; trying again on a fresh session", "what", what, "err", err)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// connectionError reports whether err is a lost connection: the client's own, a
+// backend terminated (57P01), or a distributed statement's connection to a worker
+// node (SQLSTATE class 08).
+func connectionError(err error) bool {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code == "57P01" || strings.HasPrefix(pe.Code, "08")
+	}
+	return pgconn.SafeToRetry(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 
 // prepareCitus migrates the round's schema with the distributed layout and installs
@@ -242,17 +288,10 @@ func (r *round) prepareCitus(ctx context.Context) error {
 // what it finished.
 func (r *round) recoverPrepared(ctx context.Context) (int, error) {
 	var n int
-	var err error
-	// A pooled connection a fault terminated (the citus round's backends on the
-	// coordinator) fails its next statement (57P01) and leaves the pool; the next try
-	// takes another.
-	for range 3 {
-		if err = r.h.pool.QueryRow(ctx, "SELECT recover_prepared_transactions()").Scan(&n); err == nil || ctx.Err() != nil {
-			break
-		}
-	}
-	if err != nil {
-		return 0, fmt.Errorf("recover_prepared_transactions: %w", err)
+	if err := r.onCoordinator(ctx, "recover_prepared_transactions", func() error {
+		return r.h.pool.QueryRow(ctx, "SELECT recover_prepared_transactions()").Scan(&n)
+	}); err != nil {
+		return 0, err
 	}
 	if n > 0 {
 		r.note("recover_prepared_transactions() finished %d prepared transactions left by a crashed node (committed or rolled back as the coordinator decided)", n)
@@ -405,8 +444,10 @@ func injectRebalance(ctx context.Context, r *round) error {
 		return err
 	}
 	var workers int
-	if err := r.h.pool.QueryRow(ctx, "SELECT count(*) FROM citus_get_active_worker_nodes()").Scan(&workers); err != nil {
-		return fmt.Errorf("counting worker nodes: %w", err)
+	if err := r.onCoordinator(ctx, "counting worker nodes", func() error {
+		return r.h.pool.QueryRow(ctx, "SELECT count(*) FROM citus_get_active_worker_nodes()").Scan(&workers)
+	}); err != nil {
+		return err
 	}
 	if workers >= citusMaxWorkers {
 		return fmt.Errorf("the cluster has %d worker nodes already, the most the harness reserved ports for", workers)
@@ -420,8 +461,12 @@ func injectRebalance(ctx context.Context, r *round) error {
 	rb.added = wallNow()
 	r.mark("citus.sh add-worker "+strconv.Itoa(workers+1), start)
 	rb.start = wallNow()
-	if err := r.h.pool.QueryRow(ctx, "SELECT citus_rebalance_start(shard_transfer_mode => '"+rebalanceTransferMode+"')").Scan(&rb.job); err != nil {
-		return fmt.Errorf("citus_rebalance_start: %w", err)
+	// A start that fails computes the shard sizes and schedules nothing, so trying
+	// again on a fresh session is safe.
+	if err := r.onCoordinator(ctx, "citus_rebalance_start", func() error {
+		return r.h.pool.QueryRow(ctx, "SELECT citus_rebalance_start(shard_transfer_mode => '"+rebalanceTransferMode+"')").Scan(&rb.job)
+	}); err != nil {
+		return err
 	}
 	waited := make(chan error, 1)
 	go func() {
