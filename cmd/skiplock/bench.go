@@ -29,8 +29,8 @@ func newBenchCmd(db *dbFlags) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "bench [--workload W1,W5] [--runs 3] [-o json] [--scale 0.1]",
-		Short: "run the benchmark workloads (B0…B3, W1…W14, W10C, W10L, W5PY, W13, E1, F1, D1, G1) and print the figures",
-		Long: `Run the benchmark workloads (B0…B3, W1…W14, W10C, W10L, W5PY, W13, E1, F1, D1, G1) and print the figures,
+		Short: "run the benchmark workloads (B0…B3, W1…W14, W10C, W10L, W5PY, W13, E1, F1, D1, G1, C1, CH, CN, CQ) and print the figures",
+		Long: `Run the benchmark workloads (B0…B3, W1…W14, W10C, W10L, W5PY, W13, E1, F1, D1, G1, C1, CH, CN, CQ) and print the figures,
 each job checked for exactly-once success (D1 times the dashboard's pages on
 1,000,000 jobs instead; G1 works jobs through the HTTP worker gateway). W10, its control W10C (the same timeline
 with no pin) and W10L (W10 on a queue under a limit that never binds) take 13 minutes
