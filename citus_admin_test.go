@@ -172,4 +172,15 @@ func TestCitusOperatorReads(t *testing.T) {
 	if n != 4 {
 		t.Fatalf("%d jobs; want 4", n)
 	}
+
+	// Limit usage: nothing to report while no limit exists (limits are refused on
+	// the layout; `skiplock limits usage`, the metrics and the dashboard's limits
+	// page read it), refused by name for a limit set before the schema was distributed.
+	if use, err := e.client.LimitUsages(e.ctx); err != nil || len(use) != 0 {
+		t.Fatalf("LimitUsages on Citus without limits: %+v, %v; want none", use, err)
+	}
+	e.must(execErr(e, `INSERT INTO `+e.q("limits")+` (scope, target, max_running) VALUES ('queue', 'seq', 2)`))
+	if _, err := e.client.LimitUsages(e.ctx); !errors.Is(err, skiplock.ErrNotOnCitus) {
+		t.Fatalf("LimitUsages on Citus with a limit: %v; want ErrNotOnCitus", err)
+	}
 }

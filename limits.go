@@ -228,9 +228,26 @@ type LimitUsage struct {
 
 // LimitUsages reports, cluster-wide, each limit's use: one entry per limit, and for
 // an EachKey limit one per key that is running jobs or started any within its window.
+// On the Citus layout, where limits are refused, it reports nothing when no limit
+// exists, and ErrNotOnCitus when one was set before the schema was distributed (its
+// usage counts jobs across keys, which no statement there can).
 func (c *Client) LimitUsages(ctx context.Context) ([]LimitUsage, error) {
 	if ctx == nil {
 		return nil, invalid("ctx", "must not be nil")
+	}
+	dist, err := c.store.Distributed(ctx, c.pool)
+	if err != nil {
+		return nil, fmt.Errorf("reading limit usage: %w", wrapPgError(err))
+	}
+	if dist {
+		limits, err := c.store.Limits(ctx, c.pool)
+		if err != nil {
+			return nil, fmt.Errorf("reading limit usage: %w", wrapPgError(err))
+		}
+		if len(limits) > 0 {
+			return nil, c.notOnCitus("limit usage (LimitUsages, skiplock limits usage)", "a limit counts running jobs across keys")
+		}
+		return []LimitUsage{}, nil
 	}
 	rows, err := c.store.LimitUsages(ctx, c.pool, store.NowParam(c.cfg.Clock))
 	if err != nil {

@@ -40,7 +40,8 @@ func TestCitusJobPages(t *testing.T) {
 	must(t, err)
 	b := serve(t, h, "", false)
 	for path, id := range map[string]string{"/": "", "/jobs/" + res.ID: "job-detail", "/outbox/" + ev: "",
-		"/tx/" + strconv.FormatInt(j.TxID, 10): "", "/outbox?state=pending": ""} {
+		"/tx/" + strconv.FormatInt(j.TxID, 10): "", "/outbox?state=pending": "", "/queues": "", "/schedules": "",
+		"/batches": "", "/flows": "", "/limits": "", "/fair": "", "/jobs?queue=default&state=pending": ""} {
 		r := b.get(path)
 		wantStatus(t, path, r, http.StatusOK)
 		if id != "" && testids(r.body, id) != 1 {

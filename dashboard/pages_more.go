@@ -3,6 +3,7 @@ package dashboard
 // The batches, flows and limits pages, and the limit actions.
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -126,7 +127,7 @@ func (h *handler) limits(q *request) {
 		return
 	}
 	usage, err := h.c.LimitUsages(q.ctx)
-	if err != nil {
+	if err != nil && !errors.Is(err, skiplock.ErrNotOnCitus) { // the Citus layout: the limits without their use
 		h.failErr(q, err)
 		return
 	}
