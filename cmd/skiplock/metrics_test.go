@@ -52,7 +52,7 @@ func (w *addrWatcher) String() string {
 // startMetrics runs `skiplock metrics` until the test ends and returns its address.
 func startMetrics(t *testing.T, args ...string) string {
 	t.Helper()
-	addr, _ := startServing(t, append([]string{"metrics", "--addr", "127.0.0.1:0", "--min-interval", "1ms"}, args...)...)
+	addr, _ := startServing(t, append([]string{"metrics", "--listen", "127.0.0.1:0", "--min-interval", "1ms"}, args...)...)
 	return addr
 }
 

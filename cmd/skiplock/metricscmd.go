@@ -26,7 +26,7 @@ func newMetricsCmd(db *dbFlags) *cobra.Command {
 		fairTop      int
 	)
 	cmd := &cobra.Command{
-		Use:   "metrics [--addr :9187]",
+		Use:   "metrics [--listen :9187]",
 		Short: "serve Prometheus /metrics, /healthz and /readyz for a schema",
 		Long: `Serve Prometheus /metrics, /healthz and /readyz for a schema until SIGINT or SIGTERM.
 
@@ -36,7 +36,9 @@ metrics with skiplock_stats_up 0.`,
 		Args: noArgs,
 	}
 	fs := cmd.Flags()
+	fs.StringVar(&addr, "listen", ":9187", "listen address")
 	fs.StringVar(&addr, "addr", ":9187", "listen address")
+	_ = fs.MarkDeprecated("addr", "use --listen")
 	durationFlag(cmd, &minInterval, "min-interval", 5*time.Second, "least time between two database reads; scrapes in between are served from cache (0: the default, 5s)")
 	durationFlag(cmd, &maxOldestDue, "max-oldest-due", 5*time.Minute, "/readyz fails when a queue's oldest due job is older (0: the default, 5m)")
 	durationFlag(cmd, &maxOutboxLag, "max-outbox-lag", 0, "/readyz fails when the oldest unpublished outbox event is older (0: not checked)")
@@ -44,7 +46,11 @@ metrics with skiplock_stats_up 0.`,
 	fs.IntVar(&fairTop, "fair-top", 10, "fair queues: keys with series of their own (skiplock_fair_key_*), the rest summed under key \"*\"; 0: no fair-queue metrics")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
-		if _, err := listenHost(cmd, "addr", addr); err != nil {
+		flag := "listen"
+		if fs.Changed("addr") {
+			flag = "addr"
+		}
+		if _, err := listenHost(cmd, flag, addr); err != nil {
 			return err
 		}
 		if fairTop < 0 {

@@ -486,7 +486,7 @@ func TestLongRunningCommandsRefuseAnUnmigratedSchema(t *testing.T) {
 	t.Parallel()
 	c := newCLI(t)
 	c.schema += "_misspelt"
-	for _, args := range [][]string{{"dashboard", "--listen", "127.0.0.1:0"}, {"metrics", "--addr", "127.0.0.1:0"}} {
+	for _, args := range [][]string{{"dashboard", "--listen", "127.0.0.1:0"}, {"metrics", "--listen", "127.0.0.1:0"}} {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		_, errOut, code := c.run(ctx, args...)
 		cancel()

@@ -330,7 +330,7 @@ func checkProbes(where string, c corev1.Container, bad func(string, ...any)) {
 		}
 		if strings.HasPrefix(c.Image, skiplockImage) {
 			if serves, flag := servesOn(c.Args); flag == "" {
-				bad("%s: the skiplock command %q serves no probes (relay: --health-addr; dashboard: --listen; metrics: --addr)", where, strings.Join(c.Args, " "))
+				bad("%s: the skiplock command %q serves no probes (relay: --health-addr; dashboard and metrics: --listen)", where, strings.Join(c.Args, " "))
 			} else if serves != port {
 				bad("%s: the %s probe's port %d is not the %s port %d", where, pr.name, port, flag, serves)
 			}
@@ -350,12 +350,17 @@ func containerPort(c corev1.Container, p intstr.IntOrString) (int32, bool) {
 // servesOn returns the port a skiplock command serves /healthz and /readyz on, and
 // the flag that says so ("" when it serves none).
 func servesOn(args []string) (int32, string) {
-	flags := map[string]string{"relay": "--health-addr", "dashboard": "--listen", "metrics": "--addr"}
+	flags := map[string]string{"relay": "--health-addr", "dashboard": "--listen", "metrics": "--listen"}
 	if len(args) == 0 || flags[args[0]] == "" {
 		return 0, ""
 	}
 	flag := flags[args[0]]
 	addr := flagValue(args, flag)
+	if addr == "" && args[0] == "metrics" {
+		if addr = flagValue(args, "--addr"); addr != "" { // its deprecated name
+			flag = "--addr"
+		}
+	}
 	if addr == "" {
 		if args[0] == "metrics" {
 			addr = ":9187" // its default

@@ -42,6 +42,8 @@ func TestBrokenManifestsFail(t *testing.T) {
 		{"an unknown kind", "hpa.yaml", "kind: HorizontalPodAutoscaler", "kind: HorizontalPodAutoscalr", "unknown apiVersion and kind"},
 		{"no readiness probe", "dashboard.yaml", "          readinessProbe:\n            httpGet: {path: /readyz, port: http}\n            periodSeconds: 10\n            timeoutSeconds: 5\n", "", "no HTTP readiness probe"},
 		{"the wrong probe path", "metrics.yaml", "path: /healthz, port: metrics", "path: /metrics, port: metrics", `asks "/metrics", want /healthz`},
+		{"a probe on a port metrics does not serve", "metrics.yaml", `"--listen", ":9187"`, `"--listen", ":9188"`, "is not the --listen port 9188"},
+		{"a probe on a port metrics does not serve, by the deprecated flag", "metrics.yaml", `"--listen", ":9187"`, `"--addr", ":9188"`, "is not the --addr port 9188"},
 		{"a probe on a port the relay does not serve", "relay.yaml", `"--health-addr", ":8081"`, `"--health-addr", ":8082"`, "is not the --health-addr port 8082"},
 		{"a grace period shorter than the drain", "worker.yaml", "terminationGracePeriodSeconds: 25", "terminationGracePeriodSeconds: 20", "is not 5s longer than SKIPLOCK_SHUTDOWN_TIMEOUT (20s)"},
 		{"a drain longer than the grace period", "worker.yaml", "value: 20s", "value: 1m", "SKIPLOCK_SHUTDOWN_TIMEOUT (1m0s)"},
