@@ -205,12 +205,7 @@ WHERE s.logicalrelid = $1::regclass`, ident.Quote(r.schema)+".jobs", rb.port).Sc
 // enqueueSummary is the p50, p99 and max time from the enqueue call to its commit,
 // of the committed calls that began in [from, to).
 func enqueueSummary(calls []enqueueCall, from, to time.Time) string {
-	var ds []time.Duration
-	for _, c := range calls {
-		if !c.start.Before(from) && c.start.Before(to) {
-			ds = append(ds, c.took)
-		}
-	}
+	ds := durationsIn(calls, from, to, func(c enqueueCall) (time.Time, time.Duration) { return c.start, c.took })
 	if len(ds) == 0 {
 		return "no calls"
 	}
