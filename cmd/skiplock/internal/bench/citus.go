@@ -12,7 +12,8 @@ package bench
 //
 // C1 and CH need a plain node (the bench's own database) and a cluster (Env.Cluster,
 // skiplock bench --citus-url); CN and CQ need only the cluster, which may be the
-// bench's own database under --citus.
+// bench's own database under --citus. Each runs from a file of its own (citus_c1.go,
+// citus_ch.go, citus_cn.go, citus_cq.go); this one selects them and holds what they share.
 
 import (
 	"context"
