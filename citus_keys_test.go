@@ -195,9 +195,7 @@ func TestCitusOutboxColocated(t *testing.T) {
 		t.Fatalf("WriteMany across keys: %v", err)
 	}
 	for i, k := range keys {
-		shard := shardID(t, pool, q("outbox"), k)
-		if n := count(t, pool, `SELECT count(*) FROM `+q("outbox")+` WHERE concurrency_key = $1 AND id = $2
-		  AND get_shard_id_for_distribution_column($3::regclass, concurrency_key) = $4`, k, ids[i], q("outbox"), shard); n != 1 {
+		if n, shard := inKeyShard(t, pool, q("outbox"), k, ids[i]); n != 1 {
 			t.Errorf("event %s of key %q: %d rows in shard %d", ids[i], k, n, shard)
 		}
 	}

@@ -165,11 +165,8 @@ func TestCitusEnqueueTxColocated(t *testing.T) {
 		t.Fatalf("EnqueueManyTx across tenants: %v", err)
 	}
 	for i, r := range res {
-		shard := shardID(t, pool, q("jobs"), tenants[i])
-		var n int
-		if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+q("jobs")+` WHERE concurrency_key = $1 AND id = $2
-		  AND get_shard_id_for_distribution_column($3::regclass, concurrency_key) = $4`, tenants[i], r.ID, q("jobs"), shard).Scan(&n); err != nil || n != 1 {
-			t.Errorf("tenant %s's job %s: %d rows in shard %d, %v", tenants[i], r.ID, n, shard, err)
+		if n, shard := inKeyShard(t, pool, q("jobs"), tenants[i], r.ID); n != 1 {
+			t.Errorf("tenant %s's job %s: %d rows in shard %d", tenants[i], r.ID, n, shard)
 		}
 	}
 
@@ -249,6 +246,15 @@ func shardID(t *testing.T, pool *pgxpool.Pool, table, key string) int64 {
 		t.Fatalf("the shard of %s for %q: %v", table, key, err)
 	}
 	return id
+}
+
+// inKeyShard counts the rows of table with concurrency_key key and id id that sit in
+// the shard of table that holds key, and returns that shard.
+func inKeyShard(t *testing.T, pool *pgxpool.Pool, table, key, id string) (int, int64) {
+	t.Helper()
+	shard := shardID(t, pool, table, key)
+	return count(t, pool, `SELECT count(*) FROM `+table+` WHERE concurrency_key = $1 AND id = $2
+	  AND get_shard_id_for_distribution_column($3::regclass, concurrency_key) = $4`, key, id, table, shard), shard
 }
 
 // shardOf is the node ("host:port") and shard of table that hold key.

@@ -17,6 +17,21 @@ func (e *env) partition(opts skiplock.PartitionOpts) *skiplock.PartitionReport {
 	return rep
 }
 
+// eachLayout runs f, in a parallel subtest of its own, on an env of the plain and
+// one of the partitioned layout (converted before f runs).
+func eachLayout(t *testing.T, f func(t *testing.T, e *env)) {
+	for _, layout := range []string{"plain", "partitioned"} {
+		t.Run(layout, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t, skiplock.Config{})
+			if layout == "partitioned" {
+				e.partition(skiplock.PartitionOpts{})
+			}
+			f(t, e)
+		})
+	}
+}
+
 func (e *env) partitionNames() []string {
 	e.t.Helper()
 	parts, err := e.client.Partitions(e.ctx)

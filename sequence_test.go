@@ -48,57 +48,50 @@ func claimedIDs(e *env) []string {
 // (until an operator retries or cancels it) unless it was enqueued with SkipFailed.
 func TestSequenceHeadOnly(t *testing.T) {
 	t.Parallel()
-	for _, layout := range []string{"plain", "partitioned"} {
-		t.Run(layout, func(t *testing.T) {
-			t.Parallel()
-			e := newEnv(t, skiplock.Config{})
-			if layout == "partitioned" {
-				e.partition(skiplock.PartitionOpts{})
-			}
-			a1, a2, a3 := e.enqueueSeq("a", 1, false), e.enqueueSeq("a", 2, false), e.enqueueSeq("a", 3, true)
-			a4 := e.enqueueSeq("a", 4, false)
-			b1 := e.enqueueSeq("b", 1, false)
-			plain, err := e.client.Enqueue(e.ctx, emailArgs{}, nil)
+	eachLayout(t, func(t *testing.T, e *env) {
+		a1, a2, a3 := e.enqueueSeq("a", 1, false), e.enqueueSeq("a", 2, false), e.enqueueSeq("a", 3, true)
+		a4 := e.enqueueSeq("a", 4, false)
+		b1 := e.enqueueSeq("b", 1, false)
+		plain, err := e.client.Enqueue(e.ctx, emailArgs{}, nil)
+		e.must(err)
+		want := []string{a1, b1, plain.ID}
+		sort.Strings(want)
+		if got := claimedIDs(e); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("first claim %v, want the heads and the job without a sequence %v", got, want)
+		}
+		finish := func(id string, f func(j *skiplock.Job) error) {
+			t.Helper()
+			j, err := e.client.JobGet(e.ctx, id)
 			e.must(err)
-			want := []string{a1, b1, plain.ID}
-			sort.Strings(want)
-			if got := claimedIDs(e); fmt.Sprint(got) != fmt.Sprint(want) {
-				t.Fatalf("first claim %v, want the heads and the job without a sequence %v", got, want)
-			}
-			finish := func(id string, f func(j *skiplock.Job) error) {
-				t.Helper()
-				j, err := e.client.JobGet(e.ctx, id)
-				e.must(err)
-				e.must(f(j))
-			}
-			finish(a1, func(j *skiplock.Job) error { return e.client.Manual().Complete(e.ctx, j) })
-			if got := claimedIDs(e); fmt.Sprint(got) != fmt.Sprint([]string{a2}) {
-				t.Fatalf("after a1 succeeded: %v, want a2", got)
-			}
-			finish(a2, func(j *skiplock.Job) error { return e.client.Manual().Fail(e.ctx, j, errors.New("bad")) })
-			if got := claimedIDs(e); len(got) != 0 {
-				t.Fatalf("a failed head blocks its sequence, but %v was claimed", got)
-			}
-			s, err := e.client.Stats(e.ctx, nil)
-			e.must(err)
-			if n := s.Queue("default").BlockedSequences; n != 1 {
-				t.Errorf("Stats shows %d blocked sequences, want 1", n)
-			}
-			_, err = e.client.JobRetry(e.ctx, a2)
-			e.must(err)
-			if got := claimedIDs(e); fmt.Sprint(got) != fmt.Sprint([]string{a2}) {
-				t.Fatalf("after the retry: %v, want a2 again", got)
-			}
-			finish(a2, func(j *skiplock.Job) error { return e.client.Manual().Complete(e.ctx, j) })
-			if got := claimedIDs(e); fmt.Sprint(got) != fmt.Sprint([]string{a3}) {
-				t.Fatalf("after a2 succeeded: %v, want a3", got)
-			}
-			finish(a3, func(j *skiplock.Job) error { return e.client.Manual().Fail(e.ctx, j, errors.New("skippable")) })
-			if got := claimedIDs(e); fmt.Sprint(got) != fmt.Sprint([]string{a4}) {
-				t.Fatalf("a failed SkipFailed job lets the sequence go on: %v, want a4", got)
-			}
-		})
-	}
+			e.must(f(j))
+		}
+		finish(a1, func(j *skiplock.Job) error { return e.client.Manual().Complete(e.ctx, j) })
+		if got := claimedIDs(e); fmt.Sprint(got) != fmt.Sprint([]string{a2}) {
+			t.Fatalf("after a1 succeeded: %v, want a2", got)
+		}
+		finish(a2, func(j *skiplock.Job) error { return e.client.Manual().Fail(e.ctx, j, errors.New("bad")) })
+		if got := claimedIDs(e); len(got) != 0 {
+			t.Fatalf("a failed head blocks its sequence, but %v was claimed", got)
+		}
+		s, err := e.client.Stats(e.ctx, nil)
+		e.must(err)
+		if n := s.Queue("default").BlockedSequences; n != 1 {
+			t.Errorf("Stats shows %d blocked sequences, want 1", n)
+		}
+		_, err = e.client.JobRetry(e.ctx, a2)
+		e.must(err)
+		if got := claimedIDs(e); fmt.Sprint(got) != fmt.Sprint([]string{a2}) {
+			t.Fatalf("after the retry: %v, want a2 again", got)
+		}
+		finish(a2, func(j *skiplock.Job) error { return e.client.Manual().Complete(e.ctx, j) })
+		if got := claimedIDs(e); fmt.Sprint(got) != fmt.Sprint([]string{a3}) {
+			t.Fatalf("after a2 succeeded: %v, want a3", got)
+		}
+		finish(a3, func(j *skiplock.Job) error { return e.client.Manual().Fail(e.ctx, j, errors.New("skippable")) })
+		if got := claimedIDs(e); fmt.Sprint(got) != fmt.Sprint([]string{a4}) {
+			t.Fatalf("a failed SkipFailed job lets the sequence go on: %v, want a4", got)
+		}
+	})
 }
 
 // 20 sequences of 100 jobs on 3 clients with random failures, after a worker holding

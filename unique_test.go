@@ -9,21 +9,6 @@ import (
 	"github.com/skiplock/skiplock"
 )
 
-// uniqueLayouts runs f on the plain and the partitioned layout.
-func uniqueLayouts(t *testing.T, f func(t *testing.T, e *env)) {
-	for _, layout := range []string{"plain", "partitioned"} {
-		t.Run(layout, func(t *testing.T) {
-			t.Parallel()
-			e := newEnv(t, skiplock.Config{})
-			if layout == "partitioned" {
-				// A job before the conversion keeps its key through it.
-				e.partition(skiplock.PartitionOpts{})
-			}
-			f(t, e)
-		})
-	}
-}
-
 func (e *env) enqueueUnique(u *skiplock.UniqueOpts) skiplock.EnqueueResult {
 	e.t.Helper()
 	r, err := e.client.Enqueue(e.ctx, emailArgs{To: "a"}, &skiplock.EnqueueOpts{Unique: u})
@@ -35,7 +20,7 @@ func (e *env) enqueueUnique(u *skiplock.UniqueOpts) skiplock.EnqueueResult {
 // enqueue meanwhile names the first job; once it finished, a new job may be enqueued.
 func TestUniqueWhilePendingOrRunning(t *testing.T) {
 	t.Parallel()
-	uniqueLayouts(t, func(t *testing.T, e *env) {
+	eachLayout(t, func(t *testing.T, e *env) {
 		u := &skiplock.UniqueOpts{Key: "sync-42"}
 		first := e.enqueueUnique(u)
 		if dup := e.enqueueUnique(u); !dup.Duplicate || dup.ID != first.ID {
@@ -66,7 +51,7 @@ func TestUniqueWhilePendingOrRunning(t *testing.T) {
 // the operator keeps it too, and a success frees it.
 func TestUniqueUntilSuccess(t *testing.T) {
 	t.Parallel()
-	uniqueLayouts(t, func(t *testing.T, e *env) {
+	eachLayout(t, func(t *testing.T, e *env) {
 		u := &skiplock.UniqueOpts{Key: "charge-7", States: []skiplock.JobState{
 			skiplock.StatePending, skiplock.StateRunning, skiplock.StateFailed, skiplock.StateCancelled}}
 		first := e.enqueueUnique(u)
@@ -89,7 +74,7 @@ func TestUniqueUntilSuccess(t *testing.T) {
 // became of it.
 func TestUniquePerPeriod(t *testing.T) {
 	t.Parallel()
-	uniqueLayouts(t, func(t *testing.T, e *env) {
+	eachLayout(t, func(t *testing.T, e *env) {
 		u := &skiplock.UniqueOpts{Key: "digest", Period: time.Hour}
 		e.clock.Set(t0.Truncate(time.Hour).Add(10 * time.Minute))
 		first := e.enqueueUnique(u)
@@ -110,7 +95,7 @@ func TestUniquePerPeriod(t *testing.T) {
 // repeat the key, insert exactly one job, and every duplicate names it.
 func TestUniqueRaceFree(t *testing.T) {
 	t.Parallel()
-	uniqueLayouts(t, func(t *testing.T, e *env) {
+	eachLayout(t, func(t *testing.T, e *env) {
 		u := &skiplock.UniqueOpts{Key: "race"}
 		var wg sync.WaitGroup
 		ids := make(chan skiplock.EnqueueResult, 16*5)

@@ -270,16 +270,23 @@ GROUP BY e.job_id, e.at ORDER BY e.at`, skiplock.DefaultQueue)
 
 // pickupSummary is the p50, p99 and max pickup of the jobs enqueued in [from, to).
 func pickupSummary(ps []pickup, from, to time.Time) string {
-	var ws []time.Duration
-	for _, p := range ps {
-		if !p.enqueued.Before(from) && p.enqueued.Before(to) {
-			ws = append(ws, p.wait)
-		}
-	}
+	ws := durationsIn(ps, from, to, func(p pickup) (time.Time, time.Duration) { return p.enqueued, p.wait })
 	if len(ws) == 0 {
 		return "no jobs"
 	}
 	return fmt.Sprintf("%d jobs, %s", len(ws), durationSummary(ws))
+}
+
+// durationsIn returns the durations of the xs that began in [from, to); timed reads
+// an x's start and duration.
+func durationsIn[T any](xs []T, from, to time.Time, timed func(T) (time.Time, time.Duration)) []time.Duration {
+	var ds []time.Duration
+	for _, x := range xs {
+		if at, d := timed(x); !at.Before(from) && at.Before(to) {
+			ds = append(ds, d)
+		}
+	}
+	return ds
 }
 
 // durationSummary is the p50, p99 and max of ds (not empty), which it sorts.

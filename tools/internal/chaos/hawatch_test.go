@@ -55,6 +55,13 @@ func TestFailoverJudgements(t *testing.T) {
 	if got := pickupSummary(ps, at(0), at(5000)); got != "2 jobs, p50 4000 ms, p99 4000 ms, max 4000 ms" {
 		t.Errorf("pickupSummary %q", got)
 	}
+	calls := []enqueueCall{{at(-1), time.Second}, {at(0), 5 * time.Millisecond}, {at(1000), 6 * time.Millisecond}, {at(4999), 7 * time.Millisecond}, {at(5000), 9 * time.Second}}
+	if got := enqueueSummary(calls, at(0), at(5000)); got != "p50 6 ms, p99 7 ms, max 7 ms" {
+		t.Errorf("enqueueSummary %q; want the calls begun in [from, to)", got)
+	}
+	if got := enqueueSummary(calls, at(6000), at(7000)); got != "no calls" {
+		t.Errorf("enqueueSummary of an empty window %q", got)
+	}
 
 	dir := t.TempDir()
 	line := func(msg string) string { return `time=x level=WARN msg="` + msg + `" child=w` + "\n" }

@@ -66,7 +66,7 @@ type round struct {
 	// The failover scenarios' watchers (hawatch.go) and write probes of the old primary.
 	ha     *haRun
 	probes []*producer
-	// The citus-rebalance scenario's move (citus.go).
+	// The citus-rebalance scenario's move (citusrebalance.go).
 	rebalance *rebalanceRun
 }
 

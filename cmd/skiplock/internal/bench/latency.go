@@ -52,23 +52,14 @@ func wallNow() time.Time { return time.Now().Round(0) }
 // w6Recorder collects W6's per-job readings from the enqueuers, the handler and the
 // working client's listener.
 type w6Recorder struct {
-	mu        sync.Mutex
-	samples   []w6Sample
-	measured  int // handler first runs of measured jobs
-	warmRuns  int // handler runs of warm-up jobs
-	warm      int // warm-up jobs
-	warmDone  chan struct{}
-	allDone   chan struct{}
-	notes     []time.Time // arrivals of the queue's notifications, in order
-	bad       []string    // handler anomalies (undecodable payloads)
-	tr        *tracker    // exactly-once check by job id and the table's final states
-	trHandler skiplock.HandlerFunc
+	recorder
+	samples []w6Sample
+	notes   []time.Time // arrivals of the queue's notifications, in order
 }
 
 func newW6Recorder(total, warm int) *w6Recorder {
-	r := &w6Recorder{samples: make([]w6Sample, total), warm: warm,
-		warmDone: make(chan struct{}), allDone: make(chan struct{}), tr: newTracker(total + warm)}
-	r.trHandler = r.tr.handler()
+	r := &w6Recorder{samples: make([]w6Sample, total)}
+	r.init(total, warm)
 	return r
 }
 
@@ -76,21 +67,7 @@ func newW6Recorder(total, warm int) *w6Recorder {
 // of the measured latency.
 func (r *w6Recorder) handle(ctx context.Context, job *skiplock.Job) error {
 	now := wallNow()
-	i, ok := noopIndex(job.Payload) // the tracker's reader of the same payload
-	if !ok {
-		r.mu.Lock()
-		r.bad = append(r.bad, job.ID)
-		r.mu.Unlock()
-		return skiplock.Permanent(fmt.Errorf("W6: payload %q carries no job index", job.Payload))
-	}
-	r.mu.Lock()
-	switch {
-	case i < 0:
-		r.warmRuns++
-		if r.warmRuns == r.warm {
-			close(r.warmDone)
-		}
-	case i < len(r.samples):
+	return r.run(ctx, job, "W6", func(i int) bool {
 		s := &r.samples[i]
 		s.runs++
 		if s.runs == 1 {
@@ -98,22 +75,9 @@ func (r *w6Recorder) handle(ctx context.Context, job *skiplock.Job) error {
 			// (its transaction's start) and returns the row; Job exposes no
 			// AttemptedAt, and nothing else writes updated_at before the handler runs.
 			s.claimed, s.started = job.UpdatedAt, now
-			r.measured++
-			if r.measured == len(r.samples) {
-				close(r.allDone)
-			}
 		}
-	default:
-		r.bad = append(r.bad, job.ID)
-	}
-	r.mu.Unlock()
-	return r.trHandler(ctx, job)
-}
-
-func (r *w6Recorder) done() int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return int64(r.measured)
+		return s.runs == 1
+	})
 }
 
 // hear returns the observer (notify.SetHeard) that records the arrival of each
@@ -286,15 +250,8 @@ func w6Met(x *Result) bool { return x.P50ms <= 1.5 && x.P95ms <= 3 && x.P99ms <=
 // idle for over a second before handing it out (ShouldPing's default), which an
 // enqueue that overlaps another can still meet: that is part of what is measured.
 func w6WarmUp(ctx context.Context, app *skiplock.Client, pool *pgxpool.Pool, rec *w6Recorder) error {
-	if err := enqueueOnEachConn(ctx, "W6", app, pool, rec.warm); err != nil {
+	if err := rec.warmUp(ctx, "W6", app, pool); err != nil {
 		return err
-	}
-	select {
-	case <-rec.warmDone:
-	case <-time.After(30 * time.Second):
-		rec.mu.Lock()
-		defer rec.mu.Unlock()
-		return fmt.Errorf("W6: warm-up: %d of %d jobs ran", rec.warmRuns, rec.warm)
 	}
 	<-time.After(100 * time.Millisecond) // quiet before the clock starts; not a synchronisation
 	return nil

@@ -1,6 +1,6 @@
 package bench
 
-// CPU accounting of the Citus cluster's nodes for CN (citus.go), when they run on this
+// CPU accounting of the Citus cluster's nodes for CN (citus_cn.go), when they run on this
 // machine: a node's CPU is its postmaster's and every backend's, read from /proc.
 
 import (

@@ -46,7 +46,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock"
 )
 
@@ -156,63 +155,27 @@ type w10Sample struct {
 
 // w10Recorder collects W10's per-job readings from the enqueuers and the handler.
 type w10Recorder struct {
-	mu        sync.Mutex
-	samples   []w10Sample
-	measured  int // first handler runs of measured jobs
-	warm      int // warm-up jobs, one per enqueuing connection
-	warmRuns  int
-	warmDone  chan struct{}
-	allDone   chan struct{}
-	bad       []string
-	tr        *tracker
-	trHandler skiplock.HandlerFunc
+	recorder
+	samples []w10Sample
 }
 
 func newW10Recorder(total, warm int) *w10Recorder {
-	r := &w10Recorder{samples: make([]w10Sample, total), warm: warm, warmDone: make(chan struct{}), allDone: make(chan struct{}),
-		tr: newTracker(total + warm)}
-	r.trHandler = r.tr.handler()
+	r := &w10Recorder{samples: make([]w10Sample, total)}
+	r.init(total, warm)
 	return r
 }
 
 // handle is the working client's no-op handler; its first line ends the pickup.
 func (r *w10Recorder) handle(ctx context.Context, job *skiplock.Job) error {
 	now := time.Now()
-	i, ok := noopIndex(job.Payload) // the tracker's reader of the same payload
-	if !ok {
-		r.mu.Lock()
-		r.bad = append(r.bad, job.ID)
-		r.mu.Unlock()
-		return skiplock.Permanent(fmt.Errorf("W10: payload %q carries no job index", job.Payload))
-	}
-	r.mu.Lock()
-	switch {
-	case i < 0:
-		r.warmRuns++
-		if r.warmRuns == r.warm {
-			close(r.warmDone)
-		}
-	case i < len(r.samples):
+	return r.run(ctx, job, "W10", func(i int) bool {
 		s := &r.samples[i]
 		s.runs++
 		if s.runs == 1 {
 			s.started = now
-			r.measured++
-			if r.measured == len(r.samples) {
-				close(r.allDone)
-			}
 		}
-	default:
-		r.bad = append(r.bad, job.ID)
-	}
-	r.mu.Unlock()
-	return r.trHandler(ctx, job)
-}
-
-func (r *w10Recorder) done() int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return int64(r.measured)
+		return s.runs == 1
+	})
 }
 
 // w10Plan is W10's timeline at the run's scale.
@@ -324,7 +287,7 @@ func runW10Plan(ctx context.Context, e *Env, variant w10Variant) (*Result, error
 		return nil, fmt.Errorf("W10: creating the enqueuing client: %w", err)
 	}
 	defer app.Close()
-	if err := w10WarmUp(ctx, app, appPool, rec); err != nil {
+	if err := rec.warmUp(ctx, "W10", app, appPool); err != nil {
 		return nil, err
 	}
 	if err := waitWarmed(ctx, "W10", worker, w10WorkerConns); err != nil {
@@ -504,25 +467,6 @@ func runW10Plan(ctx context.Context, e *Env, variant w10Variant) (*Result, error
 	}
 	all.fill(r)
 	return r, nil
-}
-
-// w10WarmUp enqueues one job on each of the enqueuing pool's connections (so every
-// connection is open and has the insert prepared) and waits until the working client
-// has run them all, as W6 does.
-func w10WarmUp(ctx context.Context, app *skiplock.Client, pool *pgxpool.Pool, rec *w10Recorder) error {
-	if err := enqueueOnEachConn(ctx, "W10", app, pool, rec.warm); err != nil {
-		return err
-	}
-	select {
-	case <-rec.warmDone:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(30 * time.Second):
-		rec.mu.Lock()
-		defer rec.mu.Unlock()
-		return fmt.Errorf("W10: warm-up: %d of %d jobs ran", rec.warmRuns, rec.warm)
-	}
 }
 
 // w10Met is W10's verdict as a result's Met: nil when the run is inconclusive.
