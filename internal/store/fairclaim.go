@@ -107,7 +107,12 @@ func fairWeight(k string) string {
 // (concurrency_key = w.key: fairKeyJobs). A key of weight w gets w jobs per round, and
 // as many rounds as the claim's size allows when the walk went round every key
 // (ceil($5 / wsum)); the candidates are ordered by round, then by the key's place in
-// the walk, then by claim order within the key: round-robin, weighted.
+// the walk, then by claim order within the key: round-robin, weighted. A key that
+// takes one job (a claim over more keys than its size) takes the one its walk's step
+// returned when that one can be taken (walk.ok), without reading the key again: fc1's
+// first branch, a filter of walk; only the other keys are read (its second branch,
+// a lateral read per key, which cost a claim over 1,000 keys ~1 ms when every key of
+// the walk went through it).
 //
 // Work-conserving: when keys had fewer due jobs than their share, the room they left
 // (spare) goes to the keys that filled theirs, in further rounds — a second read of
@@ -140,23 +145,23 @@ rounds AS MATERIALIZED (
   SELECT greatest(1, ceil($5::numeric / max(w.wsum)))::int AS r FROM walk w
 ),
 fc1 AS MATERIALIZED (
-  SELECT c.*, w.n AS wpos, w.weight, w.weight * (SELECT r FROM rounds) AS lim,
-         ceil(c.i::numeric / w.weight)::int AS round
-  FROM walk w CROSS JOIN LATERAL (
-    SELECT w.id, w.queue, w.kind, w.key AS ckey, w.priority, w.run_at, 1::bigint AS i
-    WHERE w.ok AND w.weight * (SELECT r FROM rounds) = 1
-    UNION ALL
-    ` + fairKeyJobs("w.key", "w.weight * (SELECT r FROM rounds)", "NOT (w.ok AND w.weight * (SELECT r FROM rounds) = 1)") + `
+  SELECT w.id, w.queue, w.kind, w.key AS ckey, w.priority, w.run_at, 1::bigint AS i, w.n AS wpos, w.weight, 1 AS lim, 1 AS round
+  FROM walk w
+  WHERE w.ok AND w.weight * (SELECT r FROM rounds) = 1
+  UNION ALL
+  SELECT c.*, w.n, w.weight, w.weight * (SELECT r FROM rounds), ((c.i + w.weight - 1) / w.weight)::int
+  FROM walk w CROSS JOIN LATERAL (` + fairKeyJobs("w.key", "w.weight * (SELECT r FROM rounds)") + `
   ) c
+  WHERE NOT (w.ok AND w.weight * (SELECT r FROM rounds) = 1)
 ),
 spare AS MATERIALIZED (
   SELECT $5::int - (SELECT count(*) FROM ex) - (SELECT count(*) FROM fc1) AS n
 ),
-fc AS MATERIALIZED (
+fc AS (
   SELECT f.id, f.queue, f.kind, f.ckey, f.priority, f.run_at, f.wpos, f.round, f.i, f.weight FROM fc1 f
   UNION ALL
-  SELECT c.id, c.queue, c.kind, c.ckey, c.priority, c.run_at, s.wpos, ceil(c.i::numeric / s.weight)::int, c.i, s.weight
-  FROM fc1 s CROSS JOIN LATERAL (` + fairKeyJobs("s.ckey", "s.lim + (SELECT n FROM spare)", "true") + `) c
+  SELECT c.id, c.queue, c.kind, c.ckey, c.priority, c.run_at, s.wpos, ((c.i + s.weight - 1) / s.weight)::int, c.i, s.weight
+  FROM fc1 s CROSS JOIN LATERAL (` + fairKeyJobs("s.ckey", "s.lim + (SELECT n FROM spare)") + `) c
   WHERE s.i = s.lim AND (SELECT n FROM spare) > 0 AND c.i > s.lim
 )`
 }
@@ -196,10 +201,18 @@ func fairOrder(pick string) string {
 const fairPlace = `((SELECT po.m FROM po) -> j.id::text ->> 0)::bigint AS pos,
     ((SELECT po.m FROM po) -> j.id::text ->> 1)::int AS weight`
 
-// fairClaimed is the CTE claimed: the fair claim's UPDATE, which leases the jobs of
-// relation pick (id) that are still pending (stillPending) and returns each
-// (claimReturns) and then returns, the columns the claim adds. This is where the
-// fair claims set status 'running' (claimSet).
+// fairClaimed is the CTE claimed of the limited fair claim: its UPDATE (fairUpdate),
+// returning each job (claimReturns) and then the columns the claim adds (returns).
+func fairClaimed(pick, returns string) string {
+	return `claimed AS (
+  ` + fairUpdate(pick) + `
+  RETURNING ` + claimReturns + `, ` + returns + `
+)`
+}
+
+// fairUpdate is the fair claims' UPDATE without its RETURNING: it leases the jobs of
+// relation pick (id) that are still pending (stillPending). This is where the fair
+// claims set status 'running' (claimSet).
 //
 // The maps it reads (st, and the limited claim's po) are read as subqueries
 // (InitPlans, evaluated once), not joined: a one-row CTE in the update's FROM is
@@ -207,35 +220,30 @@ const fairPlace = `((SELECT po.m FROM po) -> j.id::text ->> 0)::bigint AS pos,
 // each job copied both maps, whose size grows with the claim — quadratic in the
 // claim's size. In a claim of 1,000 jobs that copy was a quarter of the statement's
 // CPU time (docs/fairness.md, "Third pass").
-func fairClaimed(pick, returns string) string {
-	return `claimed AS (
-  UPDATE {{s}}.jobs AS j
+func fairUpdate(pick string) string {
+	return `UPDATE {{s}}.jobs AS j
   ` + claimSet + `,
     slot_of = NULL, slot_token = NULL,
     ` + claimStarted + `
   FROM t
-  WHERE j.id = ANY(ARRAY(SELECT id FROM ` + pick + `)) AND ` + stillPending + ` AND t.async IS NOT NULL
-  RETURNING ` + claimReturns + `, ` + returns + `
-)`
+  WHERE j.id = ANY(ARRAY(SELECT id FROM ` + pick + `)) AND ` + stillPending + ` AND t.async IS NOT NULL`
 }
 
 // fairKeyJobs is the first due jobs of key k (an expression naming one key value)
 // below the bypass priority, at most limit, in claim order and numbered (i): one
-// range of jobs_fair_idx, read only when the condition when (of the outer row: a
-// one-time filter) holds. The fair claim skips it for a key that takes one job this
-// claim when the walk's step found that job already (walk.ok). The key is named as the range from k to k, and leads the
+// range of jobs_fair_idx. The key is named as the range from k to k, and leads the
 // ORDER BY: an order only jobs_fair_idx yields without a sort. With an equality the
 // planner drops the key from the ORDER BY (it is constant), and the generic plan of a
 // table whose statistics knew few keys ranged over jobs_ready_idx and filtered the
 // key: a read that grows with the other keys' backlog. (On Citus, where the key will
 // distribute the table, this range becomes the router statement's
 // concurrency_key = $k: docs/fairness.md.)
-func fairKeyJobs(k, limit, when string) string {
+func fairKeyJobs(k, limit string) string {
 	return `
     SELECT x.*, row_number() OVER (ORDER BY x.ckey, x.priority DESC, x.run_at, x.id) AS i FROM (
       SELECT jobs.id, jobs.queue, jobs.kind, jobs.concurrency_key AS ckey, jobs.priority, jobs.run_at
       FROM {{s}}.jobs
-      WHERE ` + when + ` AND jobs.status = 'pending' AND jobs.queue = $2 AND jobs.concurrency_key >= ` + k + ` AND jobs.concurrency_key <= ` + k + `
+      WHERE jobs.status = 'pending' AND jobs.queue = $2 AND jobs.concurrency_key >= ` + k + ` AND jobs.concurrency_key <= ` + k + `
         AND jobs.run_at <= (SELECT now FROM t)
         AND (jobs.priority < (SELECT bypass FROM t) OR (SELECT bypass FROM t) IS NULL)
         AND ` + sequenceReady("jobs") + `
@@ -278,14 +286,20 @@ func fairRotate(last string) string {
 // queue's advisory lock (fair_lock) serialises fair claims, and the update re-checks
 // that each chosen job is still pending (stillPending), so a plain claim of a client
 // that has not heard of the queue's fairness yet, or an operator's cancel, cannot
-// make it take a job twice. Its UPDATE (fairClaimed) is where the fair claim sets
+// make it take a job twice. Its UPDATE (fairUpdate) is where the fair claim sets
 // status 'running' (claimSet).
 //
 // Its candidates of both lanes are ordered, cut to $5 and numbered in one pass
-// (pick), and it returns with its first row the keys of its walk in order (keys) and,
-// when the queue has weights, theirs (weights), from which the store rebuilds each
-// job's place in the fair order and its weight (fairOrderOf); each row says whether
-// its job is of the express lane.
+// (pick), and it returns with the row of the first job in that order (pos 1) the keys
+// of its walk in order (keys) and, when the queue has weights, theirs (weights), from
+// which the store rebuilds each job's place in the fair order and its weight
+// (fairOrderOf); each row says whether its job is of the express lane.
+//
+// The UPDATE is the statement itself, with the rotation's step (rot) a CTE beside it:
+// its rows go to the client as they are written. As a CTE (claimed) read by a final
+// SELECT, every row was stored and read back, and the final SELECT's window (to send
+// the walk with the first row) went over them again: about 1 ms of a claim of 1,000
+// jobs (docs/fairness.md, "Fifth pass").
 func fairClaimSQL() string {
 	return `
 WITH RECURSIVE
@@ -293,14 +307,14 @@ WITH RECURSIVE
 ` + fairSources() + `,
 ` + fairLanes("pick", fairPos, "\n  ORDER BY "+fairPosOrder+"\n  LIMIT $5") + `,
 ` + startMap("pick", "pos", "$6") + `,
-` + fairClaimed("pick", `(j.priority >= t.bypass) IS TRUE AS express`) + `,
 rot AS (
 ` + fairRotate(`(SELECT k.ckey FROM pick k WHERE k.wpos > 0 ORDER BY k.pos DESC LIMIT 1)`) + `
 )
-SELECT c.*, coalesce((SELECT r.more FROM rot r), false) AS more,
-  CASE WHEN row_number() OVER () = 1 THEN (SELECT array_agg(w.key ORDER BY w.n) FROM walk w) END AS keys,
-  CASE WHEN row_number() OVER () = 1 AND (SELECT weighted FROM t) THEN (SELECT array_agg(w.weight ORDER BY w.n) FROM walk w) END AS weights
-FROM claimed c`
+` + fairUpdate("pick") + `
+RETURNING ` + claimReturns + `, (j.priority >= t.bypass) IS TRUE AS express,
+  coalesce((SELECT r.more FROM rot r), false) AS more,
+  CASE WHEN j.id = (SELECT k.id FROM pick k WHERE k.pos = 1) THEN (SELECT array_agg(w.key ORDER BY w.n) FROM walk w) END AS keys,
+  CASE WHEN j.id = (SELECT k.id FROM pick k WHERE k.pos = 1) AND t.weighted THEN (SELECT array_agg(w.weight ORDER BY w.n) FROM walk w) END AS weights`
 }
 
 // fairLimitedClaimSQL is the fair claim of a queue some limit governs: the fair
@@ -517,6 +531,12 @@ func (s *Store) ClaimFair(ctx context.Context, db Batcher, now *time.Time, p Cla
 // rather than each job's place in the fair order: that took a map by job, built and
 // read in the statement, which cost a claim of 1,000 jobs about as much as the order
 // of its candidates (docs/fairness.md, "Fourth pass").
+//
+// The statement sends the walk with the row of its first job in fair order. Should
+// that job not have been taken after all (a plain claim of a client that has not
+// heard of the queue's fairness took it first: stillPending), no row carries it, and
+// each job's key counts as first in the walk and of weight 1: the jobs still come
+// round by round, each round in claim order.
 func fairOrderOf(jobs []*Job, keys []string, weights []int32, express func(i int) bool, set func(i int, pos int64, weight int)) {
 	at := make(map[string]int, len(keys))
 	for i, k := range keys {

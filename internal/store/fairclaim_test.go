@@ -423,3 +423,90 @@ func TestFairClaimOrderRebuilt(t *testing.T) {
 		t.Fatalf("unlimited claim's order\n%v %v\nlimited claim's\n%v %v", ids, weights, wantIDs, wantWeights)
 	}
 }
+
+// TestFairClaimFirstJobTakenElsewhere: the unlimited fair claim sends its walk with the
+// row of its first job in fair order. When that job is taken between the claim's
+// snapshot and its update (here by a transaction that held its row and set it
+// running, as a plain claim of a client that has not heard of the queue's fairness
+// would), the claim still returns the other jobs, each once, round by round: each key
+// counted first in the walk and of weight 1 (fairOrderOf).
+func TestFairClaimFirstJobTakenElsewhere(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, pool := fairStore(t, nil)
+	addJobs(t, s, pool, "a", 3, 0, 0)
+	addJobs(t, s, pool, "b", 3, 0, 100)
+	if err := s.FairWeightSet(ctx, pool, nil, "default", "b", 2); err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{} // key:n → id, n in claim order
+	rows, err := pool.Query(ctx, `SELECT concurrency_key, id::text, row_number() OVER (PARTITION BY concurrency_key ORDER BY run_at)
+FROM `+s.Table("jobs")+` ORDER BY concurrency_key, run_at`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var key, id string
+		var n int
+		if err := rows.Scan(&key, &id, &n); err != nil {
+			t.Fatal(err)
+		}
+		ids[fmt.Sprintf("%s%d", key, n)] = id
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The walk starts at a (no rotation yet): a's first job is first in fair order.
+	hold, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hold.Rollback(ctx)
+	if _, err := hold.Exec(ctx, `UPDATE `+s.Table("jobs")+` SET status = 'running', lease_token = gen_random_uuid(),
+  lease_until = now() + interval '1 minute', attempts = attempts + 1 WHERE id = $1`, ids["a1"]); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	var pid int
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		res FairClaim
+		err error
+	}
+	got := make(chan result, 1)
+	done := make(chan error, 1)
+	go func() {
+		res, err := s.ClaimFair(ctx, conn, nil, ClaimParams{Queue: "default", WorkerID: "w", Limit: 6, Lease: time.Minute}, false)
+		got <- result{res, err}
+		done <- err
+	}()
+	waitLockWait(t, ctx, pool, pid, done)
+	if err := hold.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	var order []string
+	for _, j := range r.res.Jobs {
+		for name, id := range ids {
+			if id == j.ID {
+				order = append(order, name)
+			}
+		}
+	}
+	// Without the walk: rounds of weight 1, each in claim order (a's jobs are older).
+	if want := []string{"a2", "b1", "a3", "b2", "b3"}; !slices.Equal(order, want) {
+		t.Fatalf("claimed %v, want %v", order, want)
+	}
+	if want := []int{1, 1, 1, 1, 1}; !slices.Equal(r.res.Weights, want) {
+		t.Fatalf("weights %v, want %v", r.res.Weights, want)
+	}
+}
