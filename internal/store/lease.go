@@ -61,9 +61,9 @@ func startMap(rel, order, n string) string {
 // startBound is the CTE st of the plain claim, startMap's cheaper form for a claim
 // that reads its jobs in the index's order (priority DESC, run_at, id): the last of
 // the first n jobs of relation rel in that order, none when n is 0. The jobs up to it
-// start at once (claimStartedBound): three comparisons of columns the UPDATE already
-// reads, where the map cost an id's text and a jsonb lookup per job, about 5% of the
-// claim's server time (docs/benchmarks.md, "W5's time", 2026-12-05).
+// start at once (claimStartedBound): comparisons of columns the UPDATE already reads,
+// where the map cost an id's text and a jsonb lookup per job (up to 2% of the claim's
+// server time; docs/benchmarks.md, "W5's time, and two cuts of it").
 func startBound(rel, n string) string {
 	return `st AS MATERIALIZED (
   SELECT x.priority, x.run_at, x.id
