@@ -119,7 +119,7 @@ WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
 		// the steady state of a busy queue: the same fenced write of the same row
 		// (status succeeded, the output, the lease cleared, updated_at), without the
 		// CASE of each column on the action, which other outcomes need and a
-		// completion leaves as it was. It costs about 8% less server time per job
+		// completion leaves as it was. It costs about 10% less server CPU per job
 		// (docs/benchmarks.md, "W5's time, and two cuts of it");
 		// TestFinishCompleteWritesTheSameRow compares its rows with finish's.
 		finishComplete: b.addGuarded(planGuardByID, "finish_complete", `
