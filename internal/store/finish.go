@@ -99,7 +99,7 @@ RETURNING o.n, ` + status
 }
 
 type finishStatements struct {
-	finish, finishDelete, finished, leaseLost stmt
+	finish, finishComplete, finishDelete, finished, leaseLost stmt
 }
 
 func newFinishStatements(b *builder) finishStatements {
@@ -114,6 +114,21 @@ func newFinishStatements(b *builder) finishStatements {
 		finish: b.addGuarded(planGuardByID, "finish", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
 `+finishUpdate("unnest($2::uuid[], $3::uuid[], $4::text[], $5::bigint[], $6::text[], $7::jsonb[]) WITH ORDINALITY AS o(id, token, action, delay_us, error, output, n)")),
+
+		// finish_complete is finish for a batch whose every outcome is a completion,
+		// the steady state of a busy queue: the same fenced write of the same row
+		// (status succeeded, the output, the lease cleared, updated_at), without the
+		// CASE of each column on the action, which other outcomes need and a
+		// completion leaves as it was. It costs about 10% less server CPU per job
+		// (docs/benchmarks.md, "W5's time, and two cuts of it");
+		// TestFinishCompleteWritesTheSameRow compares its rows with finish's.
+		finishComplete: b.addGuarded(planGuardByID, "finish_complete", `
+WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
+UPDATE {{s}}.jobs AS j
+SET status = 'succeeded', output = o.output, lease_until = NULL, lease_token = NULL, updated_at = t.now
+FROM unnest($2::uuid[], $3::uuid[], $4::jsonb[]) WITH ORDINALITY AS o(id, token, output, n), t
+WHERE j.id = o.id AND j.lease_token = o.token AND `+idIn("j", "$2")+`
+RETURNING o.n, 'succeeded'`),
 
 		// finish_delete is finish for clients that delete succeeded jobs at once instead
 		// of keeping them for retention: completions become fenced DELETEs, the other
@@ -190,7 +205,21 @@ func (s *Store) runFinish(ctx context.Context, db DBTX, now *time.Time, outs []O
 			return s.citusFinish(ctx, db, now, outs, citus)
 		}
 	}
+	if st.name == s.finish.finish.name && allComplete(outs) {
+		return s.runFinishStmt(ctx, db, now, outs, s.finish.finishComplete)
+	}
 	return s.runFinishStmt(ctx, db, now, outs, st)
+}
+
+// allComplete reports whether every outcome of outs is a completion (finish_complete
+// can write them).
+func allComplete(outs []Outcome) bool {
+	for _, o := range outs {
+		if o.Action != ActionComplete {
+			return false
+		}
+	}
+	return len(outs) > 0
 }
 
 // runFinishStmt runs st for outs; on the Citus layout key is the outcomes' one
@@ -227,7 +256,17 @@ func (s *Store) runFinishStmt(ctx context.Context, db DBTX, now *time.Time, outs
 			m[outs[order[n-1]].Lease] = st
 		}
 		return m, rows.Err()
-	}, append([]any{Now(now), uuidArg(ids), uuidArg(tokens), actions, delays, errs, outputs}, anys(key)...)...)
+	}, finishArgs(st.name == s.finish.finishComplete.name, now, ids, tokens, actions, delays, errs, outputs, key)...)
+}
+
+// finishArgs are a finishing statement's parameters: finish_complete takes only the
+// ids, tokens and outputs (its actions are all completions, which take no delay or
+// error); the others take every column, and on the Citus layout the key last.
+func finishArgs(complete bool, now *time.Time, ids, tokens, actions []string, delays []int64, errs, outputs []*string, key []string) []any {
+	if complete {
+		return []any{Now(now), uuidArg(ids), uuidArg(tokens), outputs}
+	}
+	return append([]any{Now(now), uuidArg(ids), uuidArg(tokens), actions, delays, errs, outputs}, anys(key)...)
 }
 
 // anys converts ss to a slice of statement parameters.

@@ -444,17 +444,23 @@ func TestPlanGuardPlansOnce(t *testing.T) {
 	if version < 140000 {
 		t.Skip("pg_prepared_statements counts plans from PostgreSQL 14 on")
 	}
-	for i := range 12 {
-		out := []Outcome{{Lease: Lease{ID: fmt.Sprintf("00000000-0000-0000-0000-%012d", i+1), Token: "00000000-0000-0000-0000-000000000001"}, Action: ActionComplete}}
-		if _, err := s.Finish(ctx, conn, nil, out); err != nil {
-			t.Fatal(err)
+	// A batch of completions runs finish_complete, a batch of retries finish.
+	for _, c := range []struct {
+		action Action
+		st     stmt
+	}{{ActionComplete, s.finish.finishComplete}, {ActionRetry, s.finish.finish}} {
+		for i := range 12 {
+			out := []Outcome{{Lease: Lease{ID: fmt.Sprintf("00000000-0000-0000-0000-%012d", i+1), Token: "00000000-0000-0000-0000-000000000001"}, Action: c.action}}
+			if _, err := s.Finish(ctx, conn, nil, out); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	var generic, custom int64
-	if err := conn.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`, s.finish.finish.sql).Scan(&generic, &custom); err != nil {
-		t.Fatal(err)
-	}
-	if custom != 0 || generic != 12 {
-		t.Errorf("the completion ran 12 times with %d generic and %d custom plans; want 12 and 0", generic, custom)
+		var generic, custom int64
+		if err := conn.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`, c.st.sql).Scan(&generic, &custom); err != nil {
+			t.Fatal(c.st.name, err)
+		}
+		if custom != 0 || generic != 12 {
+			t.Errorf("%s ran 12 times with %d generic and %d custom plans; want 12 and 0", c.st.name, generic, custom)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -139,6 +140,37 @@ func TestFairClaimWritesWaitingJobsClaimed(t *testing.T) {
 		}
 		if len(got) != 3 || !got[0] || got[1] || got[2] {
 			t.Fatalf("fair claim (limited %v): started %v in fair order, want [true false false]", limited, got)
+		}
+	}
+}
+
+// The plain claim's bound (startBound) starts exactly the first Limit-Waiting jobs in
+// claim order across priorities, run_at and id ties, all of them without waiting
+// jobs, and none when every job waits.
+func TestClaimStartsTheFirstInClaimOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t, pgtest.Schema(t))
+	pool := pgtest.Pool(t)
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct{ waiting, want int }{{3, 3}, {5, 1}, {4, 2}, {0, 6}, {6, 0}} {
+		queue := fmt.Sprintf("q%d", c.waiting)
+		var ps []InsertParams
+		for i, prio := range []int{0, 5, 5, 0, 9, 5} {
+			at := now.Add(-time.Duration(i%2) * time.Minute)
+			ps = append(ps, InsertParams{Queue: queue, Kind: "k", Payload: []byte(`{}`), MaxAttempts: 1, Priority: prio, RunAt: &at})
+		}
+		if _, err := s.InsertMany(ctx, pool, &now, ps, nil); err != nil {
+			t.Fatal(err)
+		}
+		jobs, err := s.Claim(ctx, pool, &now, ClaimParams{Queue: queue, WorkerID: "w", Limit: 6, Waiting: c.waiting, Lease: time.Minute})
+		if err != nil || len(jobs) != 6 {
+			t.Fatalf("claimed %d of 6: %v", len(jobs), err)
+		}
+		for i, j := range jobs {
+			if want := i < c.want; j.Started != want {
+				t.Errorf("waiting %d: job %d in claim order (priority %d, run_at %s): started %v, want %v", c.waiting, i, j.Priority, j.RunAt, j.Started, want)
+			}
 		}
 	}
 }
