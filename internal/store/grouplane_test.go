@@ -284,4 +284,3 @@ func TestLimitedWalkFindsJobsEnqueuedBeforeTheLimit(t *testing.T) {
 		t.Fatalf("second claim took %v, want key b's job %s behind key a's saturated backlog", got, b)
 	}
 }
-
