@@ -90,12 +90,16 @@ BEGIN
 END
 $$;
 
--- After a change of limits has committed: waits until every transaction that holds a
--- lock on jobs now has ended (an insert that planned with job_grouped's previous body
--- holds one since before the change committed), then marks the jobs job_grouped now
--- wants and the waited-for transactions left unmarked. Returns how many it marked.
--- Waits without blocking anyone: it polls pg_locks (as CREATE INDEX CONCURRENTLY
--- waits for older transactions), so a long transaction that wrote to jobs delays it.
+-- After a change of limits has committed: waits until every transaction that holds
+-- ROW EXCLUSIVE on jobs now has ended (an insert that marked its job with
+-- job_grouped's previous body holds it since before the change committed: a statement
+-- that takes the lock anew accepts the invalidation, and re-plans), then marks the
+-- jobs job_grouped now wants that those transactions left unmarked. Returns how many
+-- it marked. Waits without blocking anyone: it polls pg_locks, as CREATE INDEX
+-- CONCURRENTLY waits for older transactions; a reader (a long report, a held
+-- snapshot) is not waited for, a long transaction that wrote to jobs is. A prepared
+-- transaction (two-phase commit) is not waited for: a job it inserted racing the
+-- change stays out of the index (it is still claimed, through the head window).
 CREATE FUNCTION {{schema}}.lanes_settle() RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
 DECLARE
@@ -110,7 +114,8 @@ BEGIN
   SELECT array_agg(DISTINCT l.virtualtransaction) INTO holders
   FROM pg_locks l
   WHERE l.locktype = 'relation' AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-    AND l.relation = '{{schema}}.jobs'::regclass AND l.pid IS DISTINCT FROM pg_backend_pid();
+    AND l.relation = '{{schema}}.jobs'::regclass AND l.mode = 'RowExclusiveLock'
+    AND l.pid IS DISTINCT FROM pg_backend_pid();
   WHILE holders IS NOT NULL AND EXISTS (
     SELECT 1 FROM pg_locks v WHERE v.locktype = 'virtualxid' AND v.virtualxid = ANY (holders)
   ) LOOP
