@@ -284,3 +284,30 @@ func TestLimitedWalkFindsJobsEnqueuedBeforeTheLimit(t *testing.T) {
 		t.Fatalf("second claim took %v, want key b's job %s behind key a's saturated backlog", got, b)
 	}
 }
+
+// TestLimitFiguresChangeSettlesNothing: new figures for a limit of a queue that was
+// limited already leave job_grouped as it was, so LimitSet does not wait for the
+// transactions writing to jobs (lanes_settle runs only after a change of the body).
+func TestLimitFiguresChangeSettlesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t, pgtest.Schema(t))
+	pool := pgtest.Pool(t)
+	if _, err := s.LimitSet(ctx, pool, nil, LimitRow{Scope: "queue", Target: "q", Key: "*", MaxRunning: 1}, "c"); err != nil {
+		t.Fatal(err)
+	}
+	open, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Rollback(ctx)
+	if !groupedOf(t, ctx, s, open, insertPlain(t, ctx, s, open, "q", "")) {
+		t.Fatal("a job of a limited queue stayed out of jobs_group_ready_idx")
+	}
+	// With the writer open, a settle would wait for it until the context ends.
+	short, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := s.LimitSet(short, pool, nil, LimitRow{Scope: "queue", Target: "q", Key: "*", MaxRunning: 5}, "c"); err != nil {
+		t.Fatalf("changing a limit's figures waited for a writing transaction: %v", err)
+	}
+}

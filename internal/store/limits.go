@@ -387,7 +387,8 @@ func limitRange(op, window string) string {
 type limitStatements struct {
 	lock, claim, succ, status stmt
 	set, remove, list, scopes stmt
-	usage, sweep, settle      stmt
+	usage, sweep              stmt
+	settle, changed           stmt
 }
 
 func newLimitStatements(b *builder) limitStatements {
@@ -456,6 +457,8 @@ SELECT count(*), (SELECT pg_notify($4, '`+LimitsChanged+`')) IS NULL FROM d`),
 
 		// After a change of limits has committed (LanesSettle, migration 0022).
 		settle: b.add("lanes_settle", `SELECT {{s}}.lanes_settle()`),
+		// Whether this transaction's change of limits rewrote job_grouped.
+		changed: b.add("lanes_changed", `SELECT coalesce(current_setting('skiplock.lanes_changed', true), '') = 'on'`),
 
 		list: b.add("limit_list", `
 SELECT scope, target, key, max_running, rate, per_us, updated_at FROM {{s}}.limits

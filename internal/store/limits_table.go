@@ -45,15 +45,24 @@ type txStarter interface {
 }
 
 // changeLimits runs change, a write to the limits table, in a READ COMMITTED
-// transaction of its own when db can start one (see LimitSet), then, when settle,
-// LanesSettle. In a caller's transaction it runs change alone.
+// transaction of its own when db can start one (see LimitSet), then, when settle and
+// the change rewrote job_grouped, LanesSettle. In a caller's transaction it runs
+// change alone.
 func (s *Store) changeLimits(ctx context.Context, db DBTX, settle bool, change func(DBTX) error) error {
 	b, ok := db.(txStarter)
 	if _, tx := db.(pgx.Tx); !ok || tx {
 		return change(db)
 	}
-	err := pgx.BeginTxFunc(ctx, b, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error { return change(tx) })
-	if err != nil || !settle {
+	var changed bool
+	err := pgx.BeginTxFunc(ctx, b, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		if err := change(tx); err != nil || !settle {
+			return err
+		}
+		// Whether the trigger rewrote job_grouped (lanes_refresh): a limit's new
+		// figures for a queue that was limited already change nothing to settle.
+		return tx.QueryRow(ctx, s.limits.changed.sql).Scan(&changed)
+	})
+	if err != nil || !changed {
 		return err
 	}
 	_, err = s.LanesSettle(ctx, db)

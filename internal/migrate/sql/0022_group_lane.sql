@@ -47,7 +47,8 @@ CREATE FUNCTION {{schema}}.job_grouped(queue text) RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE AS $$ SELECT true $$;
 
 -- Gives job_grouped the body the limits table wants, as this transaction sees it, and
--- marks the jobs already there that it now wants; reports whether the body changed.
+-- marks the jobs already there that it now wants; reports whether the body changed
+-- (and sets skiplock.lanes_changed for the rest of the transaction when it did).
 -- Takes the schema's lanes lock first, so that two transactions changing limits
 -- write the function one after the other, each from the limits the other committed.
 CREATE FUNCTION {{schema}}.lanes_refresh() RETURNS boolean
@@ -67,6 +68,9 @@ BEGIN
   END IF;
   EXECUTE format('CREATE OR REPLACE FUNCTION {{schema}}.job_grouped(queue text) RETURNS boolean '
                  'LANGUAGE sql STABLE PARALLEL SAFE AS %L', body);
+  -- Read by the client before it commits (LimitSet): only a change of the body needs
+  -- lanes_settle after the commit.
+  PERFORM set_config('skiplock.lanes_changed', 'on', true);
   UPDATE {{schema}}.jobs SET grouped = true
   WHERE NOT grouped AND status NOT IN ('succeeded', 'failed', 'cancelled') AND {{schema}}.job_grouped(queue);
   RETURN true;
