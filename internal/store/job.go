@@ -205,14 +205,11 @@ UPDATE {{s}}.jobs AS j SET run_at = t.now, updated_at = t.now
 FROM t WHERE j.id = $2 AND j.status = 'pending'
 RETURNING `+prefixed("j")),
 
-		// A human retries a failed or cancelled job: due now, with at least one attempt
-		// left. It is marked grouped (migration 0022): a limit set since it was
-		// inserted marked only the jobs that could still become pending.
+		// A human retries a failed or cancelled job: due now, with at least one attempt left.
 		adminRetry: b.addGuarded(planGuardOn, "admin_retry", `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now)
 UPDATE {{s}}.jobs AS j
-SET status = 'pending', run_at = t.now, max_attempts = greatest(j.max_attempts, j.attempts + 1), updated_at = t.now,
-    grouped = true
+SET status = 'pending', run_at = t.now, max_attempts = greatest(j.max_attempts, j.attempts + 1), updated_at = t.now
 FROM t
 WHERE j.id = $2 AND j.status IN ('failed', 'cancelled')
 RETURNING `+prefixed("j")),

@@ -19,8 +19,10 @@
 --     function invalidates every cached plan that inlined it; a statement revalidates
 --     its plan after locking jobs, so an insert that still used the previous body
 --     held its lock on jobs since before the new body committed.
---   * A limit that appears marks the jobs already there (pending, running or waiting:
---     a running or waiting job can become pending again), in the same transaction,
+--   * A limit that appears marks the jobs already there that can still become pending
+--     (all but the succeeded: a running job retried or reclaimed, a waiting one
+--     released, a failed or cancelled one retried by an operator), in the same
+--     transaction,
 --     and lanes_settle(), run after that transaction commits, waits for every
 --     transaction that held a lock on jobs when it started — the only ones that can
 --     still insert a job under the previous body — and marks their jobs too. The
@@ -28,8 +30,6 @@
 --     SELECT <schema>.lanes_settle(). A job left unmarked in a limited queue is never
 --     lost: the limited claim's head window reads every pending job through
 --     jobs_ready_idx. It is only not found behind a saturated head.
---   * A job retried by an operator (admin_retry: failed or cancelled back to pending)
---     is marked.
 --
 -- The Citus layout refuses limits (a limit counts running jobs across keys): its
 -- inserts leave grouped at its default, its limits table has no trigger, and its
@@ -72,7 +72,7 @@ BEGIN
   -- lanes_settle after the commit.
   PERFORM set_config('skiplock.lanes_changed', 'on', true);
   UPDATE {{schema}}.jobs SET grouped = true
-  WHERE NOT grouped AND status NOT IN ('succeeded', 'failed', 'cancelled') AND {{schema}}.job_grouped(queue);
+  WHERE NOT grouped AND status <> 'succeeded' AND {{schema}}.job_grouped(queue);
   RETURN true;
 END
 $$;
@@ -126,7 +126,7 @@ BEGIN
     PERFORM pg_sleep(0.005);
   END LOOP;
   UPDATE {{schema}}.jobs SET grouped = true
-  WHERE NOT grouped AND status NOT IN ('succeeded', 'failed', 'cancelled') AND {{schema}}.job_grouped(queue);
+  WHERE NOT grouped AND status <> 'succeeded' AND {{schema}}.job_grouped(queue);
   GET DIAGNOSTICS n = ROW_COUNT;
   RETURN n;
 END
