@@ -70,8 +70,8 @@ func (s *Store) changeLimits(ctx context.Context, db DBTX, settle bool, change f
 }
 
 // LanesSettle completes a change of the limits table after it committed: it waits for
-// every transaction holding a lock on jobs (an insert that marked its job with
-// job_grouped's previous body holds one since before the change), then marks the jobs
+// every transaction holding ROW EXCLUSIVE on jobs (an insert that marked its job with
+// job_grouped's previous body holds it since before the change), then marks the jobs
 // of the queues now limited that such inserts left out of jobs_group_ready_idx, and
 // returns how many (migration 0022, lanes_settle). It runs in a READ COMMITTED
 // transaction of its own when db can start one.

@@ -22,14 +22,13 @@
 --   * A limit that appears marks the jobs already there that can still become pending
 --     (all but the succeeded: a running job retried or reclaimed, a waiting one
 --     released, a failed or cancelled one retried by an operator), in the same
---     transaction,
---     and lanes_settle(), run after that transaction commits, waits for every
---     transaction that held a lock on jobs when it started — the only ones that can
---     still insert a job under the previous body — and marks their jobs too. The
---     client's LimitSet and LimitDelete run both; after changing limits by SQL, run
---     SELECT <schema>.lanes_settle(). A job left unmarked in a limited queue is never
---     lost: the limited claim's head window reads every pending job through
---     jobs_ready_idx. It is only not found behind a saturated head.
+--     transaction; lanes_settle(), run after that transaction commits, waits for every
+--     transaction that holds ROW EXCLUSIVE on jobs when it starts — the only ones that
+--     can still insert a job under the previous body — and marks their jobs too. The
+--     client's LimitSet runs both (the settle only when the body changed); after
+--     changing limits by SQL, run SELECT <schema>.lanes_settle(). A job left unmarked
+--     in a limited queue is never lost: the limited claim's head window reads every
+--     pending job through jobs_ready_idx. It is only not found behind a saturated head.
 --
 -- The Citus layout refuses limits (a limit counts running jobs across keys): its
 -- inserts leave grouped at its default, its limits table has no trigger, and its
@@ -165,7 +164,7 @@ BEGIN
   WHERE c.oid = '{{schema}}.jobs'::regclass
      OR c.oid IN (SELECT i.inhrelid FROM pg_catalog.pg_inherits i WHERE i.inhparent = '{{schema}}.jobs'::regclass);
   IF rows > 1000000 THEN
-    RAISE NOTICE 'skiplock: {{schema}}.jobs holds about % rows: jobs_group_ready_idx keeps its old definition. To stop plain enqueues paying for it without blocking writes, run (outside a transaction): CREATE INDEX CONCURRENTLY jobs_group_lane_idx ON {{schema}}.jobs (queue, kind, concurrency_key, priority DESC, run_at, id) WHERE status = ''pending'' AND grouped; DROP INDEX CONCURRENTLY {{schema}}.jobs_group_ready_idx; ALTER INDEX {{schema}}.jobs_group_lane_idx RENAME TO jobs_group_ready_idx;', rows::bigint;
+    RAISE NOTICE 'skiplock: {{schema}}.jobs holds about % rows: jobs_group_ready_idx keeps its old definition. To stop plain enqueues paying for it without blocking writes, run (outside a transaction): CREATE INDEX CONCURRENTLY jobs_group_lane_idx ON {{schema}}.jobs (queue, kind, concurrency_key, priority DESC, run_at, id) WHERE status = ''pending'' AND grouped; DROP INDEX CONCURRENTLY {{schema}}.jobs_group_ready_idx; ALTER INDEX {{schema}}.jobs_group_lane_idx RENAME TO jobs_group_ready_idx; (on the partitioned layout, which CREATE INDEX CONCURRENTLY does not take, drop and create the index in a quiet moment instead)', rows::bigint;
     RETURN;
   END IF;
   DROP INDEX {{schema}}.jobs_group_ready_idx;
