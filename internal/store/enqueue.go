@@ -94,16 +94,30 @@ func soloSetting(param string) string {
 	return `CASE WHEN ` + param + `::bool THEN pg_catalog.set_config('skiplock.lineage', 'off', true) END AS solo`
 }
 
+// grouped is the value of jobs.grouped for a job of queue q (an expression): whether
+// it enters jobs_group_ready_idx, the index of the limited claim's walk over a queue's
+// (kind, concurrency key) groups. job_grouped (migration 0022) is a SQL function whose
+// body the limits table's trigger rewrites whenever the limits change, so the planner
+// inlines it: a constant false while no limit exists, a test of q against a literal
+// list of the limited queues otherwise. No table is read per job, and a job of an
+// unlimited queue writes no entry into the index (~112 B of WAL and ~5 µs of a
+// one-by-one enqueue's server time: docs/enqueue_cost.md). Writers that do not set the
+// column (COPY, the SQL function enqueue) leave it at its default, true.
+func grouped(q string) string {
+	return `{{s}}.job_grouped(` + q + `)`
+}
+
 // insertSQL is the one-job insert.
 func insertSQL(sequence, dedup bool) string {
 	lock, from := lockCTE(sequence, "ARRAY[$16::text]")
 	return `
 WITH ` + lock + `t AS (SELECT coalesce($1::timestamptz, now()) AS now, ` + notifyColumn + `, ` + soloSetting("$20") + from + `)
 INSERT INTO {{s}}.jobs (queue, kind, payload, priority, run_at, max_attempts, deduplication_key, metadata,
-                       unique_key, unique_states, sequence_key, sequence_skip_failed, tags, concurrency_key, created_at, updated_at)
+                       unique_key, unique_states, sequence_key, sequence_skip_failed, tags, concurrency_key, created_at, updated_at,
+                       grouped)
 SELECT $2, $3, $4::jsonb, $5, coalesce($6::timestamptz, t.now + $7::bigint * interval '1 microsecond'), $8, $9, $12::jsonb,
        ` + uniqueKeyExpr("$13::text", "$14::bigint") + `, string_to_array($15::text, ',')::{{s}}.job_status[],
-       $16::text, coalesce($17::bool, false), $18::text[], $19::text, t.now, t.now
+       $16::text, coalesce($17::bool, false), $18::text[], $19::text, t.now, t.now, ` + grouped("$2::text") + `
 FROM t
 WHERE t.notified >= 0 AND (t.solo IS NULL OR t.solo = 'off')
 ` + onConflict(dedup) + `RETURNING id`
@@ -121,9 +135,10 @@ WHERE t.notified >= 0 AND (t.solo IS NULL OR t.solo = 'off')
 func insertPlainSQL() string {
 	return `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now, ` + notifyColumn + `, ` + soloSetting("$14") + `)
-INSERT INTO {{s}}.jobs (queue, kind, payload, priority, run_at, max_attempts, metadata, tags, concurrency_key, created_at, updated_at)
+INSERT INTO {{s}}.jobs (queue, kind, payload, priority, run_at, max_attempts, metadata, tags, concurrency_key, created_at, updated_at,
+                       grouped)
 SELECT $2, $3, $4::jsonb, $5, coalesce($6::timestamptz, t.now + $7::bigint * interval '1 microsecond'), $8, $9::jsonb,
-       $12::text[], $13::text, t.now, t.now
+       $12::text[], $13::text, t.now, t.now, ` + grouped("$2::text") + `
 FROM t
 WHERE t.notified >= 0 AND (t.solo IS NULL OR t.solo = 'off')
 RETURNING id`
@@ -144,11 +159,11 @@ input AS MATERIALIZED (
 ins AS (
   INSERT INTO {{s}}.jobs (id, queue, kind, payload, priority, run_at, max_attempts, deduplication_key, metadata,
                           unique_key, unique_states, sequence_key, sequence_skip_failed, tags, concurrency_key,
-                          created_at, updated_at)
+                          created_at, updated_at, grouped)
   SELECT input.id, queue, kind, payload, priority, coalesce(run_at, t.now + delay_us * interval '1 microsecond'),
          max_attempts, dedup, metadata, ` + uniqueKeyExpr("ukey", "uperiod_us") + `,
          string_to_array(ustates, ',')::{{s}}.job_status[], seq, coalesce(seq_skip, false),
-         string_to_array(tags, E'\x1f'), ckey, t.now, t.now
+         string_to_array(tags, E'\x1f'), ckey, t.now, t.now, ` + grouped("queue") + `
   FROM input, t
   WHERE t.notified >= 0
   ORDER BY ord

@@ -182,7 +182,10 @@ const (
 // due jobs may lie behind them, the claim also takes up to 16 due jobs of every other
 // (kind, concurrency key) group of the queue (one index probe per group over
 // jobs_group_ready_idx) and chooses among both: a backlog of one saturated key never
-// hides the jobs of others.
+// hides the jobs of others. The index holds the jobs marked grouped (migration 0022:
+// every job of a queue a limit governs, marked at its insert or when the limit
+// appeared), and the walk names the mark so that it reads that index; a job left
+// unmarked is still in the head window, which reads jobs_ready_idx.
 //
 // Its time is clock_timestamp(), read after the statement's snapshot: a start is then
 // never recorded earlier than the end of a job whose slot it took (now() is the
@@ -215,13 +218,13 @@ fb AS MATERIALIZED (
 ),
 grp AS (
   (SELECT g.kind, g.concurrency_key AS ckey FROM {{s}}.jobs g
-   WHERE g.status = 'pending' AND g.queue = $2 AND g.run_at >= (SELECT floor FROM t) AND (SELECT need FROM fb)
+   WHERE g.status = 'pending' AND g.grouped AND g.queue = $2 AND g.run_at >= (SELECT floor FROM t) AND (SELECT need FROM fb)
    ORDER BY g.kind, g.concurrency_key LIMIT 1)
   UNION ALL
   SELECT nx.kind, nx.ckey FROM grp
   CROSS JOIN LATERAL (
     SELECT g.kind, g.concurrency_key AS ckey FROM {{s}}.jobs g
-    WHERE g.status = 'pending' AND g.queue = $2 AND (g.kind, g.concurrency_key) > (grp.kind, grp.ckey)
+    WHERE g.status = 'pending' AND g.grouped AND g.queue = $2 AND (g.kind, g.concurrency_key) > (grp.kind, grp.ckey)
       AND g.run_at >= (SELECT floor FROM t)
     ORDER BY g.kind, g.concurrency_key LIMIT 1
   ) nx
@@ -231,7 +234,7 @@ extra AS MATERIALIZED (
   CROSS JOIN LATERAL (
     SELECT jobs.id, jobs.queue, jobs.kind, jobs.concurrency_key AS ckey, jobs.priority, jobs.run_at
     FROM {{s}}.jobs
-    WHERE jobs.status = 'pending' AND jobs.queue = $2 AND jobs.kind = grp.kind AND jobs.concurrency_key = grp.ckey
+    WHERE jobs.status = 'pending' AND jobs.grouped AND jobs.queue = $2 AND jobs.kind = grp.kind AND jobs.concurrency_key = grp.ckey
       AND jobs.run_at <= (SELECT now FROM t) AND jobs.run_at >= (SELECT floor FROM t) AND ` + sequenceReady("jobs") + `
     ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
     LIMIT 16
@@ -385,6 +388,7 @@ type limitStatements struct {
 	lock, claim, succ, status stmt
 	set, remove, list, scopes stmt
 	usage, sweep              stmt
+	settle, changed           stmt
 }
 
 func newLimitStatements(b *builder) limitStatements {
@@ -450,6 +454,11 @@ WITH d AS (
   DELETE FROM {{s}}.limits WHERE scope = $1 AND target = $2 AND key = $3 RETURNING 1
 )
 SELECT count(*), (SELECT pg_notify($4, '`+LimitsChanged+`')) IS NULL FROM d`),
+
+		// After a change of limits has committed (LanesSettle, migration 0022).
+		settle: b.add("lanes_settle", `SELECT {{s}}.lanes_settle()`),
+		// Whether this transaction's change of limits rewrote job_grouped.
+		changed: b.add("lanes_changed", `SELECT coalesce(current_setting('skiplock.lanes_changed', true), '') = 'on'`),
 
 		list: b.add("limit_list", `
 SELECT scope, target, key, max_running, rate, per_us, updated_at FROM {{s}}.limits

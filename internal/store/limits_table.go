@@ -21,12 +21,69 @@ type LimitRow struct {
 }
 
 // LimitSet inserts or replaces a limit and notifies channel.
+//
+// The limits table's trigger (migration 0022) rewrites job_grouped, the function the
+// inserts mark their jobs with, and marks the jobs already there; it refuses a
+// transaction above READ COMMITTED, so on a pool or a connection the statement runs
+// in a READ COMMITTED transaction of its own, and LanesSettle follows its commit. In
+// a caller's transaction (a pgx.Tx) the caller runs LanesSettle after committing.
 func (s *Store) LimitSet(ctx context.Context, db DBTX, now *time.Time, r LimitRow, channel string) (time.Time, error) {
 	var at time.Time
 	var notified bool
-	err := db.QueryRow(ctx, s.limits.set.sql, Now(now), r.Scope, r.Target, r.Key,
-		positiveOrNil(r.MaxRunning), positiveOrNil(r.Rate), perOrNil(r), channel).Scan(&at, &notified)
+	err := s.changeLimits(ctx, db, true, func(db DBTX) error {
+		return db.QueryRow(ctx, s.limits.set.sql, Now(now), r.Scope, r.Target, r.Key,
+			positiveOrNil(r.MaxRunning), positiveOrNil(r.Rate), perOrNil(r), channel).Scan(&at, &notified)
+	})
 	return at, err
+}
+
+// txStarter is what changeLimits needs to run a statement in a transaction of its
+// own: *pgxpool.Pool and *pgx.Conn (a pgx.Tx begins savepoints, which would not
+// commit the change).
+type txStarter interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
+// changeLimits runs change, a write to the limits table, in a READ COMMITTED
+// transaction of its own when db can start one (see LimitSet), then, when settle and
+// the change rewrote job_grouped, LanesSettle. In a caller's transaction it runs
+// change alone.
+func (s *Store) changeLimits(ctx context.Context, db DBTX, settle bool, change func(DBTX) error) error {
+	b, ok := db.(txStarter)
+	if _, tx := db.(pgx.Tx); !ok || tx {
+		return change(db)
+	}
+	var changed bool
+	err := pgx.BeginTxFunc(ctx, b, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error {
+		if err := change(tx); err != nil || !settle {
+			return err
+		}
+		// Whether the trigger rewrote job_grouped (lanes_refresh): a limit's new
+		// figures for a queue that was limited already change nothing to settle.
+		return tx.QueryRow(ctx, s.limits.changed.sql).Scan(&changed)
+	})
+	if err != nil || !changed {
+		return err
+	}
+	_, err = s.LanesSettle(ctx, db)
+	return err
+}
+
+// LanesSettle completes a change of the limits table after it committed: it waits for
+// every transaction holding ROW EXCLUSIVE on jobs (an insert that marked its job with
+// job_grouped's previous body holds it since before the change), then marks the jobs
+// of the queues now limited that such inserts left out of jobs_group_ready_idx, and
+// returns how many (migration 0022, lanes_settle). It runs in a READ COMMITTED
+// transaction of its own when db can start one.
+func (s *Store) LanesSettle(ctx context.Context, db DBTX) (int64, error) {
+	var n int64
+	run := func(db DBTX) error { return db.QueryRow(ctx, s.limits.settle.sql).Scan(&n) }
+	b, ok := db.(txStarter)
+	if _, tx := db.(pgx.Tx); !ok || tx {
+		return n, run(db)
+	}
+	err := pgx.BeginTxFunc(ctx, b, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error { return run(tx) })
+	return n, err
 }
 
 func positiveOrNil(n int) *int {
@@ -48,7 +105,10 @@ func perOrNil(r LimitRow) *int64 {
 func (s *Store) LimitDelete(ctx context.Context, db DBTX, scope, target, key, channel string) (bool, error) {
 	var n int64
 	var notified bool
-	err := db.QueryRow(ctx, s.limits.remove.sql, scope, target, key, channel).Scan(&n, &notified)
+	// A limit gone marks no job (job_grouped only narrows): nothing to settle.
+	err := s.changeLimits(ctx, db, false, func(db DBTX) error {
+		return db.QueryRow(ctx, s.limits.remove.sql, scope, target, key, channel).Scan(&n, &notified)
+	})
 	return n > 0, err
 }
 

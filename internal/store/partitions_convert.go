@@ -96,7 +96,7 @@ func (s *Store) ConvertToPartitioned(ctx context.Context, tx pgx.Tx, p ConvertPa
 		   WHERE sequence_key IS NOT NULL AND status IN ('pending', 'running', 'failed')`,
 		`CREATE INDEX jobs_tags_idx ON {{s}}.jobs USING gin (tags) WHERE tags IS NOT NULL`,
 		`CREATE INDEX jobs_group_ready_idx ON {{s}}.jobs (queue, kind, concurrency_key, priority DESC, run_at, id)
-		   WHERE status = 'pending'`,
+		   WHERE status = 'pending' AND grouped`,
 		`CREATE INDEX jobs_parent_idx ON {{s}}.jobs (parent_id) WHERE parent_id IS NOT NULL`,
 		`CREATE INDEX jobs_batch_idx ON {{s}}.jobs (batch_id) WHERE batch_id IS NOT NULL`,
 		`CREATE INDEX jobs_waiting_idx ON {{s}}.jobs (queue) WHERE status > 'cancelled'`,

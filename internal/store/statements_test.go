@@ -125,7 +125,7 @@ var schemaFree = map[string]bool{
 	"jobs_relkind": true, "db_clock": true, "partition_list": true, "partition_exists": true,
 	"partition_reloptions": true, "table_acl": true, "column_acl": true, "stats_pages": true,
 	"send_notify": true, "notify_async": true, "service_lock": true, "stats_horizon": true,
-	"job_state_estimates": true, "stats_writable": true, "citus_present": true,
+	"job_state_estimates": true, "stats_writable": true, "citus_present": true, "lanes_changed": true,
 }
 
 // TestPrepareEveryStatement prepares and plans every statement of the store against
