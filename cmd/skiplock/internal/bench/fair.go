@@ -259,6 +259,7 @@ func runW11(ctx context.Context, e *Env) (*Result, error) {
 		return nil, fmt.Errorf("W11: enqueueing B…K: %w", err)
 	}
 	isoLeft := int64(r.burst) - r.isoDone.Load()
+	isoEnd := time.Now()
 	if err := wait(func() bool { return r.tr.runs.Load() >= int64(total) }); err != nil {
 		return nil, err
 	}
@@ -315,6 +316,11 @@ func runW11(ctx context.Context, e *Env) (*Result, error) {
 		r.burst, burstAt.Sub(insertStart).Round(time.Millisecond), aLeft, windowEnd.Sub(burstAt).Round(time.Millisecond))
 	res.Extra["isolated_burst"] = fmt.Sprintf("%d jobs of key A inserted in the plain queue %s in %s once the first burst had drained; %d of them still pending when the isolation window ended",
 		r.burst, w11Isolated, isoAt.Sub(drainedA).Round(time.Millisecond), isoLeft)
+	// How hard each burst pressed on the machine while B…K were measured: A's jobs run
+	// per second in each window. The plain queue drains faster than the fair one, so
+	// the isolated window bears at least the same drain.
+	res.Extra["a_rate_in_window"] = fmt.Sprintf("fair queue %.0f jobs/s (the window with the burst), isolated plain queue %.0f jobs/s (the isolation window)",
+		float64(int64(r.burst)-aLeft)/windowEnd.Sub(burstAt).Seconds(), float64(int64(r.burst)-isoLeft)/isoEnd.Sub(isoAt).Seconds())
 	res.Extra["a_drain_seconds"] = fmt.Sprintf("%.1f (without fairness, a job of B…K enqueued after the burst would wait about this long)",
 		drainedA.Sub(burstAt).Seconds())
 	res.Extra["keys"] = strconv.Itoa(w11Keys) + " (B…K), one job every " + w11Every.String() + " each, and A"
