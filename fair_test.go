@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/skiplock/skiplock/internal/pgtest"
 
 	"github.com/skiplock/skiplock"
 )
@@ -147,4 +151,54 @@ func TestFairQueueVerbs(t *testing.T) {
 func execSQL(e *env, sql string, args ...any) error {
 	_, err := e.pool.Exec(e.ctx, sql, args...)
 	return err
+}
+
+// TestFairQueueNotifiedClaimBesideClaimInFlight: a fair queue told of a new job while
+// a claim is in flight sends its notified claim at once, beside that claim, rather
+// than after it. The test holds the queue's advisory lock (the fair claims' lock), so
+// that the claim a poll starts for a backlog waits in the database; the job enqueued
+// then must bring a second claim to wait beside it. Once the lock is released, every
+// job succeeds once.
+func TestFairQueueNotifiedClaimBesideClaimInFlight(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, skiplock.Config{Clock: realClock{}})
+	// One job first, so that the client knows its handlers' run time and prefetches.
+	_, err := e.client.EnqueueRaw(e.ctx, "k", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "q", ConcurrencyKey: "w"})
+	e.must(err)
+	e.must(e.client.QueueSetFair(e.ctx, "q", nil))
+	ws := skiplock.NewWorkers()
+	e.must(ws.AddHandler("k", func(context.Context, *skiplock.Job) error { return nil }, nil))
+	// A prefetch, so that a claim in flight leaves places for another.
+	startClient(t, e.newClient(skiplock.Config{Workers: ws, Clock: realClock{}, PollInterval: 100 * time.Millisecond,
+		Queues: map[string]skiplock.QueueConfig{"q": {MaxWorkers: 4, MaxPrefetch: 40, PrefetchWindow: time.Hour}}}))
+	succeeded := func(n int64) func() bool {
+		return func() bool {
+			return scalar[int64](e, "SELECT count(*) FROM "+e.q("jobs")+" WHERE queue = 'q' AND status = 'succeeded' AND attempts = 1") == n
+		}
+	}
+	waitFor(t, 30*time.Second, "the first job", succeeded(1))
+
+	holder, err := pgx.Connect(e.ctx, pgtest.URL(t))
+	e.must(err)
+	defer holder.Close(e.ctx)
+	tx, err := holder.Begin(e.ctx)
+	e.must(err)
+	defer tx.Rollback(e.ctx)
+	if _, err := tx.Exec(e.ctx, `SELECT pg_advisory_xact_lock(hashtextextended('skiplock.fair.' || $1 || '.q', 0))`,
+		`"`+strings.ReplaceAll(e.schema, `"`, `""`)+`"`); err != nil {
+		t.Fatal(err)
+	}
+	waiting := func() int64 {
+		return scalar[int64](e, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'
+  AND query LIKE '%skiplock.fair.%' AND strpos(query, $1) > 0`, e.schema)
+	}
+	// A backlog nobody announces: the next poll's claim waits for the lock.
+	e.must(execSQL(e, `INSERT INTO `+e.q("jobs")+` (queue, kind, payload, concurrency_key)
+SELECT 'q', 'k', '{}', 'a' FROM generate_series(1, 50) g`))
+	waitFor(t, 30*time.Second, "a claim to wait for the queue's lock", func() bool { return waiting() == 1 })
+	_, err = e.client.EnqueueRaw(e.ctx, "k", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "q", ConcurrencyKey: "b"})
+	e.must(err)
+	waitFor(t, 30*time.Second, "the notified claim to wait beside the claim in flight", func() bool { return waiting() == 2 })
+	e.must(tx.Rollback(e.ctx))
+	waitFor(t, 60*time.Second, "the queue to drain", succeeded(52))
 }

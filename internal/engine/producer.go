@@ -55,6 +55,20 @@ type claimResult struct {
 // commit over larger claims than two concurrent ones would (docs/benchmarks-archive.md).
 // The claim runs in its own goroutine so that the producer keeps hearing NOTIFY
 // wake-ups and freed places while it is in flight.
+//
+// One exception: a fair queue told of a new job (NOTIFY) while a claim is in flight
+// sends its short notified claim at once, beside the one in flight, instead of after
+// that claim's jobs have been handed over. The queue's advisory lock still
+// serialises the two in the database, and the notified claim's snapshot is taken
+// once it holds the lock, so it sees every claim committed before it and the new
+// job: the rotation and its bound are those of two claims in a row. What the new job
+// no longer waits for is the round trip of the claim in flight back to this process,
+// the handing over of its jobs and the sending of the next claim, which under a
+// backlog's load is a good part of its pickup (docs/fairness.md, "Fourth pass"). At
+// most two claims are in flight. (It was reverted once after the chaos fair round saw
+// light jobs wait beyond the bound; the claims that passed them over were a stale
+// client's plain claims, not the overlap: docs/fairness.md, "Two claims in flight,
+// and the stale client".)
 func (e *Engine) produce(p *producer) {
 	defer e.prodWG.Done()
 	fail := e.failBackoff(100 * time.Millisecond)
@@ -63,8 +77,12 @@ func (e *Engine) produce(p *producer) {
 	retryTimer := time.NewTimer(time.Hour) // a full rate window's wait
 	retryTimer.Stop()
 	defer retryTimer.Stop()
-	results := make(chan claimResult, 1)
+	results := make(chan claimResult, 2)
 	claiming, empty := false, false
+	// inflight counts the claims in flight: at most one, and a second while a fair
+	// queue's notified claim runs beside an unprompted one (see produce). full:
+	// one of the results of claims that overlapped was not short.
+	inflight, full := 0, false
 	// woken records a wake-up (NOTIFY) that arrived after the claim in flight began:
 	// its snapshot may predate the job it announces, so a short result from it must
 	// not put the producer to sleep.
@@ -79,7 +97,7 @@ func (e *Engine) produce(p *producer) {
 	// throttle is the last claim's throttling, which the producer waits on while empty.
 	throttle := claimResult{}
 	defer func() { // a claim in flight still hands its jobs over
-		if claiming {
+		for ; inflight > 0; inflight-- {
 			<-results
 		}
 	}()
@@ -140,20 +158,27 @@ func (e *Engine) produce(p *producer) {
 		} else if e.fair(p.queue) {
 			n = min(n, fairBound(p.cap.workers, unheard))
 		}
+		// A fair queue told of a new job while a claim is in flight claims at once,
+		// beside it, rather than after it (see produce).
+		parallel := claiming && urgent && inflight == 1 && !e.cfg.Citus
 		if !ok && successors && p.handoff.Load() {
 			// Successors need no capacity of their own (they run on their
 			// predecessors' executors): claim them even when the workers are full.
 			n, ok = 0, true
 		}
-		if !ok || empty || claiming {
+		if !ok || empty || (claiming && !parallel) {
 			select {
 			case <-p.orphans(successors):
 				successors = true
 			case res := <-results:
-				claiming = false
+				inflight--
+				claiming = inflight > 0
 				if res.err != nil {
 					wait := fail.Next()
 					e.cfg.Failures.Warn("claim", res.err, "queue", p.queue, "retry_in", wait)
+					if !claiming {
+						full = false
+					}
 					if !waitRetry(e.fetchCtx, wait, p.reconnected, &fail) {
 						return
 					}
@@ -165,7 +190,13 @@ func (e *Engine) produce(p *producer) {
 				case <-p.reconnected:
 				default:
 				}
-				empty = empty || (res.short && !woken)
+				// The producer sleeps only once every claim that overlapped came back
+				// short and no wake-up arrived after the last of them began.
+				full = full || !res.short
+				if !claiming {
+					empty = empty || (!full && !woken)
+					full = false
+				}
 				if res.successors {
 					res.retryIn = throttle.retryIn
 				}
@@ -183,6 +214,7 @@ func (e *Engine) produce(p *producer) {
 		waiting := max(n-p.cap.idle(), 0)
 		p.cap.reserve(n)
 		claiming, woken, notified = true, false, false
+		inflight++
 		unheard++
 		go func(successors bool) { results <- e.claim(p, n, waiting, successors) }(successors)
 		successors = false

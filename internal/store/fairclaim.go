@@ -284,9 +284,8 @@ func fairRotate(last string) string {
 // fairClaimSQL is the fair claim of a queue no limit governs ($1 now, $2 queue, $3
 // worker, $4 lease µs, $5 how many). It locks nothing before its update: the
 // queue's advisory lock (fair_lock) serialises fair claims, and the update re-checks
-// that each chosen job is still pending (stillPending), so a plain claim of a client
-// that has not heard of the queue's fairness yet, or an operator's cancel, cannot
-// make it take a job twice. Its UPDATE (fairUpdate) is where the fair claim sets
+// that each chosen job is still pending (stillPending), so an operator's cancel or a
+// claim of another path cannot make it take a job twice (the plain and limited claims take nothing from a fair queue: plainOpen). Its UPDATE (fairUpdate) is where the fair claim sets
 // status 'running' (claimSet).
 //
 // Its candidates of both lanes are ordered, cut to $5 and numbered in one pass
@@ -533,8 +532,8 @@ func (s *Store) ClaimFair(ctx context.Context, db Batcher, now *time.Time, p Cla
 // of its candidates (docs/fairness.md, "Fourth pass").
 //
 // The statement sends the walk with the row of its first job in fair order. Should
-// that job not have been taken after all (a plain claim of a client that has not
-// heard of the queue's fairness took it first: stillPending), no row carries it, and
+// that job not have been taken after all (an operator cancelled it, or a claim of
+// another path took it first: stillPending), no row carries it, and
 // each job's key counts as first in the walk and of weight 1: the jobs still come
 // round by round, each round in claim order.
 func fairOrderOf(jobs []*Job, keys []string, weights []int32, express func(i int) bool, set func(i int, pos int64, weight int)) {

@@ -22,6 +22,18 @@ import (
 // one disk sync off the path from enqueue to handler start.
 const asyncCommit = `set_config('synchronous_commit', 'off', true) AS async`
 
+// plainOpen is the plain claims' one-time check of queue $2 (the plain claim's and
+// the limited claim's): it is not paused, and it is not fair. A client whose view of
+// the fair queues is stale — it has not heard a QueueSetFair yet, because its
+// listener connected after the NOTIFY or lost it — claims nothing from a fair queue
+// until its next refresh (on that NOTIFY, and every PollInterval) switches it to the
+// fair claim. Without the check it took the backlog's jobs in plain order, outside
+// the rotation, beside the other clients' fair claims: the chaos fair round caught a
+// worker started just before the queue was made fair taking the hot key's jobs in
+// four claims while the light keys' first jobs waited (docs/fairness.md, "Two claims
+// in flight, and the stale client"). The same primary-key probe as the pause check.
+const plainOpen = `NOT EXISTS (SELECT 1 FROM {{s}}.queues p WHERE p.name = $2 AND (p.paused_at IS NOT NULL OR p.fair))`
+
 // claimToken is the claim statement's lease token, a column of its t (claimSet).
 const claimToken = `gen_random_uuid() AS token`
 
@@ -149,9 +161,10 @@ func newLeaseStatements(b *builder) leaseStatements {
 	return leaseStatements{
 		// The claim: lock up to $5 due pending jobs of one queue in index order, skipping
 		// rows other claimers hold, and lease them under a fresh token in the same statement.
-		// A paused queue claims nothing, and a queue some limit may govern is left to the
-		// limited claim (limits.go: unlimited): both checks do not depend on the row, so
-		// they run once per statement (open, a one-time filter). A job of a sequence waits
+		// A paused queue claims nothing, a fair queue is left to the fair claim
+		// (plainOpen), and a queue some limit may govern is left to the limited claim
+		// (limits.go: unlimited): these checks do not depend on the row, so they run
+		// once per statement (open, a one-time filter). A job of a sequence waits
 		// while an earlier job of its sequence can still run (or failed and blocks): one
 		// probe of jobs_sequence_idx, made only for jobs that have a sequence key.
 		//
@@ -164,7 +177,7 @@ func newLeaseStatements(b *builder) leaseStatements {
 		claim: b.addGuarded(planGuardOn, "claim", `
 WITH t AS (
   SELECT n.now, `+cursorColumns("$6", "$7", "$8")+`,
-         NOT EXISTS (SELECT 1 FROM {{s}}.queues p WHERE p.name = $2 AND p.paused_at IS NOT NULL)
+         `+plainOpen+`
            AND `+unlimited+` AS open,
          `+asyncCommit+`, `+claimToken+`
   FROM (SELECT coalesce($1::timestamptz, now()) AS now) n

@@ -378,7 +378,7 @@ func limitRange(op, window string) string {
 	return `(SELECT jobs.id, jobs.queue, jobs.kind, jobs.concurrency_key AS ckey, jobs.priority, jobs.run_at
      FROM {{s}}.jobs
      WHERE ` + fromCursor("jobs", op) + `
-       AND NOT EXISTS (SELECT 1 FROM {{s}}.queues p WHERE p.name = $2 AND p.paused_at IS NOT NULL)
+       AND ` + plainOpen + `
        AND ` + sequenceReady("jobs") + `
      ORDER BY jobs.priority DESC, jobs.run_at, jobs.id
      LIMIT ` + window + `)`

@@ -158,18 +158,8 @@ SELECT (SELECT count(*) FROM `+q+`.jobs WHERE queue = $1 AND concurrency_key <> 
 	case over > 0:
 		row.Violations = append(row.Violations, fmt.Sprintf("fair: %d light jobs waited more than %d claims of the hot key beyond their key's own turns (worst %d, job %s)",
 			over, fairBound, worst, deref(worstJob)))
-		var detail string
-		if err := r.h.pool.QueryRow(ctx, `
-SELECT e.at::text || ' first claim ' || f.claimed_at::text || ' by ' || f.worker || ': hot claims ' ||
-  (SELECT string_agg(h.claimed_at::text || ' ' || h.worker || ' (' || h.n || ')', ', ' ORDER BY h.claimed_at)
-   FROM (SELECT t.claimed_at, t.worker, count(*) AS n FROM `+q+`.chaos_transitions t JOIN `+q+`.jobs j ON j.id = t.job_id
-         WHERE j.queue = $1 AND j.concurrency_key = $2 AND t.claimed_at > e.at AND t.claimed_at < f.claimed_at
-         GROUP BY 1, 2) h)
-FROM `+q+`.chaos_enqueued e
-JOIN LATERAL (SELECT t.claimed_at, t.worker FROM `+q+`.chaos_transitions t WHERE t.job_id = e.job_id AND t.claimed_at IS NOT NULL
-              ORDER BY t.seq LIMIT 1) f ON true
-WHERE e.job_id = $3::uuid`, fairQueue, fairHotKey, deref(worstJob)).Scan(&detail); err == nil {
-			r.note("fair: the worst wait: enqueued %s", detail)
+		if detail, err := fairWorstWait(ctx, r, deref(worstJob), starts, ends); err == nil {
+			r.note("fair: the worst wait: %s", detail)
 		}
 	}
 	// The hot key must still have been waiting when the light keys were served, or
@@ -186,6 +176,40 @@ WHERE j.queue = $1 AND t.claimed_at IS NOT NULL`, fairQueue, fairHotKey).Scan(&o
 		row.Violations = append(row.Violations, "fair: the hot key's backlog was gone before the first light job was claimed: the round proves nothing")
 	}
 	return nil
+}
+
+// fairWorstWait describes a light job's wait: which of the round's light batches it
+// came in, when that batch's enqueue began and returned, its first claim, and every claim of the queue between the return and
+// that claim (any key's: its time, worker, and how many jobs of each key it took),
+// so that a wait beyond the bound shows which claims passed the job over.
+func fairWorstWait(ctx context.Context, r *round, job string, starts, ends []time.Time) (string, error) {
+	q := ident.Quote(r.schema)
+	var detail string
+	err := r.h.pool.QueryRow(ctx, `
+WITH b AS (SELECT * FROM unnest($2::timestamptz[], $3::timestamptz[]) AS b(began, committed)),
+e AS (
+  SELECT e.job_id, e.at, j.concurrency_key AS key,
+         (SELECT b.began FROM b WHERE e.at BETWEEN b.began AND b.committed LIMIT 1) AS began,
+         (SELECT b.committed FROM b WHERE e.at BETWEEN b.began AND b.committed LIMIT 1) AS committed
+  FROM `+q+`.chaos_enqueued e JOIN `+q+`.jobs j ON j.id = e.job_id WHERE e.job_id = $1::uuid
+),
+f AS (
+  SELECT t.claimed_at, t.worker FROM `+q+`.chaos_transitions t, e
+  WHERE t.job_id = e.job_id AND t.claimed_at IS NOT NULL ORDER BY t.seq LIMIT 1
+),
+c AS (
+  SELECT t.claimed_at, t.worker, j.concurrency_key AS key, count(*) AS n
+  FROM `+q+`.chaos_transitions t JOIN `+q+`.jobs j ON j.id = t.job_id, e, f
+  WHERE j.queue = $4 AND t.claimed_at IS NOT NULL AND t.claimed_at > e.committed AND t.claimed_at < f.claimed_at
+  GROUP BY 1, 2, 3
+)
+SELECT 'job of key ' || e.key || ': batch ' || (SELECT count(*) FROM b WHERE b.began <= e.began) || ' of ' || (SELECT count(*) FROM b) ||
+  ' began ' || e.began::text || ', enqueued ' || e.at::text || ', returned ' || e.committed::text ||
+  '; first claim ' || f.claimed_at::text || ' by ' || f.worker || '; claims between: ' ||
+  coalesce((SELECT string_agg(x.claimed_at::text || ' ' || x.worker || ' [' || x.keys || ']', ', ' ORDER BY x.claimed_at)
+            FROM (SELECT c.claimed_at, c.worker, string_agg(c.key || '×' || c.n, ' ' ORDER BY c.key) AS keys FROM c GROUP BY 1, 2) x), 'none')
+FROM e, f`, job, starts, ends, fairQueue).Scan(&detail)
+	return detail, err
 }
 
 func deref(s *string) string {

@@ -126,7 +126,7 @@ func All() []Workload {
 		{"W10C", "W10's timeline with no pin: a control for W10's rule (what the machine alone does)", isolated(runW10Control), true},
 		{"W10L", "W10 on a queue under a limit that never binds: the limited claim under the pin", isolated(runW10Limited), true},
 		{"W5PY", "W5's jobs worked by the Python client on the SQL worker protocol, concurrency 100", isolated(runW5PY), true},
-		{"W11", "fair queue, noisy neighbour: key A enqueues 1,000,000 jobs at once, keys B…K one every 10 ms each; B…K's pickup without and with the burst", isolated(runW11), false},
+		{"W11", "fair queue, noisy neighbour: key A enqueues 1,000,000 jobs at once, keys B…K one every 10 ms each; B…K's pickup without the burst, with it, and with it isolated in a plain queue of its own (the machine's share of the ratio)", isolated(runW11), false},
 		{"W12", "fair queue throughput, pre-inserted jobs over 1, 100 and 10,000 keys, best concurrency, each beside the plain queue (W5's shape)", isolated(runW12), false},
 		{"F1", "enqueue flows of 1,000 children (one statement each), 2 goroutines", isolated(runF1), false},
 		{"D1", "the dashboard on 1,000,000 jobs: every page and filter through its http.Handler", isolated(runD1), false},

@@ -2,8 +2,9 @@ package bench
 
 // The fair queue's workloads (docs/fairness.md): W11, the noisy neighbour — key A
 // enqueues a million jobs at once while keys B…K each enqueue one job every 10 ms,
-// B…K's pickup measured without the burst and then with it, in the same run — and
-// W12, the fair claim's throughput with 1, 100 and 10,000 keys against W5's.
+// B…K's pickup measured without the burst, with it, and with it isolated in a queue
+// of its own, in the same run — and W12, the fair claim's throughput with 1, 100 and
+// 10,000 keys against W5's.
 
 import (
 	"context"
@@ -26,20 +27,37 @@ const (
 	w11WarmTick = 100                   // the warm-up trickle: one second
 	w11Conns    = 8                     // the working client's pool, as W5's
 	w11AppConns = 12                    // the enqueuers' pool: one per key, and spare
+	// w11Isolated is the plain queue the isolation reference puts A's second burst in
+	// (runW11), worked by the same client as the fair queue.
+	w11Isolated = "w11_isolated"
+)
+
+// W11's windows: the warm-up, without the burst, with A's burst in B…K's fair queue,
+// and with A's burst isolated in a plain queue of its own (the reference that tells
+// the machine's share of the ratio from the queue's).
+const (
+	w11Warm = iota
+	w11Without
+	w11With
+	w11Isolation
+	w11Phases
 )
 
 // w11Run is the state W11's handler and enqueuers share.
 type w11Run struct {
-	burst int            // A's jobs carry indexes [0, burst); B…K's the rest
+	// burst: A's jobs in the fair queue carry indexes [0, burst), its jobs in the
+	// isolated queue [burst, 2·burst); B…K's the rest.
+	burst int
 	sent  []atomic.Int64 // by index: when B…K's job was enqueued (Unix ns), 0 for A's
 	back  []atomic.Int64 // by index: when its Enqueue call returned
 	ran   []atomic.Int64 // by index: when its handler began
 	// claimed: by index, the job's UpdatedAt as its handler saw it, the claim
 	// statement's database time (one clock with the host's on the benchmark machine).
 	claimed []atomic.Int64
-	ticks   [3]int       // by phase: the jobs each key enqueues
-	base    [3]int       // by phase: the first index
-	aDone   atomic.Int64 // A's jobs run
+	ticks   [w11Phases]int // by phase: the jobs each key enqueues
+	base    [w11Phases]int // by phase: the first index
+	aDone   atomic.Int64   // A's jobs run in the fair queue
+	isoDone atomic.Int64   // A's jobs run in the isolated queue
 	tr      *tracker
 	trStart skiplock.HandlerFunc
 }
@@ -49,6 +67,8 @@ func (r *w11Run) handle(ctx context.Context, job *skiplock.Job) error {
 	if i, ok := noopIndex(job.Payload); ok {
 		if i < r.burst {
 			r.aDone.Add(1)
+		} else if i < 2*r.burst {
+			r.isoDone.Add(1)
 		} else if i < len(r.sent) && r.ran[i].Load() == 0 {
 			r.ran[i].Store(now)
 			r.claimed[i].Store(job.UpdatedAt.UnixNano())
@@ -127,8 +147,15 @@ func (r *w11Run) trickle(ctx context.Context, app *skiplock.Client, p int) error
 // return — the job is committed and waits for the queue — to its handler's first
 // line: its pickup. The target: p99 with the burst at most twice p99 without it. The
 // time from just before the call is reported beside it: it adds the call's own
-// commit, which competes with A's drain for the machine, not for the queue. Then everything drains, and each job is checked to have
-// succeeded exactly once.
+// commit, which competes with A's drain for the machine, not for the queue.
+//
+// Once A's backlog has drained, the isolation reference: A's million jobs again, now
+// in a plain queue of their own (w11Isolated) that the same client works with as many
+// workers, and B…K enqueue into their fair queue for w11Seconds more. The machine
+// bears the same drain, but no claim of B…K's queue meets A's jobs: B…K's p99 there
+// over their p99 without the burst is the machine's share of the ratio, and their p99
+// with the burst over it the queue's. Then everything drains, and each job is checked
+// to have succeeded exactly once.
 func runW11(ctx context.Context, e *Env) (*Result, error) {
 	schema, err := e.schema(ctx, "bench_w11")
 	if err != nil {
@@ -152,11 +179,12 @@ func runW11(ctx context.Context, e *Env) (*Result, error) {
 	if e.Scale <= 0 {
 		ticks = w11Seconds * int(time.Second/w11Every)
 	}
-	r := &w11Run{burst: e.n(1_000_000), ticks: [3]int{w11WarmTick, ticks, ticks}}
-	r.base[0] = r.burst
-	r.base[1] = r.base[0] + w11WarmTick*w11Keys
-	r.base[2] = r.base[1] + ticks*w11Keys
-	total := r.base[2] + ticks*w11Keys
+	r := &w11Run{burst: e.n(1_000_000), ticks: [w11Phases]int{w11WarmTick, ticks, ticks, ticks}}
+	r.base[0] = 2 * r.burst
+	for p := 1; p < w11Phases; p++ {
+		r.base[p] = r.base[p-1] + r.ticks[p-1]*w11Keys
+	}
+	total := r.base[w11Phases-1] + r.ticks[w11Phases-1]*w11Keys
 	r.sent, r.back = make([]atomic.Int64, total), make([]atomic.Int64, total)
 	r.ran, r.claimed = make([]atomic.Int64, total), make([]atomic.Int64, total)
 	r.tr = newTracker(total)
@@ -168,7 +196,7 @@ func runW11(ctx context.Context, e *Env) (*Result, error) {
 	}
 	qc := skiplock.QueueConfig{MaxWorkers: W5Workers}
 	worker, err := skiplock.NewClient(pool, skiplock.Config{Schema: schema, Workers: ws,
-		Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: qc}})
+		Queues: map[string]skiplock.QueueConfig{skiplock.DefaultQueue: qc, w11Isolated: qc}})
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +219,7 @@ func runW11(ctx context.Context, e *Env) (*Result, error) {
 	if err := waitWarmed(ctx, "W11", worker, w11Conns); err != nil {
 		return nil, err
 	}
-	for p := range 2 {
+	for _, p := range []int{w11Warm, w11Without} {
 		if err := r.trickle(ctx, app, p); err != nil {
 			return nil, fmt.Errorf("W11: enqueueing B…K: %w", err)
 		}
@@ -201,20 +229,40 @@ func runW11(ctx context.Context, e *Env) (*Result, error) {
 		return nil, fmt.Errorf("W11: inserting A's burst: %w", err)
 	}
 	burstAt := time.Now()
-	if err := r.trickle(ctx, app, 2); err != nil {
+	if err := r.trickle(ctx, app, w11With); err != nil {
 		return nil, fmt.Errorf("W11: enqueueing B…K: %w", err)
 	}
 	windowEnd := time.Now()
 	aLeft := int64(r.burst) - r.aDone.Load()
-	stopProgress := e.progress("W11", total, func() int64 { return r.tr.runs.Load() })
-	for r.tr.runs.Load() < int64(total) {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(5 * time.Millisecond):
+	stopProgress := sync.OnceFunc(e.progress("W11", total, func() int64 { return r.tr.runs.Load() }))
+	defer stopProgress()
+	wait := func(done func() bool) error {
+		for !done() {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
 		}
+		return nil
 	}
-	drained := time.Now()
+	// The isolation reference starts once A's burst in the fair queue has drained.
+	if err := wait(func() bool { return r.aDone.Load() >= int64(r.burst) }); err != nil {
+		return nil, err
+	}
+	drainedA := time.Now()
+	if _, err := st.BenchBurst(ctx, e.Pool, w11Isolated, "noop", "A", r.burst, r.burst); err != nil {
+		return nil, fmt.Errorf("W11: inserting A's isolated burst: %w", err)
+	}
+	isoAt := time.Now()
+	if err := r.trickle(ctx, app, w11Isolation); err != nil {
+		return nil, fmt.Errorf("W11: enqueueing B…K: %w", err)
+	}
+	isoLeft := int64(r.burst) - r.isoDone.Load()
+	isoEnd := time.Now()
+	if err := wait(func() bool { return r.tr.runs.Load() >= int64(total) }); err != nil {
+		return nil, err
+	}
 	stopProgress()
 	stopped = true
 	if err := worker.Stop(ctx); err != nil {
@@ -224,38 +272,57 @@ func runW11(ctx context.Context, e *Env) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("W11: %w", err)
 	}
-	res := &Result{Workload: "W11", N: total, Seconds: drained.Sub(insertStart).Seconds(),
-		JobsPerSec: float64(r.burst+ticks*w11Keys) / drained.Sub(burstAt).Seconds(), Settings: e.Settings, Verified: verified,
+	res := &Result{Workload: "W11", N: total, Seconds: time.Since(insertStart).Seconds(),
+		JobsPerSec: float64(r.burst+ticks*w11Keys) / drainedA.Sub(burstAt).Seconds(), Settings: e.Settings, Verified: verified,
 		Extra: map[string]any{}}
-	var without, with, withoutCall, withCall Result
-	w1, w2 := r.window(1), r.window(2)
-	w1.pickup.fill(&without)
-	w2.pickup.fill(&with)
-	w1.fromCall.fill(&withoutCall)
-	w2.fromCall.fill(&withCall)
+	var figs, calls [w11Phases]Result
+	var ws11 [w11Phases]*w11Window
+	for p := w11Without; p < w11Phases; p++ {
+		ws11[p] = r.window(p)
+		ws11[p].pickup.fill(&figs[p])
+		ws11[p].fromCall.fill(&calls[p])
+	}
+	without, with, iso := figs[w11Without], figs[w11With], figs[w11Isolation]
 	res.P50ms, res.P95ms, res.P99ms = with.P50ms, with.P95ms, with.P99ms
 	res.Extra["pickup_without_burst_ms"] = fmt.Sprintf("p50 %.2f p95 %.2f p99 %.2f (%d jobs of B…K; from Enqueue's return)", without.P50ms, without.P95ms, without.P99ms, ticks*w11Keys)
 	res.Extra["pickup_with_burst_ms"] = fmt.Sprintf("p50 %.2f p95 %.2f p99 %.2f (%d jobs of B…K; from Enqueue's return)", with.P50ms, with.P95ms, with.P99ms, ticks*w11Keys)
+	res.Extra["pickup_isolated_burst_ms"] = fmt.Sprintf("p50 %.2f p95 %.2f p99 %.2f (%d jobs of B…K; A's burst in the plain queue %s, worked by the same client)",
+		iso.P50ms, iso.P95ms, iso.P99ms, ticks*w11Keys, w11Isolated)
 	res.Extra["p99_without_burst_ms"] = without.P99ms
-	callRatio := 0.0
-	if withoutCall.P99ms > 0 {
-		callRatio = withCall.P99ms / withoutCall.P99ms
+	res.Extra["p99_isolated_burst_ms"] = iso.P99ms
+	if without.P99ms > 0 && iso.P99ms > 0 {
+		res.Extra["ratio_split"] = fmt.Sprintf("p99 with ÷ without %.2f× = machine %.2f× (isolated ÷ without: the same drain in a queue of its own) × queue %.2f× (with ÷ isolated)",
+			with.P99ms/without.P99ms, iso.P99ms/without.P99ms, with.P99ms/iso.P99ms)
 	}
-	res.Extra["from_enqueue_call_ms"] = fmt.Sprintf("without the burst p50 %.2f p99 %.2f, with it p50 %.2f p99 %.2f (p99 %.2f×): the pickup plus the Enqueue call itself, whose commit competes with A's drain for the machine",
-		withoutCall.P50ms, withoutCall.P99ms, withCall.P50ms, withCall.P99ms, callRatio)
-	for p, name := range map[*w11Window]string{w1: "stages_without_burst", w2: "stages_with_burst"} {
+	ratio := func(a, b float64) float64 {
+		if b > 0 {
+			return a / b
+		}
+		return 0
+	}
+	res.Extra["from_enqueue_call_ms"] = fmt.Sprintf("without the burst p50 %.2f p99 %.2f, with it p50 %.2f p99 %.2f (p99 %.2f×), isolated p50 %.2f p99 %.2f (p99 %.2f×): the pickup plus the Enqueue call itself, whose commit competes with A's drain for the machine",
+		calls[w11Without].P50ms, calls[w11Without].P99ms, calls[w11With].P50ms, calls[w11With].P99ms, ratio(calls[w11With].P99ms, calls[w11Without].P99ms),
+		calls[w11Isolation].P50ms, calls[w11Isolation].P99ms, ratio(calls[w11Isolation].P99ms, calls[w11Without].P99ms))
+	for p, name := range map[int]string{w11Without: "stages_without_burst", w11With: "stages_with_burst", w11Isolation: "stages_isolated_burst"} {
 		var parts []string
 		for k, stage := range []string{"enqueue call", "to claim", "claim to handler"} {
 			var x Result
-			p.stages[k].fill(&x)
+			ws11[p].stages[k].fill(&x)
 			parts = append(parts, fmt.Sprintf("%s p50 %.2f p99 %.2f", stage, x.P50ms, x.P99ms))
 		}
 		res.Extra[name] = strings.Join(parts, "; ")
 	}
 	res.Extra["burst"] = fmt.Sprintf("%d jobs of key A inserted in %s; %d of them still pending when the window with the burst ended (%s)",
 		r.burst, burstAt.Sub(insertStart).Round(time.Millisecond), aLeft, windowEnd.Sub(burstAt).Round(time.Millisecond))
+	res.Extra["isolated_burst"] = fmt.Sprintf("%d jobs of key A inserted in the plain queue %s in %s once the first burst had drained; %d of them still pending when the isolation window ended",
+		r.burst, w11Isolated, isoAt.Sub(drainedA).Round(time.Millisecond), isoLeft)
+	// How hard each burst pressed on the machine while B…K were measured: A's jobs run
+	// per second in each window. The plain queue drains faster than the fair one, so
+	// the isolated window bears at least the same drain.
+	res.Extra["a_rate_in_window"] = fmt.Sprintf("fair queue %.0f jobs/s (the window with the burst), isolated plain queue %.0f jobs/s (the isolation window)",
+		float64(int64(r.burst)-aLeft)/windowEnd.Sub(burstAt).Seconds(), float64(int64(r.burst)-isoLeft)/isoEnd.Sub(isoAt).Seconds())
 	res.Extra["a_drain_seconds"] = fmt.Sprintf("%.1f (without fairness, a job of B…K enqueued after the burst would wait about this long)",
-		drained.Sub(burstAt).Seconds())
+		drainedA.Sub(burstAt).Seconds())
 	res.Extra["keys"] = strconv.Itoa(w11Keys) + " (B…K), one job every " + w11Every.String() + " each, and A"
 	if without.P99ms > 0 {
 		res.Limit, res.Ratio = "p99 without burst", with.P99ms/without.P99ms
@@ -264,9 +331,16 @@ func runW11(ctx context.Context, e *Env) (*Result, error) {
 		base, ok := number(x.Extra["p99_without_burst_ms"])
 		return ok && base > 0 && x.P99ms <= 2*base
 	})
+	var warnings []string
 	if aLeft <= 0 {
 		// A drained within the window: the window did not measure a burst throughout.
-		res.Extra["warning"] = "key A's backlog drained before the window with the burst ended: raise --scale"
+		warnings = append(warnings, "key A's backlog drained before the window with the burst ended: raise --scale")
+	}
+	if isoLeft <= 0 {
+		warnings = append(warnings, "key A's isolated backlog drained before the isolation window ended: raise --scale")
+	}
+	if len(warnings) > 0 {
+		res.Extra["warning"] = strings.Join(warnings, "; ")
 	}
 	return res, nil
 }
