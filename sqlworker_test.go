@@ -385,6 +385,25 @@ func TestSQLClaim(t *testing.T) {
 	if !errors.As(err, &pgErr) || pgErr.Code != "0A000" || !strings.Contains(pgErr.Message, `queue limit on "q"`) {
 		t.Errorf("a claim of a limited queue: %v, want 0A000 naming the limit", err)
 	}
+
+	// A fair queue: refused (its rotation is the Go fair claim's), and nothing taken;
+	// plain again, claimed again.
+	// (Kind b alone: kind a's limit would refuse the claim first.)
+	_, err = e.client.EnqueueRaw(e.ctx, "b", []byte(`{}`), &skiplock.EnqueueOpts{Queue: "f", ConcurrencyKey: "acme"})
+	e.must(err)
+	e.must(e.client.QueueSetFair(e.ctx, "f", nil))
+	_, err = e.sqlClaim(e.pool, "f", 1, []string{"b"})
+	if !errors.As(err, &pgErr) || pgErr.Code != "0A000" || !strings.Contains(pgErr.Message, `queue "f"`) || !strings.Contains(pgErr.Message, "fair") {
+		t.Errorf("a claim of a fair queue: %v, want 0A000 naming the queue", err)
+	}
+	if n := scalar[int64](e, `SELECT count(*) FROM `+e.q("jobs")+` WHERE queue = 'f' AND status = 'pending'`); n != 1 {
+		t.Errorf("%d pending jobs of the fair queue after the refused claim, want 1", n)
+	}
+	e.must(e.client.QueueUnsetFair(e.ctx, "f"))
+	got, err = e.sqlClaim(e.pool, "f", 1, []string{"b"})
+	if err != nil || len(got) != 1 {
+		t.Errorf("claiming the queue made plain again: %v, %v", got, err)
+	}
 }
 
 // TestSQLWorkerBadInput: every refused argument raises 22023 naming it, and writes
