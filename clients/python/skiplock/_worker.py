@@ -249,13 +249,21 @@ class Worker:
         with self._cond:
             self._cond.notify_all()
 
+    def _stop_on_signal(self, signum: int) -> None:
+        self.stop()
+        log.info("skiplock: %s received: stopping", signal.Signals(signum).name)
+
     def run(self) -> None:
         """Work jobs until stop(), SIGTERM or SIGINT."""
         previous: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
             def on_signal(signum: int, frame: FrameType | None) -> None:
-                self.stop()
-                log.info("skiplock: %s received: stopping", signal.Signals(signum).name)
+                # A handler runs on the main thread between two of its bytecodes, maybe
+                # while that thread holds a lock stop() or the log would take (an
+                # Event's, stdout's): it could wait for itself. A thread of its own
+                # stops the worker instead.
+                threading.Thread(target=self._stop_on_signal, args=(signum,), name="skiplock-signal",
+                                 daemon=True).start()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous[sig] = signal.signal(sig, on_signal)
         try:

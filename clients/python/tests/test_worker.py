@@ -7,6 +7,7 @@ PostgreSQL, migrates a schema and sets SKIPLOCK_TEST_DSN and SKIPLOCK_TEST_SCHEM
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -34,6 +35,50 @@ def wait_for(what: str, cond: Callable[[], bool], timeout: float = 20.0) -> None
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
+
+
+class Output:
+    """A subprocess's output read by a thread of its own, so that a test waits for a
+    line with a deadline (and shows what came) rather than forever."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._seen: list[str] = []
+        stdout = proc.stdout
+
+        def pump() -> None:
+            for line in iter(stdout.readline, ""):
+                self._lines.put(line)
+            self._lines.put(None)
+        threading.Thread(target=pump, daemon=True).start()
+
+    def text(self) -> str:
+        return "".join(self._seen)
+
+    def expect(self, what: str, want: Callable[[str], bool], timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"timed out waiting for {what}; the output so far:\n{self.text()}") from None
+            if line is None:
+                raise AssertionError(f"the output ended before {what}:\n{self.text()}")
+            self._seen.append(line)
+            if want(line):
+                return
+
+    def rest(self, timeout: float = 10.0) -> str:
+        """Everything the process wrote, once its output has ended."""
+        while True:
+            try:
+                line = self._lines.get(timeout=timeout)
+            except queue.Empty:
+                raise AssertionError(f"the output did not end; so far:\n{self.text()}") from None
+            if line is None:
+                return self.text()
+            self._seen.append(line)
 
 
 @unittest.skipUnless(DSN and SCHEMA, "SKIPLOCK_TEST_DSN and SKIPLOCK_TEST_SCHEMA are not set (run it through go test)")
@@ -231,15 +276,19 @@ class WorkerTest(unittest.TestCase):
             print("stopped", flush=True)
         """)
         assert proc.stdout is not None and proc.stdin is not None
-        lines = iter(proc.stdout.readline, "")
-        self.assertIn(["started", first], (line.split() for line in lines))
+        out = Output(proc)
+        out.expect("the first job to start", lambda line: line.split() == ["started", first])
         proc.send_signal(signal.SIGTERM)
         # The handler is released once the worker has taken the signal: the second job,
         # claimed ahead (prefetch), must then be given back, not started.
-        self.assertIn("skiplock: SIGTERM received: stopping", (line.strip() for line in lines))
+        out.expect("the SIGTERM to be taken", lambda line: line.strip() == "skiplock: SIGTERM received: stopping")
         proc.stdin.write("go\n")
         proc.stdin.flush()
-        out, _ = proc.communicate(timeout=30)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the worker did not stop within 30 s of its handler's release:\n" + out.text())
+        out = out.rest()
         self.assertEqual(proc.returncode, 0, out)
         self.assertIn("stopped", out)
         self.assertEqual(self.status(first), "succeeded")
