@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -311,14 +312,31 @@ func Citus(ctx context.Context, pool *pgxpool.Pool, schema string) (bool, error)
 	// One statement at a time: Citus propagates some DDL to the worker nodes by its
 	// text, and a multi-statement string then fails there ("cannot insert multiple
 	// commands into a prepared statement").
-	err = pgx.BeginFunc(ctx, conn.Conn(), func(tx pgx.Tx) error {
-		for _, st := range Statements(ddl) {
-			if _, err := tx.Exec(ctx, st, pgx.QueryExecModeSimpleProtocol); err != nil {
-				return fmt.Errorf("%w\n%s", err, st)
+	//
+	// The layout is one transaction, tried again when Citus cancels it to break a
+	// distributed deadlock (40P01): distributing two schemas at once (tests, or an
+	// application's schemas migrated side by side) takes locks on the cluster's
+	// metadata on every node, in an order neither transaction chose. The rollback
+	// leaves nothing behind, so the next try starts clean.
+	for try := 1; ; try++ {
+		err = pgx.BeginFunc(ctx, conn.Conn(), func(tx pgx.Tx) error {
+			for _, st := range Statements(ddl) {
+				if _, err := tx.Exec(ctx, st, pgx.QueryExecModeSimpleProtocol); err != nil {
+					return fmt.Errorf("%w\n%s", err, st)
+				}
 			}
+			return nil
+		})
+		var dl *pgconn.PgError
+		if try == layoutTries || !errors.As(err, &dl) || dl.Code != "40P01" {
+			break
 		}
-		return nil
-	})
+		select {
+		case <-ctx.Done():
+			return false, fmt.Errorf("migrate: applying the Citus layout to %s: %w (after a distributed deadlock: %v)", q, ctx.Err(), err)
+		case <-time.After(time.Duration(try) * 100 * time.Millisecond):
+		}
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "0A000" && strings.HasPrefix(pgErr.Message, citusRefusal) {
 		return false, &CitusError{Reason: strings.TrimPrefix(pgErr.Message, citusRefusal)}
@@ -328,6 +346,10 @@ func Citus(ctx context.Context, pool *pgxpool.Pool, schema string) (bool, error)
 	}
 	return true, nil
 }
+
+// layoutTries bounds the tries of the Citus layout's transaction when Citus cancels
+// it to break a distributed deadlock.
+const layoutTries = 5
 
 // Statements splits DDL into its statements: a statement ends with a line ending in
 // ";" outside a dollar-quoted body ($$ … $$). Lines of comments alone are dropped.
