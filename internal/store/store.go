@@ -19,7 +19,7 @@
 // Statements are typed fields, one group per table or area, each declared next to
 // the methods that run it (enqueue.go, holders.go, lease.go, finish.go, reclaim.go, job.go,
 // outbox.go, inbox.go, partitions.go, partitions_convert.go, stats.go, retention.go,
-// notify.go, service.go, jobpage.go, benchfill.go, depth.go, fairclaim.go, citus.go, citusclaim.go, citusoutbox.go). A misspelt statement is a compile error, and running one
+// notify.go, service.go, jobpage.go, benchfill.go, depth.go, fairclaim.go (its statements; fairclaim_run.go runs them, fairsettings.go), citus.go, citusclaim.go, citusoutbox.go). A misspelt statement is a compile error, and running one
 // reads a field rather than looking a name up. They are Go string constants rather
 // than embedded .sql files because many are composed from shared fragments (column
 // lists, the fenced finish UPDATE, the claim template and its ordered predicate, the
