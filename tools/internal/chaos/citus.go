@@ -165,6 +165,20 @@ func (c *citusCluster) sql(ctx context.Context, node string, stmts ...string) er
 	return nil
 }
 
+// logTail is the last lines of one node's server log (what a node that did not start
+// said), or why it cannot be read.
+func (c *citusCluster) logTail(node string, lines int) string {
+	b, err := os.ReadFile(filepath.Join(c.dir, node+".log"))
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
+
 // run runs scripts/citus.sh with args (runScript).
 func (c *citusCluster) run(ctx context.Context, args ...string) (string, error) {
 	return runScript(ctx, c.script, c.logf, []string{"SKIPLOCK_CITUS_DIR=" + c.dir, "SKIPLOCK_CITUS_PORT=" + strconv.Itoa(c.port)}, args...)

@@ -63,10 +63,14 @@ func findScript(name, env string) (string, error) {
 }
 
 // freePorts returns a port p such that p to p+n-1 are free on 127.0.0.1: for the HA
-// cluster (4) the monitor, the two nodes and PgBouncer.
+// cluster (4) the monitor, the two nodes and PgBouncer. The ports are taken below the
+// kernel's ephemeral range: a port free now must still be free when a node starts
+// minutes later (citus-rebalance's added worker), and any outgoing connection may be
+// given a port of that range in between (CI once lost worker3's start to that).
 func freePorts(n int) (int, error) {
+	lo, hi := portWindow(n)
 	for try := 0; try < 50; try++ {
-		base := 20000 + rand.IntN(30000)
+		base := lo + rand.IntN(hi-lo)
 		ok := true
 		var held []net.Listener
 		for i := 0; i < n && ok; i++ {
@@ -84,7 +88,29 @@ func freePorts(n int) (int, error) {
 			return base, nil
 		}
 	}
-	return 0, fmt.Errorf("chaos: no %d consecutive free ports for a cluster", n)
+	return 0, fmt.Errorf("chaos: no %d consecutive free ports for a cluster in %d..%d", n, lo, hi+n-1)
+}
+
+// portWindow is where freePorts picks a first port of n: from 20000 up to the
+// kernel's ephemeral range (net.ipv4.ip_local_port_range; 32768 when unreadable),
+// so that the last of the n ports stays below it.
+func portWindow(n int) (lo, hi int) {
+	lo, eph := 20000, 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if v, err := strconv.Atoi(f[0]); err == nil {
+				eph = v
+			}
+		}
+	}
+	hi = eph - n
+	if hi-lo < 1000 { // a range starting low: use what is above 1024 instead
+		lo = 1024
+	}
+	if hi <= lo {
+		hi = lo + 1
+	}
+	return lo, hi
 }
 
 // startHA creates and starts a cluster under a new temporary directory; its script's
