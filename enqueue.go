@@ -317,7 +317,7 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx DB, jobs []EnqueueParams)
 		return nil, fmt.Errorf("enqueueing %d job(s): %w", len(ps), wrapPgError(err))
 	}
 	if copier, ok := tx.(store.Copier); ok && len(ps) >= copyThreshold {
-		if out, ok, err := c.copyInsert(ctx, copier, tx, ps, notify); ok || err != nil {
+		if out, ok, err := c.copyInsert(ctx, copier, tx, ps, queues, notify); ok || err != nil {
 			return out, err
 		}
 	}
@@ -352,7 +352,7 @@ const copyThreshold = 64
 // copyInsert writes a batch with COPY when no job carries a deduplication or unique
 // key (COPY cannot skip conflicts) and the batch's schedule can be expressed as column values.
 // ok is false when the batch does not qualify.
-func (c *Client) copyInsert(ctx context.Context, copier store.Copier, tx DB, ps []store.InsertParams, notify *store.Notify) (out []EnqueueResult, ok bool, err error) {
+func (c *Client) copyInsert(ctx context.Context, copier store.Copier, tx DB, ps []store.InsertParams, queues []string, notify *store.Notify) (out []EnqueueResult, ok bool, err error) {
 	allNow, allAbs := true, true
 	for i := range ps {
 		if ps[i].DedupKey != nil || ps[i].UniqueKey != nil || ps[i].SequenceKey != nil {
@@ -381,16 +381,24 @@ func (c *Client) copyInsert(ctx context.Context, copier store.Copier, tx DB, ps 
 		ids[i] = uuidv7.New(stamp, uint32(i))
 		out[i] = EnqueueResult{ID: uuidv7.String(ids[i])}
 	}
-	if err := c.store.CopyInsert(ctx, copier, ids, ps, withRunAt, now); err != nil {
+	// The COPY writes each job's lane mark (jobs.grouped) as the insert statements
+	// do, read in its own transaction after it locked jobs (store.CopyLaned).
+	owned, notifyErr, err := c.store.CopyLaned(ctx, copier, queues, notify, func(cp store.Copier, marks store.LaneMarks) error {
+		return c.store.CopyInsert(ctx, cp, ids, ps, withRunAt, now, marks)
+	})
+	if err != nil {
 		return nil, true, fmt.Errorf("enqueueing %d job(s) with COPY: %w", len(ps), wrapPgError(err))
 	}
-	if err := c.store.SendNotify(ctx, tx, notify); err != nil {
-		if _, own := tx.(*pgxpool.Pool); !own {
-			return nil, true, fmt.Errorf("notifying after COPY: %w", err)
+	if !owned {
+		notifyErr = c.store.SendNotify(ctx, tx, notify)
+		if _, pooled := tx.(*pgxpool.Pool); notifyErr != nil && !pooled {
+			return nil, true, fmt.Errorf("notifying after COPY: %w", notifyErr)
 		}
+	}
+	if notifyErr != nil {
 		// The COPY has committed: report the jobs, not a failure that would invite
 		// enqueueing them twice. Polling finds them.
-		c.log.Debug("notify after COPY failed; polling will pick the jobs up", "error", err)
+		c.log.Debug("notify after COPY failed; polling will pick the jobs up", "error", notifyErr)
 	}
 	c.metrics.inserted.Add(int64(len(out)))
 	return out, true, nil

@@ -136,7 +136,7 @@ func (c *Client) copyNodes(ctx context.Context, copier store.Copier, tx DB, node
 	} else if !allNow && !allAbs {
 		return false, nil // relative delays need the database's now(): use the statement
 	}
-	if err := c.store.CopyFlow(ctx, copier, nodes, withRunAt, now); err != nil {
+	if err := c.store.CopyFlow(ctx, copier, nodes, withRunAt, now, nil); err != nil {
 		return true, wrapPgError(err)
 	}
 	if err := c.store.SendNotify(ctx, tx, c.coalescer.Tx(queues)); err != nil {

@@ -163,9 +163,9 @@ func (s *Store) InsertFlow(ctx context.Context, db DBTX, now *time.Time, nodes [
 // CopyFlow writes nodes without sequence keys with COPY, as CopyInsert writes plain
 // jobs: with withRunAt every node's RunAt must be set, else run_at takes the
 // database's now(); a non-nil now sets created_at and updated_at.
-func (s *Store) CopyFlow(ctx context.Context, db Copier, nodes []FlowNode, withRunAt bool, now *time.Time) error {
+func (s *Store) CopyFlow(ctx context.Context, db Copier, nodes []FlowNode, withRunAt bool, now *time.Time, marks LaneMarks) error {
 	extra := []string{"parent_id", "batch_id", "status", "flow_policy", "flow_open"}
-	return s.copyJobs(ctx, db, len(nodes), extra, withRunAt, now, func(i int) ([]any, *InsertParams) {
+	return s.copyJobs(ctx, db, len(nodes), extra, withRunAt, now, marks, func(i int) ([]any, *InsertParams) {
 		p := &nodes[i]
 		var parent, batch, policy, open any // NULL unless set
 		if p.ParentID != nil {

@@ -126,7 +126,7 @@ func TestBatchLineage(t *testing.T) {
 			ids[i] = [16]byte{0xff, byte(i), 1} // after every generated id: pages end with them
 			ps[i] = job()
 		}
-		if err := s.CopyInsert(ctx, tx, ids, ps, false, nil); err != nil {
+		if err := s.CopyInsert(ctx, tx, ids, ps, false, nil, nil); err != nil {
 			return err
 		}
 		// A row per job, as a schema migrated before 0021 wrote it, and an event's row.
