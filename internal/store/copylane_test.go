@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/skiplock/skiplock/internal/pgtest"
@@ -15,8 +16,12 @@ func copyJobsOf(t *testing.T, ctx context.Context, s *Store, cp Copier, marks La
 	ids := make([][16]byte, n)
 	ps := make([]InsertParams, n)
 	out := make([]string, n)
+	ms := uint64(time.Now().UnixMilli())
 	for i := range ids {
 		_, _ = rand.Read(ids[i][:])
+		for k := range 6 { // the time prefix: the partitioned layout's bounds are on it
+			ids[i][k] = byte(ms >> (40 - 8*k))
+		}
 		ids[i][6] = 0x70 | ids[i][6]&0x0f
 		ids[i][8] = 0x80 | ids[i][8]&0x3f
 		ps[i] = InsertParams{Queue: queue, Kind: "k", Payload: []byte(`{}`), MaxAttempts: 3}
@@ -53,11 +58,23 @@ func groupedCount(t *testing.T, ctx context.Context, s *Store, db DBTX, ids []st
 // insert statements do — marked in a limited queue, unmarked in an unlimited one —
 // on each kind of db CopyLaned takes: the pool (a transaction of its own), a
 // connection outside a transaction (likewise), a connection inside one and a pgx.Tx
-// (the caller's, which the COPY's jobs join).
+// (the caller's, which the COPY's jobs join); on both layouts.
 func TestCopyLanedMarks(t *testing.T) {
 	t.Parallel()
+	for _, partitioned := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "partitioned"}[partitioned], func(t *testing.T) {
+			t.Parallel()
+			copyLanedMarks(t, partitioned)
+		})
+	}
+}
+
+func copyLanedMarks(t *testing.T, partitioned bool) {
 	ctx := context.Background()
 	s := newStore(t, pgtest.Schema(t))
+	if partitioned {
+		partition(t, s)
+	}
 	pool := pgtest.Pool(t)
 	if _, err := s.LimitSet(ctx, pool, nil, LimitRow{Scope: "queue", Target: "lim", Key: "*", MaxRunning: 1}, "c"); err != nil {
 		t.Fatal(err)
