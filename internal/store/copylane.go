@@ -62,6 +62,15 @@ type batcher interface {
 // announces after as before. owned reports whether this call committed.
 func (s *Store) CopyLaned(ctx context.Context, db Copier, queues []string, after *Notify,
 	write func(Copier, LaneMarks) error) (owned bool, notifyErr error, err error) {
+	if d, ok := db.(DBTX); ok {
+		// Asked before a connection is taken from a pool: on Citus write runs on db
+		// itself, and holding a second connection meanwhile could exhaust the pool.
+		if dist, err := s.Distributed(ctx, d); err != nil {
+			return false, nil, err
+		} else if dist {
+			return false, nil, write(db, nil)
+		}
+	}
 	var conn *pgx.Conn
 	switch d := db.(type) {
 	case *pgxpool.Pool:
@@ -79,11 +88,6 @@ func (s *Store) CopyLaned(ctx context.Context, db Copier, queues []string, after
 		conn = d.Conn()
 	}
 	if conn == nil {
-		return false, nil, write(db, nil)
-	}
-	if dist, err := s.Distributed(ctx, conn); err != nil {
-		return false, nil, err
-	} else if dist {
 		return false, nil, write(db, nil)
 	}
 	owned = conn.PgConn().TxStatus() == 'I'
