@@ -193,7 +193,7 @@ func TestGroupedInsertRacingALimit(t *testing.T) {
 }
 
 // waitForSettle returns once a backend runs lanes_settle and waits in it, failing if
-// set (LimitSet's result) arrives first.
+// set (the result of LimitSet or FairSet) arrives first.
 func waitForSettle(t *testing.T, ctx context.Context, pool *pgxpool.Pool, set chan error) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
@@ -208,11 +208,11 @@ WHERE datname = current_database() AND state = 'active' AND query LIKE '%lanes_s
 		}
 		select {
 		case err := <-set:
-			t.Fatalf("LimitSet returned (%v) before a transaction that inserted unmarked jobs ended", err)
+			t.Fatalf("the change returned (%v) before a transaction that inserted unmarked jobs ended", err)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	t.Fatal("LimitSet never reached lanes_settle")
+	t.Fatal("the change never reached lanes_settle")
 }
 
 // TestGroupedConcurrentEnqueuesAndLimit: enqueuers on 8 connections while a limit of
