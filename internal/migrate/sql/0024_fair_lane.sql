@@ -44,8 +44,6 @@
 -- queues.
 LOCK TABLE {{schema}}.queues IN SHARE ROW EXCLUSIVE MODE;
 
-ALTER TABLE {{schema}}.jobs ADD COLUMN fair_indexed boolean NOT NULL DEFAULT true;
-
 -- Rewritten by fair_lanes_refresh; this first body is replaced below from the queues
 -- already fair.
 CREATE FUNCTION {{schema}}.job_fair(queue text) RETURNS boolean
@@ -142,6 +140,11 @@ BEGIN
   RETURN n;
 END
 $$;
+
+-- After the functions: on an existing Citus schema (which takes the functions, not the
+-- triggers), Citus refuses a function's creation after a parallel change of a
+-- distributed table in the same transaction, which the new column is.
+ALTER TABLE {{schema}}.jobs ADD COLUMN fair_indexed boolean NOT NULL DEFAULT true;
 
 -- The triggers, and the body for the queues already fair (no job is unmarked yet:
 -- nothing to settle). Not on the Citus layout (recognised by tx_lineage's
