@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/skiplock/skiplock/internal/migrate"
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
 
@@ -451,5 +454,95 @@ func TestFairBypassChangeSettlesNothing(t *testing.T) {
 	}
 	if _, err := s.FairSet(short, pool, nil, "q", false, nil, "c"); err != nil {
 		t.Fatalf("making a queue plain waited for a writing transaction: %v", err)
+	}
+}
+
+// TestFairIndexKeptOnALargeTable: on a table of more than a million rows (as its
+// statistics say) migration 0024 leaves jobs_fair_idx as it was, so that no write
+// waits for an index build; the fair claim, which names the mark, still reads the
+// queue's jobs through it — those enqueued before the migration, when every job was
+// indexed, and after — and the statements the migration's notice prints swap in the
+// narrow index without a job of a fair queue going missing.
+func TestFairIndexKeptOnALargeTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := pgtest.Pool(t)
+	schema := pgtest.SchemaName(t)
+	t.Cleanup(func() { pgtest.DropSchema(t, schema) })
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := pool.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	s := newStore(t, schema)
+	exec(`CREATE SCHEMA ` + s.q)
+	var fairLane migrate.Migration
+	for _, m := range migrate.All() {
+		if m.Version == 24 {
+			fairLane = m
+			break
+		}
+		exec(m.Render(schema))
+	}
+	exec(`INSERT INTO ` + s.Table("queues") + ` (name, fair) VALUES ('f', true)`)
+	exec(`INSERT INTO ` + s.Table("jobs") + ` (queue, kind, payload, concurrency_key) SELECT q, 'k', '{}', 'k' || g FROM generate_series(1, 3) g, unnest('{f,p}'::text[]) q`)
+	exec(`UPDATE pg_catalog.pg_class SET reltuples = 2000000 WHERE oid = '` + s.Table("jobs") + `'::regclass`)
+	exec(`BEGIN; ` + fairLane.Render(schema) + `; COMMIT`)
+
+	indexDef := func() (def string) {
+		t.Helper()
+		if err := pool.QueryRow(ctx, `SELECT pg_get_indexdef($1::regclass)`, s.q+".jobs_fair_idx").Scan(&def); err != nil {
+			t.Fatal(err)
+		}
+		return def
+	}
+	if def := indexDef(); strings.Contains(def, "fair_indexed") {
+		t.Fatalf("jobs_fair_idx rebuilt on a table of 2,000,000 rows: %s", def)
+	}
+	if fairIndexedOf(t, ctx, s, pool, insertPlain(t, ctx, s, pool, "p", "k9")) {
+		t.Fatal("a job of a plain queue marked fair_indexed")
+	}
+	fresh := insertPlain(t, ctx, s, pool, "f", "k9")
+	if !fairIndexedOf(t, ctx, s, pool, fresh) {
+		t.Fatal("a job of a fair queue left unmarked")
+	}
+	// Under the plan guard, through the kept index.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, planGuardOn); err != nil {
+		t.Fatal(err)
+	}
+	index := false
+	explainPlan(t, ctx, tx, func(n map[string]any) {
+		if n["Node Type"] == "Seq Scan" && n["Relation Name"] == "jobs" {
+			t.Error("the fair claim scans jobs")
+		}
+		index = index || n["Index Name"] == "jobs_fair_idx"
+	}, s.fair.claim.sql, nil, "f", "w", micros(time.Minute), 2, 2)
+	tx.Rollback(ctx)
+	if !index {
+		t.Fatal("the fair claim does not read jobs_fair_idx as the migration left it")
+	}
+	if got := drainFair(t, ctx, s, pool, nil, "f"); len(got) != 4 || got[fresh] == nil {
+		t.Fatalf("the fair claim took %d jobs through the kept index, want queue f's 4", len(got))
+	}
+
+	// The notice's statements, as printed.
+	m := regexp.MustCompile(`outside a transaction\): (.*?) \(on the partitioned`).FindStringSubmatch(fairLane.Render(schema))
+	if m == nil {
+		t.Fatal("migration 0024 prints no swap of the index")
+	}
+	for _, st := range strings.Split(strings.ReplaceAll(m[1], "''", "'"), "; ") {
+		exec(strings.TrimSuffix(st, ";"))
+	}
+	if def := indexDef(); !strings.Contains(def, "fair_indexed") {
+		t.Fatalf("the notice's statements left jobs_fair_idx as %s", def)
+	}
+	later := insertPlain(t, ctx, s, pool, "f", "k1")
+	if got := drainFair(t, ctx, s, pool, nil, "f"); len(got) != 1 || got[later] == nil {
+		t.Fatalf("the fair claim took %d jobs through the swapped index, want the new one", len(got))
 	}
 }
