@@ -455,9 +455,11 @@ WITH d AS (
 )
 SELECT count(*), (SELECT pg_notify($4, '`+LimitsChanged+`')) IS NULL FROM d`),
 
-		// After a change of limits has committed (LanesSettle, migration 0022).
+		// After a change of limits or of a queue's fairness has committed (LanesSettle,
+		// migrations 0022 and 0024).
 		settle: b.add("lanes_settle", `SELECT {{s}}.lanes_settle()`),
-		// Whether this transaction's change of limits rewrote job_grouped.
+		// Whether this transaction's change of limits or fairness rewrote job_grouped or
+		// job_fair.
 		changed: b.add("lanes_changed", `SELECT coalesce(current_setting('skiplock.lanes_changed', true), '') = 'on'`),
 
 		list: b.add("limit_list", `
