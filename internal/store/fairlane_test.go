@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock/internal/migrate"
 	"github.com/skiplock/skiplock/internal/pgtest"
 )
@@ -70,6 +71,29 @@ func pendingOf(t *testing.T, ctx context.Context, s *Store, db DBTX, queue strin
 		t.Fatal(err)
 	}
 	return n
+}
+
+// unsettled reports whether queue is recorded as made fair and not settled since
+// (queues.fair_unsettled).
+func unsettled(t *testing.T, ctx context.Context, s *Store, db DBTX, queue string) (u bool) {
+	t.Helper()
+	if err := db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+s.Table("queues")+` WHERE name = $1 AND fair_unsettled IS NOT NULL)`,
+		queue).Scan(&u); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// heal runs the lane settler's statement (LanesHeal) in a transaction of its own.
+func heal(t *testing.T, ctx context.Context, s *Store, pool *pgxpool.Pool) (ran bool, marked int64) {
+	t.Helper()
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
+		ran, marked, err = s.LanesHeal(ctx, tx)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return ran, marked
 }
 
 // TestFairIndexedFollowsFairness: a job enters jobs_fair_idx only when its queue is
@@ -290,6 +314,9 @@ func TestFairIndexedInsertRacingQueueSetFair(t *testing.T) {
 	if n := unfairIndexed(t, ctx, s, pool, "q"); n != 0 {
 		t.Fatalf("%d jobs of fair queue q are out of jobs_fair_idx after FairSet returned", n)
 	}
+	if unsettled(t, ctx, s, pool, "q") {
+		t.Fatal("FairSet's settle left queue q recorded as unsettled")
+	}
 	got := drainFair(t, ctx, s, pool, nil, "q")
 	if len(got) != 11 || got[early] == nil || got[late] == nil {
 		t.Fatalf("the fair claim took %d jobs, want all 11 (the racer's %s and %s among them)", len(got), early, late)
@@ -381,12 +408,18 @@ func TestFairIndexedBySQL(t *testing.T) {
 	if got := drainFair(t, ctx, s, pool, nil, "q"); len(got) != 1 || got[before] == nil {
 		t.Fatalf("before the settle the fair claim took %d jobs, want only the backlog's (the racer's is not in the index yet)", len(got))
 	}
-	var marked int64
-	if err := pool.QueryRow(ctx, `SELECT `+s.Table("lanes_settle")+`()`).Scan(&marked); err != nil {
-		t.Fatal(err)
+	if !unsettled(t, ctx, s, pool, "q") {
+		t.Fatal("a queue made fair by SQL is not recorded as unsettled")
 	}
-	if marked != 1 {
-		t.Fatalf("lanes_settle marked %d jobs, want the racer's 1", marked)
+	// The lane settler's run (maint.LaneSettler, in every running client).
+	if ran, marked := heal(t, ctx, s, pool); !ran || marked != 1 {
+		t.Fatalf("the lane settler ran %v and marked %d jobs, want the racer's 1", ran, marked)
+	}
+	if unsettled(t, ctx, s, pool, "q") {
+		t.Fatal("the settle left queue q recorded as unsettled")
+	}
+	if ran, _ := heal(t, ctx, s, pool); ran {
+		t.Fatal("the lane settler settled again with every fair queue settled")
 	}
 	if got := drainFair(t, ctx, s, pool, nil, "q"); len(got) != 1 || got[raced] == nil {
 		t.Fatalf("after the settle the fair claim took %v, want the racer's job %s", got, raced)
@@ -544,5 +577,52 @@ func TestFairIndexKeptOnALargeTable(t *testing.T) {
 	later := insertPlain(t, ctx, s, pool, "f", "k1")
 	if got := drainFair(t, ctx, s, pool, nil, "f"); len(got) != 1 || got[later] == nil {
 		t.Fatalf("the fair claim took %d jobs through the swapped index, want the new one", len(got))
+	}
+}
+
+// TestFairSettleLostIsHealed: the client that makes a queue fair stops waiting in its
+// settle (its context ends; a process that stopped between its commit and its settle
+// is the same) while a transaction that inserted a job racing the change is open. The
+// queue is fair, that job is out of jobs_fair_idx once committed and the fair claim
+// does not take it, and the queue stays recorded as unsettled: the lane settler's next
+// run marks the job, and the fair claim takes it.
+func TestFairSettleLostIsHealed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t, pgtest.Schema(t))
+	pool := pgtest.Pool(t)
+	racer, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer racer.Rollback(ctx)
+	raced := insertPlain(t, ctx, s, racer, "q", "a")
+
+	stop, cancel := context.WithCancel(ctx)
+	defer cancel()
+	set := make(chan error, 1)
+	go func() {
+		_, err := s.FairSet(stop, pool, nil, "q", true, nil, "c")
+		set <- err
+	}()
+	waitForSettle(t, ctx, pool, set)
+	cancel()
+	if err := <-set; err == nil {
+		t.Fatal("FairSet returned no error after its settle was cancelled")
+	}
+	if err := racer.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := drainFair(t, ctx, s, pool, nil, "q"); len(got) != 0 {
+		t.Fatalf("the fair claim took %d jobs before a settle: the test does not exercise the lane settler", len(got))
+	}
+	if !unsettled(t, ctx, s, pool, "q") {
+		t.Fatal("a queue whose settle was cancelled is not recorded as unsettled")
+	}
+	if ran, marked := heal(t, ctx, s, pool); !ran || marked != 1 {
+		t.Fatalf("the lane settler ran %v and marked %d jobs, want the racer's 1", ran, marked)
+	}
+	if got := drainFair(t, ctx, s, pool, nil, "q"); len(got) != 1 || got[raced] == nil {
+		t.Fatalf("after the lane settler the fair claim took %v, want the racer's job %s", got, raced)
 	}
 }

@@ -88,6 +88,22 @@ func (s *Store) LanesSettle(ctx context.Context, db DBTX) (int64, error) {
 	return n, err
 }
 
+// LanesHeal runs LanesSettle in tx when a queue made fair was not settled since
+// (queues.fair_unsettled, migration 0024: the client that made it fair stopped before
+// its settle, or the change was made by SQL), and reports whether it ran and how many
+// jobs it marked. Until a settle, a job inserted racing the change is not claimed. tx
+// must be READ COMMITTED.
+func (s *Store) LanesHeal(ctx context.Context, tx pgx.Tx) (ran bool, marked int64, err error) {
+	var n *int64
+	if err := tx.QueryRow(ctx, s.limits.heal.sql).Scan(&n); err != nil {
+		return false, 0, err
+	}
+	if n == nil {
+		return false, 0, nil
+	}
+	return true, *n, nil
+}
+
 func positiveOrNil(n int) *int {
 	if n <= 0 {
 		return nil

@@ -27,9 +27,13 @@
 --     run after that transaction commits, waits for every transaction that holds ROW
 --     EXCLUSIVE on jobs when it starts — the only ones that can still insert a job
 --     under the previous body — and marks their jobs too. The client's QueueSetFair
---     runs both (the settle only when the body changed); after making a queue fair by
---     SQL, run SELECT <schema>.lanes_settle() after the commit: until then a job
---     inserted racing the change may not be claimed.
+--     runs both (the settle only when the body changed). A queue made fair keeps
+--     queues.fair_unsettled (the transaction that made it fair) until a settle that
+--     began after that commit has marked its jobs: should the settle not run (a client
+--     that stopped between the two, a change by SQL), the lane settler of every
+--     running client (a maintenance service) runs it within a minute. After making a
+--     queue fair by SQL, run SELECT <schema>.lanes_settle() after the commit to settle
+--     at once: until a settle, a job inserted racing the change is not claimed.
 --   * A job keeps its mark for life: a retry, a snooze or a reclaim puts it back to
 --     pending with the mark it had. A queue made plain again leaves its jobs marked
 --     (they only cost their index entries while pending).
@@ -59,6 +63,7 @@ CREATE FUNCTION {{schema}}.fair_lanes_refresh() RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
 DECLARE
   body text;
+  added text[];
 BEGIN
   PERFORM pg_advisory_xact_lock(hashtextextended('skiplock.lanes.{{schema}}', 0));
   SELECT CASE
@@ -69,6 +74,10 @@ BEGIN
   IF body = (SELECT p.prosrc FROM pg_proc p WHERE p.oid = '{{schema}}.job_fair(text)'::regprocedure) THEN
     RETURN false;
   END IF;
+  -- The queues the previous body left out: inserts racing this change may leave
+  -- their jobs unmarked, until a settle (lanes_settle clears the record).
+  SELECT array_agg(q.name) INTO added FROM {{schema}}.queues q WHERE q.fair AND NOT {{schema}}.job_fair(q.name);
+  UPDATE {{schema}}.queues SET fair_unsettled = pg_current_xact_id() WHERE name = ANY (added);
   EXECUTE format('CREATE OR REPLACE FUNCTION {{schema}}.job_fair(queue text) RETURNS boolean '
                  'LANGUAGE sql STABLE PARALLEL SAFE AS %L', body);
   -- Read by the client before it commits (QueueSetFair): a queue made fair needs
@@ -115,12 +124,19 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
 DECLARE
   holders text[];
   n bigint;
+  unsettled_names text[];
+  unsettled_by xid8[];
 BEGIN
   IF current_setting('transaction_isolation') <> 'read committed' THEN
     RAISE EXCEPTION 'skiplock: lanes_settle runs in a READ COMMITTED transaction only (this one is %)',
       current_setting('transaction_isolation')
       USING ERRCODE = 'feature_not_supported';
   END IF;
+  -- The queues made fair by transactions committed before the holders are read: this
+  -- settle marks what their racing inserts left, and then clears their record (a
+  -- queue made fair again meanwhile keeps the newer one).
+  SELECT array_agg(q.name), array_agg(q.fair_unsettled) INTO unsettled_names, unsettled_by
+  FROM {{schema}}.queues q WHERE q.fair_unsettled IS NOT NULL;
   SELECT array_agg(DISTINCT l.virtualtransaction) INTO holders
   FROM pg_locks l
   WHERE l.locktype = 'relation' AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
@@ -131,6 +147,10 @@ BEGIN
   ) LOOP
     PERFORM pg_sleep(0.005);
   END LOOP;
+  -- The queues' rows first: a change of fairness locks its row before it marks jobs.
+  UPDATE {{schema}}.queues q SET fair_unsettled = NULL
+  FROM unnest(unsettled_names, unsettled_by) AS u(name, by_xact)
+  WHERE q.name = u.name AND q.fair_unsettled = u.by_xact;
   UPDATE {{schema}}.jobs
   SET grouped = grouped OR {{schema}}.job_grouped(queue),
       fair_indexed = fair_indexed OR {{schema}}.job_fair(queue)
@@ -145,6 +165,9 @@ $$;
 -- triggers), Citus refuses a function's creation after a parallel change of a
 -- distributed table in the same transaction, which the new column is.
 ALTER TABLE {{schema}}.jobs ADD COLUMN fair_indexed boolean NOT NULL DEFAULT true;
+-- The transaction that made the queue fair, until a settle that began after it
+-- committed has marked the jobs inserts racing it left unmarked (lanes_settle).
+ALTER TABLE {{schema}}.queues ADD COLUMN fair_unsettled xid8;
 
 -- The triggers, and the body for the queues already fair (no job is unmarked yet:
 -- nothing to settle). Not on the Citus layout (recognised by tx_lineage's
