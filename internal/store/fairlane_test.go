@@ -257,63 +257,10 @@ func TestFairIndexedInsertRacingQueueSetFair(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t, pgtest.Schema(t))
 	pool := pgtest.Pool(t)
-
-	// A connection whose insert has a generic plan cached: PostgreSQL plans a
-	// prepared statement anew for its first five executions.
-	warm, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer warm.Release()
-	for i := range 8 {
-		insertPlain(t, ctx, s, warm.Conn(), "q", fmt.Sprint("w", i))
-	}
-
-	racer, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer racer.Rollback(ctx)
-	early := insertPlain(t, ctx, s, racer, "q", "r1")
-	if fairIndexedOf(t, ctx, s, racer, early) {
-		t.Fatal("a job of a plain queue entered jobs_fair_idx")
-	}
-
-	set := make(chan error, 1)
-	go func() {
+	early, late := raceLaneChange(t, ctx, s, pool, "fair_indexed", func(ctx context.Context, pool *pgxpool.Pool) error {
 		_, err := s.FairSet(ctx, pool, nil, "q", true, nil, "c")
-		set <- err
-	}()
-	// The queue is fair once the settle waits (for racer).
-	waitForSettle(t, ctx, pool, set)
-
-	if !fairIndexedOf(t, ctx, s, warm.Conn(), insertPlain(t, ctx, s, warm.Conn(), "q", "w9")) {
-		t.Fatal("an insert planned before the queue was made fair, run after it, left its job out of jobs_fair_idx")
-	}
-	late := insertPlain(t, ctx, s, racer, "q", "r2")
-	// What the racer wrote is invisible to the queue's backfill: without the settle
-	// these jobs would stay out of the index, and no claim would take them.
-	var left int
-	if err := racer.QueryRow(ctx, `SELECT count(*) FROM `+s.Table("jobs")+` WHERE id IN ($1, $2) AND NOT fair_indexed`, early, late).Scan(&left); err != nil {
-		t.Fatal(err)
-	}
-	if left == 0 {
-		t.Fatal("the racing transaction's jobs are marked already: the test does not exercise the settle")
-	}
-	select {
-	case err := <-set:
-		t.Fatalf("FairSet returned (%v) while a transaction that inserted unmarked jobs was open", err)
-	default:
-	}
-	if err := racer.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-set; err != nil {
-		t.Fatal(err)
-	}
-	if n := unfairIndexed(t, ctx, s, pool, "q"); n != 0 {
-		t.Fatalf("%d jobs of fair queue q are out of jobs_fair_idx after FairSet returned", n)
-	}
+		return err
+	})
 	if unsettled(t, ctx, s, pool, "q") {
 		t.Fatal("FairSet's settle left queue q recorded as unsettled")
 	}
@@ -605,7 +552,7 @@ func TestFairSettleLostIsHealed(t *testing.T) {
 		_, err := s.FairSet(stop, pool, nil, "q", true, nil, "c")
 		set <- err
 	}()
-	waitForSettle(t, ctx, pool, set)
+	waitForSettle(t, ctx, s, pool, set)
 	cancel()
 	if err := <-set; err == nil {
 		t.Fatal("FairSet returned no error after its settle was cancelled")
