@@ -26,7 +26,8 @@ type FairQueue struct {
 // a READ COMMITTED transaction of its own, and LanesSettle follows its commit when the
 // queue became fair: a job inserted racing the change, under job_fair's previous
 // body, is marked before FairSet returns. In a caller's transaction (a pgx.Tx) the
-// caller runs LanesSettle after committing; until then such a job is not claimed.
+// caller runs LanesSettle after committing; until then (or the lane settler's next
+// run: LanesHeal) such a job is not claimed.
 func (s *Store) FairSet(ctx context.Context, db DBTX, now *time.Time, queue string, fair bool, bypass *int, channel string) (time.Time, error) {
 	var at time.Time
 	var notified bool

@@ -75,8 +75,8 @@ func (s *Store) changeLanes(ctx context.Context, db DBTX, settle bool, change fu
 // that marked its job with the previous body of job_grouped or job_fair holds it since
 // before the change), then marks the jobs of the queues now limited that such inserts
 // left out of jobs_group_ready_idx, and those of the queues now fair that they left out
-// of jobs_fair_idx, and returns how many (migrations 0022 and 0024, lanes_settle). It runs in a READ COMMITTED
-// transaction of its own when db can start one.
+// of jobs_fair_idx, and returns how many (migrations 0022 and 0024, lanes_settle). It
+// runs in a READ COMMITTED transaction of its own when db can start one.
 func (s *Store) LanesSettle(ctx context.Context, db DBTX) (int64, error) {
 	var n int64
 	run := func(db DBTX) error { return db.QueryRow(ctx, s.limits.settle.sql).Scan(&n) }
