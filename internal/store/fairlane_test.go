@@ -25,21 +25,14 @@ import (
 
 // unfairIndexed counts queue's jobs that could become pending and are not marked
 // fair_indexed: jobs the fair claim cannot find.
-func unfairIndexed(t *testing.T, ctx context.Context, s *Store, db DBTX, queue string) (n int) {
+func unfairIndexed(t *testing.T, ctx context.Context, s *Store, db DBTX, queue string) int {
 	t.Helper()
-	if err := db.QueryRow(ctx, `SELECT count(*) FROM `+s.Table("jobs")+`
-WHERE queue = $1 AND NOT fair_indexed AND status <> 'succeeded'`, queue).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return unmarkedBy(t, ctx, s, db, "fair_indexed", queue)
 }
 
-func fairIndexedOf(t *testing.T, ctx context.Context, s *Store, db DBTX, id string) (f bool) {
+func fairIndexedOf(t *testing.T, ctx context.Context, s *Store, db DBTX, id string) bool {
 	t.Helper()
-	if err := db.QueryRow(ctx, `SELECT fair_indexed FROM `+s.Table("jobs")+` WHERE id = $1`, id).Scan(&f); err != nil {
-		t.Fatal(err)
-	}
-	return f
+	return markOf(t, ctx, s, db, "fair_indexed", id)
 }
 
 // drainFair claims queue's due jobs (at now, nil: the database's) with the fair claim

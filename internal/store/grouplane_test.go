@@ -14,10 +14,17 @@ import (
 // unmarked counts queue's jobs that could become pending and are not marked grouped
 // (migration 0022): jobs the limited claim's walk over jobs_group_ready_idx cannot
 // find.
-func unmarked(t *testing.T, ctx context.Context, s *Store, db DBTX, queue string) (n int) {
+func unmarked(t *testing.T, ctx context.Context, s *Store, db DBTX, queue string) int {
+	t.Helper()
+	return unmarkedBy(t, ctx, s, db, "grouped", queue)
+}
+
+// unmarkedBy counts queue's jobs that could become pending and are not marked by
+// column mark (grouped or fair_indexed).
+func unmarkedBy(t *testing.T, ctx context.Context, s *Store, db DBTX, mark, queue string) (n int) {
 	t.Helper()
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM `+s.Table("jobs")+`
-WHERE queue = $1 AND NOT grouped AND status <> 'succeeded'`, queue).Scan(&n); err != nil {
+WHERE queue = $1 AND NOT `+mark+` AND status <> 'succeeded'`, queue).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -33,12 +40,18 @@ func insertPlain(t *testing.T, ctx context.Context, s *Store, db DBTX, queue, ke
 	return r.ID
 }
 
-func groupedOf(t *testing.T, ctx context.Context, s *Store, db DBTX, id string) (g bool) {
+func groupedOf(t *testing.T, ctx context.Context, s *Store, db DBTX, id string) bool {
 	t.Helper()
-	if err := db.QueryRow(ctx, `SELECT grouped FROM `+s.Table("jobs")+` WHERE id = $1`, id).Scan(&g); err != nil {
+	return markOf(t, ctx, s, db, "grouped", id)
+}
+
+// markOf is job id's column mark (grouped or fair_indexed).
+func markOf(t *testing.T, ctx context.Context, s *Store, db DBTX, mark, id string) (m bool) {
+	t.Helper()
+	if err := db.QueryRow(ctx, `SELECT `+mark+` FROM `+s.Table("jobs")+` WHERE id = $1`, id).Scan(&m); err != nil {
 		t.Fatal(err)
 	}
-	return g
+	return m
 }
 
 // TestGroupedFollowsLimits: a job enters jobs_group_ready_idx only when a limit may
@@ -149,13 +162,6 @@ func TestGroupedInsertRacingALimit(t *testing.T) {
 func raceLaneChange(t *testing.T, ctx context.Context, s *Store, pool *pgxpool.Pool, mark string,
 	change func(context.Context, *pgxpool.Pool) error) (early, late string) {
 	t.Helper()
-	markOf := func(db DBTX, id string) (m bool) {
-		t.Helper()
-		if err := db.QueryRow(ctx, `SELECT `+mark+` FROM `+s.Table("jobs")+` WHERE id = $1`, id).Scan(&m); err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
 	// A connection whose insert has a generic plan cached: PostgreSQL plans a
 	// prepared statement anew for its first five executions.
 	warm, err := pool.Acquire(ctx)
@@ -173,7 +179,7 @@ func raceLaneChange(t *testing.T, ctx context.Context, s *Store, pool *pgxpool.P
 	}
 	defer racer.Rollback(ctx)
 	early = insertPlain(t, ctx, s, racer, "q", "r1")
-	if markOf(racer, early) {
+	if markOf(t, ctx, s, racer, mark, early) {
 		t.Fatalf("a job entered the index of %s before the change", mark)
 	}
 
@@ -182,7 +188,7 @@ func raceLaneChange(t *testing.T, ctx context.Context, s *Store, pool *pgxpool.P
 	// The change has committed once the settle waits (for racer).
 	waitForSettle(t, ctx, s, pool, set)
 
-	if !markOf(warm.Conn(), insertPlain(t, ctx, s, warm.Conn(), "q", "w9")) {
+	if !markOf(t, ctx, s, warm.Conn(), mark, insertPlain(t, ctx, s, warm.Conn(), "q", "w9")) {
 		t.Fatalf("an insert planned before the change, run after it, left its job unmarked (%s)", mark)
 	}
 	late = insertPlain(t, ctx, s, racer, "q", "r2")
@@ -206,12 +212,7 @@ func raceLaneChange(t *testing.T, ctx context.Context, s *Store, pool *pgxpool.P
 	if err := <-set; err != nil {
 		t.Fatal(err)
 	}
-	var n int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM `+s.Table("jobs")+`
-WHERE queue = 'q' AND NOT `+mark+` AND status <> 'succeeded'`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	if n != 0 {
+	if n := unmarkedBy(t, ctx, s, pool, mark, "q"); n != 0 {
 		t.Fatalf("%d jobs of queue q are unmarked (%s) after the change returned", n, mark)
 	}
 	return early, late
