@@ -24,6 +24,8 @@ func (c *Client) services() []maint.Service {
 	out = append(out, c.schedulerServices()...)
 	if !c.citus { // the layout refuses limits (citusRefusals): no rate windows to sweep
 		out = append(out, &maint.LimitSweeper{Store: c.store, Every: limitSweepInterval, Clock: c.cfg.Clock})
+		// Nor fair settings: no queue made fair to settle.
+		out = append(out, &maint.LaneSettler{Store: c.store, Every: laneSettleInterval})
 	}
 	if w := c.cfg.HorizonWarning; w > 0 {
 		out = append(out, &maint.HorizonWatch{Store: c.store, Log: c.log, Every: min(w, horizonWatchInterval), After: w,
@@ -34,6 +36,11 @@ func (c *Client) services() []maint.Service {
 
 // horizonWatchInterval paces the horizon watch: a held horizon matters over minutes.
 const horizonWatchInterval = time.Minute
+
+// laneSettleInterval paces the lane settler: a queue made fair whose client stopped
+// before its settle (or made fair by SQL) has its racing inserts' jobs claimed within
+// about this long.
+const laneSettleInterval = time.Minute
 
 // limitSweepInterval paces the rate-window sweeper: windows are small, and an idle
 // one costs a row until it is swept.

@@ -111,6 +111,22 @@ VALUES ('o', '1', 'e', '{}')`))
 	must("worker reads stats", err)
 	must("worker pauses a queue", worker.QueuePauseAhead(e.ctx, "mail"))
 	must("worker resumes a queue", worker.QueueResume(e.ctx, "mail"))
+	// Making a queue fair marks its backlog for the fair claim's index and waits for
+	// the inserts racing it (migration 0024): SECURITY DEFINER functions, since the
+	// worker may not write the mark itself.
+	backlog, err := producer.Enqueue(e.ctx, emailArgs{To: "m"}, &skiplock.EnqueueOpts{Queue: "mail"})
+	must("producer enqueues into a plain queue", err)
+	must("worker makes a queue fair", worker.QueueSetFair(e.ctx, "mail", nil))
+	fresh, err := producer.Enqueue(e.ctx, emailArgs{To: "n"}, &skiplock.EnqueueOpts{Queue: "mail"})
+	must("producer enqueues into a fair queue", err)
+	if backlog.ID != "" && fresh.ID != "" {
+		var marked int
+		e.must(e.pool.QueryRow(e.ctx, `SELECT count(*) FROM `+e.q("jobs")+` WHERE id IN ($1, $2) AND fair_indexed`, backlog.ID, fresh.ID).Scan(&marked))
+		if marked != 2 {
+			t.Errorf("%d of a fair queue's 2 jobs (one enqueued before it was made fair) marked for its index", marked)
+		}
+	}
+	must("worker makes a queue plain again", worker.QueueUnsetFair(e.ctx, "mail"))
 	ws := skiplock.NewWorkers()
 	must("registering a worker", ws.AddHandler("k", func(context.Context, *skiplock.Job) error { return nil }, nil))
 	started, err := skiplock.NewClient(worker.Pool(), skiplock.Config{Schema: e.schema, Workers: ws,

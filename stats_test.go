@@ -138,10 +138,11 @@ FROM (SELECT g, (CASE WHEN g % 1000 < 9 THEN 'pending' WHEN g % 1000 = 9 THEN 'r
 			t.Errorf("%s reads the whole jobs table", name)
 		}
 	}
-	// The pending jobs through either partial index of pending jobs: the claim's
-	// (jobs_ready_idx) or the fair claim's (jobs_fair_idx), whose predicate is the same.
-	if !strings.Contains(plans["stats_live"], "jobs_ready_idx") && !strings.Contains(plans["stats_live"], "jobs_fair_idx") {
-		t.Error("stats_live does not read the pending jobs through jobs_ready_idx or jobs_fair_idx")
+	// The pending jobs through the claim's index of every pending job (jobs_ready_idx);
+	// the fair claim's (jobs_fair_idx) holds only the jobs of fair queues (migration
+	// 0024), and a count through it would miss the others.
+	if !strings.Contains(plans["stats_live"], "jobs_ready_idx") || strings.Contains(plans["stats_live"], "jobs_fair_idx") {
+		t.Error("stats_live does not read the pending jobs through jobs_ready_idx")
 	}
 	if !strings.Contains(plans["stats_live"], "jobs_expired_lease_idx") {
 		t.Error("stats_live does not use jobs_expired_lease_idx")

@@ -79,6 +79,21 @@ DROP TRIGGER limits_lanes ON {{schema}}.limits;
 CREATE OR REPLACE FUNCTION {{schema}}.job_grouped(queue text) RETURNS boolean
 LANGUAGE sql STABLE PARALLEL SAFE AS $$ SELECT true $$;
 
+-- Fair settings are refused here too, and the claim reads the jobs of every queue
+-- through jobs_fair_idx (its range of one key), so the index holds every pending job
+-- again, as before migration 0024: the queues' triggers that keep job_fair in step
+-- with the fair queues go, the function says true, and the index drops its mark.
+DROP TRIGGER queues_fair_lanes_insert ON {{schema}}.queues;
+DROP TRIGGER queues_fair_lanes_update ON {{schema}}.queues;
+DROP TRIGGER queues_fair_lanes_delete ON {{schema}}.queues;
+DROP TRIGGER queues_fair_lanes_truncate ON {{schema}}.queues;
+CREATE OR REPLACE FUNCTION {{schema}}.job_fair(queue text) RETURNS boolean
+LANGUAGE sql STABLE PARALLEL SAFE AS $$ SELECT true $$;
+UPDATE {{schema}}.jobs SET fair_indexed = true WHERE NOT fair_indexed;
+DROP INDEX {{schema}}.jobs_fair_idx;
+CREATE INDEX jobs_fair_idx ON {{schema}}.jobs (queue, concurrency_key, priority DESC, run_at, id)
+  WHERE status = 'pending';
+
 ALTER TABLE {{schema}}.jobs DROP CONSTRAINT jobs_pkey;
 ALTER TABLE {{schema}}.jobs ADD CONSTRAINT jobs_pkey PRIMARY KEY (id, concurrency_key);
 DROP INDEX {{schema}}.jobs_dedup_idx;

@@ -106,6 +106,21 @@ WHERE i.indisunique AND i.indrelid = ANY($1::regclass[])
 	if dist, err := migrate.Distributed(ctx, pool, schema); err != nil || !dist {
 		t.Errorf("Distributed = %v, %v; want true", dist, err)
 	}
+
+	// The claim here reads every queue's jobs through jobs_fair_idx (migration 0024
+	// narrowed it to the jobs of fair queues, which this layout refuses): it holds
+	// every pending job again, and no trigger rewrites job_fair.
+	var def, body string
+	var triggers int
+	if err := pool.QueryRow(ctx, `SELECT pg_get_indexdef($1::regclass),
+  (SELECT p.prosrc FROM pg_proc p WHERE p.oid = $2::regprocedure),
+  (SELECT count(*) FROM pg_trigger WHERE tgrelid = $3::regclass AND tgname LIKE 'queues_fair_lanes%')`,
+		q+"jobs_fair_idx", q+"job_fair(text)", q+"queues").Scan(&def, &body, &triggers); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(def, "fair_indexed") || !strings.Contains(def, "pending") || strings.TrimSpace(body) != "SELECT true" || triggers != 0 {
+		t.Errorf("jobs_fair_idx %q, job_fair %q, %d fair triggers on queues; want every pending job indexed, true, none", def, body, triggers)
+	}
 	if did, err := migrate.Citus(ctx, pool, schema); did || err != nil {
 		t.Errorf("Citus again: %v, %v; want nothing done", did, err)
 	}
@@ -191,6 +206,8 @@ func TestCitusLayoutOfAnExistingSchema(t *testing.T) {
 	exec(`INSERT INTO ` + q + `jobs (kind, payload, concurrency_key, unique_key, unique_states) VALUES ('u', '{}', 'tenant-1', 'once', '{pending}')`)
 	exec(`INSERT INTO ` + q + `jobs (kind, payload, concurrency_key, status, parent_id) VALUES ('child', '{}', 'tenant-2', 'succeeded', gen_random_uuid())`)
 	exec(`INSERT INTO ` + q + `outbox (aggregate_type, aggregate_id, event_type, payload) VALUES ('order', '1', 'placed', '{}')`)
+	// A job of a plain queue, out of jobs_fair_idx on one node (migration 0024).
+	exec(`INSERT INTO ` + q + `jobs (kind, payload, concurrency_key, fair_indexed) VALUES ('plain', '{}', 'tenant-3', false)`)
 
 	if did, err := migrate.Citus(ctx, pool, schema); !did || err != nil {
 		t.Fatalf("Citus on a schema with rows: %v, %v", did, err)
@@ -203,11 +220,14 @@ func TestCitusLayoutOfAnExistingSchema(t *testing.T) {
 		}
 		return n
 	}
-	if n := scalar(`SELECT count(*) FROM ` + q + `jobs WHERE concurrency_key LIKE 'tenant-%'`); n != 102 {
-		t.Errorf("%d jobs after the conversion, want 102", n)
+	if n := scalar(`SELECT count(*) FROM ` + q + `jobs WHERE concurrency_key LIKE 'tenant-%'`); n != 103 {
+		t.Errorf("%d jobs after the conversion, want 103", n)
 	}
-	if n := scalar(`SELECT count(*) FROM ` + q + `tx_lineage l WHERE l.job_id IS NOT NULL AND l.concurrency_key LIKE 'tenant-%'`); n != 102 {
-		t.Errorf("%d lineage rows under their job's key, want 102", n)
+	if n := scalar(`SELECT count(*) FROM ` + q + `tx_lineage l WHERE l.job_id IS NOT NULL AND l.concurrency_key LIKE 'tenant-%'`); n != 103 {
+		t.Errorf("%d lineage rows under their job's key, want 103", n)
+	}
+	if n := scalar(`SELECT count(*) FROM ` + q + `jobs WHERE NOT fair_indexed`); n != 0 {
+		t.Errorf("%d jobs left unmarked fair_indexed by the conversion, want none", n)
 	}
 	if n := scalar(`SELECT count(*) FROM ` + q + `job_unique WHERE concurrency_key = 'tenant-1' AND unique_key = 'once'`); n != 1 {
 		t.Errorf("the unique key's row under its job's key: %d", n)

@@ -110,6 +110,19 @@ func grouped(q string) string {
 	return `{{s}}.job_grouped(` + q + `)`
 }
 
+// fairIndexed is the value of jobs.fair_indexed for a job of queue q (an expression):
+// whether it enters jobs_fair_idx, the index the fair claim reads a fair queue's jobs
+// through (its walk over the keys and each key's range). job_fair (migration 0024) is
+// a SQL function whose body the queues table's triggers rewrite whenever a queue's
+// fairness changes, so the planner inlines it as grouped's: a constant false while no
+// queue is fair, a test of q against a literal list of the fair queues otherwise. A
+// job of a plain queue writes no entry into the index (~104 B of WAL per enqueue:
+// docs/enqueue_cost.md). Writers that do not set the column (COPY, the SQL function
+// enqueue, the Citus layout's inserts) leave it at its default, true.
+func fairIndexed(q string) string {
+	return `{{s}}.job_fair(` + q + `)`
+}
+
 // insertSQL is the one-job insert.
 func insertSQL(sequence, dedup bool) string {
 	lock, from := lockCTE(sequence, "ARRAY[$16::text]")
@@ -117,10 +130,10 @@ func insertSQL(sequence, dedup bool) string {
 WITH ` + lock + `t AS (SELECT coalesce($1::timestamptz, now()) AS now, ` + notifyColumn + `, ` + soloSetting("$20") + from + `)
 INSERT INTO {{s}}.jobs (queue, kind, payload, priority, run_at, max_attempts, deduplication_key, metadata,
                        unique_key, unique_states, sequence_key, sequence_skip_failed, tags, concurrency_key, created_at, updated_at,
-                       grouped)
+                       grouped, fair_indexed)
 SELECT $2, $3, $4::jsonb, $5, coalesce($6::timestamptz, t.now + $7::bigint * interval '1 microsecond'), $8, $9, $12::jsonb,
        ` + uniqueKeyExpr("$13::text", "$14::bigint") + `, string_to_array($15::text, ',')::{{s}}.job_status[],
-       $16::text, coalesce($17::bool, false), $18::text[], $19::text, t.now, t.now, ` + grouped("$2::text") + `
+       $16::text, coalesce($17::bool, false), $18::text[], $19::text, t.now, t.now, ` + grouped("$2::text") + `, ` + fairIndexed("$2::text") + `
 FROM t
 WHERE t.notified >= 0 AND (t.solo IS NULL OR t.solo = 'off')
 ` + onConflict(dedup) + `RETURNING id`
@@ -139,9 +152,9 @@ func insertPlainSQL() string {
 	return `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now, ` + notifyColumn + `, ` + soloSetting("$14") + `)
 INSERT INTO {{s}}.jobs (queue, kind, payload, priority, run_at, max_attempts, metadata, tags, concurrency_key, created_at, updated_at,
-                       grouped)
+                       grouped, fair_indexed)
 SELECT $2, $3, $4::jsonb, $5, coalesce($6::timestamptz, t.now + $7::bigint * interval '1 microsecond'), $8, $9::jsonb,
-       $12::text[], $13::text, t.now, t.now, ` + grouped("$2::text") + `
+       $12::text[], $13::text, t.now, t.now, ` + grouped("$2::text") + `, ` + fairIndexed("$2::text") + `
 FROM t
 WHERE t.notified >= 0 AND (t.solo IS NULL OR t.solo = 'off')
 RETURNING id`
@@ -162,11 +175,11 @@ input AS MATERIALIZED (
 ins AS (
   INSERT INTO {{s}}.jobs (id, queue, kind, payload, priority, run_at, max_attempts, deduplication_key, metadata,
                           unique_key, unique_states, sequence_key, sequence_skip_failed, tags, concurrency_key,
-                          created_at, updated_at, grouped)
+                          created_at, updated_at, grouped, fair_indexed)
   SELECT input.id, queue, kind, payload, priority, coalesce(run_at, t.now + delay_us * interval '1 microsecond'),
          max_attempts, dedup, metadata, ` + uniqueKeyExpr("ukey", "uperiod_us") + `,
          string_to_array(ustates, ',')::{{s}}.job_status[], seq, coalesce(seq_skip, false),
-         string_to_array(tags, E'\x1f'), ckey, t.now, t.now, ` + grouped("queue") + `
+         string_to_array(tags, E'\x1f'), ckey, t.now, t.now, ` + grouped("queue") + `, ` + fairIndexed("queue") + `
   FROM input, t
   WHERE t.notified >= 0
   ORDER BY ord

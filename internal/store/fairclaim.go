@@ -42,13 +42,18 @@ type fairStatements struct {
 // with no pending job is not in the index, so idle keys cost nothing; a key whose
 // pending jobs are all scheduled for later costs its descent (and its candidates'
 // probe finds nothing). A key's weight is looked up only when the queue has weights.
+//
+// jobs_fair_idx holds only the jobs marked fair_indexed (migration 0024: the jobs of
+// fair queues), and every read of it names the mark, as its predicate does: without
+// it the planner cannot use the index. A fair queue's pending jobs are all marked
+// once QueueSetFair has returned (its backfill and lanes_settle).
 func fairWalk(open string) string {
 	step := func(cond string) string {
 		return `SELECT g.concurrency_key AS key, %s AS wrapped, g.id, g.queue, g.kind, g.priority, g.run_at,
        g.run_at <= (SELECT now FROM t) AND (g.priority < (SELECT bypass FROM t) OR (SELECT bypass FROM t) IS NULL)
          AND ` + sequenceReady("g") + ` AS ok
      FROM {{s}}.jobs g
-     WHERE g.status = 'pending' AND g.queue = $2 AND ` + cond + `
+     WHERE g.status = 'pending' AND g.fair_indexed AND g.queue = $2 AND ` + cond + `
      ORDER BY g.concurrency_key, g.priority DESC, g.run_at, g.id LIMIT 1`
 	}
 	return `t AS MATERIALIZED (
@@ -237,7 +242,7 @@ func fairKeyJobs(k, limit string) string {
     SELECT x.*, row_number() OVER (ORDER BY x.ckey, x.priority DESC, x.run_at, x.id) AS i FROM (
       SELECT jobs.id, jobs.queue, jobs.kind, jobs.concurrency_key AS ckey, jobs.priority, jobs.run_at
       FROM {{s}}.jobs
-      WHERE jobs.status = 'pending' AND jobs.queue = $2 AND jobs.concurrency_key >= ` + k + ` AND jobs.concurrency_key <= ` + k + `
+      WHERE jobs.status = 'pending' AND jobs.fair_indexed AND jobs.queue = $2 AND jobs.concurrency_key >= ` + k + ` AND jobs.concurrency_key <= ` + k + `
         AND jobs.run_at <= (SELECT now FROM t)
         AND (jobs.priority < (SELECT bypass FROM t) OR (SELECT bypass FROM t) IS NULL)
         AND ` + sequenceReady("jobs") + `
@@ -386,12 +391,12 @@ WITH RECURSIVE
 t AS MATERIALIZED (SELECT coalesce($1::timestamptz, now()) AS now),
 k(key, n) AS (
   (SELECT g.concurrency_key, 1 FROM {{s}}.jobs g
-   WHERE g.status = 'pending' AND g.queue = $2 AND g.concurrency_key >= ''
+   WHERE g.status = 'pending' AND g.fair_indexed AND g.queue = $2 AND g.concurrency_key >= ''
    ORDER BY g.concurrency_key LIMIT 1)
   UNION ALL
   SELECT nx.key, k.n + 1 FROM k CROSS JOIN LATERAL (
     SELECT g.concurrency_key AS key FROM {{s}}.jobs g
-    WHERE g.status = 'pending' AND g.queue = $2 AND g.concurrency_key > k.key
+    WHERE g.status = 'pending' AND g.fair_indexed AND g.queue = $2 AND g.concurrency_key > k.key
     ORDER BY g.concurrency_key LIMIT 1
   ) nx
   WHERE k.n < $4::int
@@ -400,7 +405,7 @@ c AS MATERIALIZED (
   SELECT k.key, d.due, d.oldest FROM k CROSS JOIN LATERAL (
     SELECT count(*) AS due, min(x.run_at) AS oldest FROM (
       SELECT jobs.run_at FROM {{s}}.jobs
-      WHERE jobs.status = 'pending' AND jobs.queue = $2 AND jobs.concurrency_key >= k.key AND jobs.concurrency_key <= k.key
+      WHERE jobs.status = 'pending' AND jobs.fair_indexed AND jobs.queue = $2 AND jobs.concurrency_key >= k.key AND jobs.concurrency_key <= k.key
         AND jobs.run_at <= (SELECT now FROM t)
       ORDER BY jobs.concurrency_key, jobs.priority DESC, jobs.run_at, jobs.id
       LIMIT $3::int

@@ -18,10 +18,23 @@ type FairQueue struct {
 
 // FairSet turns fairness on or off for queue, with its bypass priority, and
 // announces the change on channel.
+//
+// The queues table's triggers (migration 0024) rewrite job_fair, the function the
+// inserts mark their jobs with (fair_indexed: whether a job enters jobs_fair_idx, the
+// only index the fair claim reads), and mark the jobs already there; they refuse a
+// transaction above READ COMMITTED, so on a pool or a connection the statement runs in
+// a READ COMMITTED transaction of its own, and LanesSettle follows its commit when the
+// queue became fair: a job inserted racing the change, under job_fair's previous
+// body, is marked before FairSet returns. In a caller's transaction (a pgx.Tx) the
+// caller runs LanesSettle after committing; until then (or the lane settler's next
+// run: LanesHeal) such a job is not claimed.
 func (s *Store) FairSet(ctx context.Context, db DBTX, now *time.Time, queue string, fair bool, bypass *int, channel string) (time.Time, error) {
 	var at time.Time
 	var notified bool
-	err := db.QueryRow(ctx, s.fair.set.sql, Now(now), queue, fair, bypass, channel).Scan(&at, &notified)
+	// A queue made plain again marks no job (job_fair only narrows): nothing to settle.
+	err := s.changeLanes(ctx, db, fair, func(db DBTX) error {
+		return db.QueryRow(ctx, s.fair.set.sql, Now(now), queue, fair, bypass, channel).Scan(&at, &notified)
+	})
 	return at, err
 }
 

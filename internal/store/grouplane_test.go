@@ -14,10 +14,17 @@ import (
 // unmarked counts queue's jobs that could become pending and are not marked grouped
 // (migration 0022): jobs the limited claim's walk over jobs_group_ready_idx cannot
 // find.
-func unmarked(t *testing.T, ctx context.Context, s *Store, db DBTX, queue string) (n int) {
+func unmarked(t *testing.T, ctx context.Context, s *Store, db DBTX, queue string) int {
+	t.Helper()
+	return unmarkedBy(t, ctx, s, db, "grouped", queue)
+}
+
+// unmarkedBy counts queue's jobs that could become pending and are not marked by
+// column mark (grouped or fair_indexed).
+func unmarkedBy(t *testing.T, ctx context.Context, s *Store, db DBTX, mark, queue string) (n int) {
 	t.Helper()
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM `+s.Table("jobs")+`
-WHERE queue = $1 AND NOT grouped AND status <> 'succeeded'`, queue).Scan(&n); err != nil {
+WHERE queue = $1 AND NOT `+mark+` AND status <> 'succeeded'`, queue).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -33,12 +40,18 @@ func insertPlain(t *testing.T, ctx context.Context, s *Store, db DBTX, queue, ke
 	return r.ID
 }
 
-func groupedOf(t *testing.T, ctx context.Context, s *Store, db DBTX, id string) (g bool) {
+func groupedOf(t *testing.T, ctx context.Context, s *Store, db DBTX, id string) bool {
 	t.Helper()
-	if err := db.QueryRow(ctx, `SELECT grouped FROM `+s.Table("jobs")+` WHERE id = $1`, id).Scan(&g); err != nil {
+	return markOf(t, ctx, s, db, "grouped", id)
+}
+
+// markOf is job id's column mark (grouped or fair_indexed).
+func markOf(t *testing.T, ctx context.Context, s *Store, db DBTX, mark, id string) (m bool) {
+	t.Helper()
+	if err := db.QueryRow(ctx, `SELECT `+mark+` FROM `+s.Table("jobs")+` WHERE id = $1`, id).Scan(&m); err != nil {
 		t.Fatal(err)
 	}
-	return g
+	return m
 }
 
 // TestGroupedFollowsLimits: a job enters jobs_group_ready_idx only when a limit may
@@ -132,8 +145,23 @@ func TestGroupedInsertRacingALimit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t, pgtest.Schema(t))
-	pool := pgtest.Pool(t)
+	raceLaneChange(t, ctx, s, pgtest.Pool(t), "grouped", func(ctx context.Context, pool *pgxpool.Pool) error {
+		_, err := s.LimitSet(ctx, pool, nil, LimitRow{Scope: "queue", Target: "q", Key: "*", MaxRunning: 1}, "c")
+		return err
+	})
+}
 
+// raceLaneChange runs change (a LimitSet or FairSet that makes queue q limited or
+// fair, so that its jobs must carry the column mark) while a transaction that inserts
+// into q is open, and checks that the change waits for that transaction in its settle
+// and that no job of q is left unmarked once it has returned. The racer inserts before
+// the change and again after its new body committed: both jobs are unmarked inside the
+// racer, which the change's own backfill cannot see. A connection whose insert had a
+// generic plan cached before the change marks its next job under the new body. It
+// returns the racer's two jobs; q then holds 11 pending jobs.
+func raceLaneChange(t *testing.T, ctx context.Context, s *Store, pool *pgxpool.Pool, mark string,
+	change func(context.Context, *pgxpool.Pool) error) (early, late string) {
+	t.Helper()
 	// A connection whose insert has a generic plan cached: PostgreSQL plans a
 	// prepared statement anew for its first five executions.
 	warm, err := pool.Acquire(ctx)
@@ -141,8 +169,8 @@ func TestGroupedInsertRacingALimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer warm.Release()
-	for range 8 {
-		insertPlain(t, ctx, s, warm.Conn(), "q", "")
+	for i := range 8 {
+		insertPlain(t, ctx, s, warm.Conn(), "q", fmt.Sprint("w", i))
 	}
 
 	racer, err := pool.Begin(ctx)
@@ -150,27 +178,24 @@ func TestGroupedInsertRacingALimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer racer.Rollback(ctx)
-	early := insertPlain(t, ctx, s, racer, "q", "")
-	if groupedOf(t, ctx, s, racer, early) {
-		t.Fatal("a job of an unlimited queue entered jobs_group_ready_idx")
+	early = insertPlain(t, ctx, s, racer, "q", "r1")
+	if markOf(t, ctx, s, racer, mark, early) {
+		t.Fatalf("a job entered the index of %s before the change", mark)
 	}
 
 	set := make(chan error, 1)
-	go func() {
-		_, err := s.LimitSet(ctx, pool, nil, LimitRow{Scope: "queue", Target: "q", Key: "*", MaxRunning: 1}, "c")
-		set <- err
-	}()
-	// The limit has committed once the settle waits (for racer).
-	waitForSettle(t, ctx, pool, set)
+	go func() { set <- change(ctx, pool) }()
+	// The change has committed once the settle waits (for racer).
+	waitForSettle(t, ctx, s, pool, set)
 
-	if !groupedOf(t, ctx, s, warm.Conn(), insertPlain(t, ctx, s, warm.Conn(), "q", "")) {
-		t.Fatal("an insert planned before the limit was set, run after it, left its job out of jobs_group_ready_idx")
+	if !markOf(t, ctx, s, warm.Conn(), mark, insertPlain(t, ctx, s, warm.Conn(), "q", "w9")) {
+		t.Fatalf("an insert planned before the change, run after it, left its job unmarked (%s)", mark)
 	}
-	late := insertPlain(t, ctx, s, racer, "q", "")
-	// What the racer wrote is invisible to the limit's backfill: without the settle
-	// these jobs would stay out of the index.
+	late = insertPlain(t, ctx, s, racer, "q", "r2")
+	// What the racer wrote is invisible to the change's backfill: without the settle
+	// these jobs would stay unmarked.
 	var left int
-	if err := racer.QueryRow(ctx, `SELECT count(*) FROM `+s.Table("jobs")+` WHERE id IN ($1, $2) AND NOT grouped`, early, late).Scan(&left); err != nil {
+	if err := racer.QueryRow(ctx, `SELECT count(*) FROM `+s.Table("jobs")+` WHERE id IN ($1, $2) AND NOT `+mark, early, late).Scan(&left); err != nil {
 		t.Fatal(err)
 	}
 	if left == 0 {
@@ -178,7 +203,7 @@ func TestGroupedInsertRacingALimit(t *testing.T) {
 	}
 	select {
 	case err := <-set:
-		t.Fatalf("LimitSet returned (%v) while a transaction that inserted unmarked jobs was open", err)
+		t.Fatalf("the change returned (%v) while a transaction that inserted unmarked jobs was open", err)
 	default:
 	}
 	if err := racer.Commit(ctx); err != nil {
@@ -187,20 +212,24 @@ func TestGroupedInsertRacingALimit(t *testing.T) {
 	if err := <-set; err != nil {
 		t.Fatal(err)
 	}
-	if n := unmarked(t, ctx, s, pool, "q"); n != 0 {
-		t.Fatalf("%d jobs of limited queue q are out of jobs_group_ready_idx after LimitSet returned", n)
+	if n := unmarkedBy(t, ctx, s, pool, mark, "q"); n != 0 {
+		t.Fatalf("%d jobs of queue q are unmarked (%s) after the change returned", n, mark)
 	}
+	return early, late
 }
 
-// waitForSettle returns once a backend runs lanes_settle and waits in it, failing if
-// set (LimitSet's result) arrives first.
-func waitForSettle(t *testing.T, ctx context.Context, pool *pgxpool.Pool, set chan error) {
+// waitForSettle returns once a backend runs s's lanes_settle and waits in it, failing
+// if set (the result of LimitSet or FairSet) arrives first. It looks for the statement
+// that names s's schema: the tests run in parallel in one database, and another
+// test's settle is no sign that this one's change has committed.
+func waitForSettle(t *testing.T, ctx context.Context, s *Store, pool *pgxpool.Pool, set chan error) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		var n int
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-WHERE datname = current_database() AND state = 'active' AND query LIKE '%lanes_settle()%' AND pid <> pg_backend_pid()`).Scan(&n); err != nil {
+WHERE datname = current_database() AND state = 'active' AND strpos(query, $1) > 0 AND pid <> pg_backend_pid()`,
+			s.q+".lanes_settle()").Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n > 0 {
@@ -208,11 +237,11 @@ WHERE datname = current_database() AND state = 'active' AND query LIKE '%lanes_s
 		}
 		select {
 		case err := <-set:
-			t.Fatalf("LimitSet returned (%v) before a transaction that inserted unmarked jobs ended", err)
+			t.Fatalf("the change returned (%v) before a transaction that inserted unmarked jobs ended", err)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
-	t.Fatal("LimitSet never reached lanes_settle")
+	t.Fatal("the change never reached lanes_settle")
 }
 
 // TestGroupedConcurrentEnqueuesAndLimit: enqueuers on 8 connections while a limit of

@@ -388,7 +388,7 @@ type limitStatements struct {
 	lock, claim, succ, status stmt
 	set, remove, list, scopes stmt
 	usage, sweep              stmt
-	settle, changed           stmt
+	settle, changed, heal     stmt
 }
 
 func newLimitStatements(b *builder) limitStatements {
@@ -455,10 +455,16 @@ WITH d AS (
 )
 SELECT count(*), (SELECT pg_notify($4, '`+LimitsChanged+`')) IS NULL FROM d`),
 
-		// After a change of limits has committed (LanesSettle, migration 0022).
+		// After a change of limits or of a queue's fairness has committed (LanesSettle,
+		// migrations 0022 and 0024).
 		settle: b.add("lanes_settle", `SELECT {{s}}.lanes_settle()`),
-		// Whether this transaction's change of limits rewrote job_grouped.
+		// Whether this transaction's change of limits or fairness rewrote job_grouped or
+		// job_fair.
 		changed: b.add("lanes_changed", `SELECT coalesce(current_setting('skiplock.lanes_changed', true), '') = 'on'`),
+		// The lane settler's run (LanesHeal): the settle, when a queue made fair was
+		// not settled since (migration 0024, queues.fair_unsettled); NULL otherwise.
+		heal: b.add("lanes_heal", `
+SELECT CASE WHEN EXISTS (SELECT 1 FROM {{s}}.queues WHERE fair_unsettled IS NOT NULL) THEN {{s}}.lanes_settle() END`),
 
 		list: b.add("limit_list", `
 SELECT scope, target, key, max_running, rate, per_us, updated_at FROM {{s}}.limits

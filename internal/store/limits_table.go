@@ -30,25 +30,25 @@ type LimitRow struct {
 func (s *Store) LimitSet(ctx context.Context, db DBTX, now *time.Time, r LimitRow, channel string) (time.Time, error) {
 	var at time.Time
 	var notified bool
-	err := s.changeLimits(ctx, db, true, func(db DBTX) error {
+	err := s.changeLanes(ctx, db, true, func(db DBTX) error {
 		return db.QueryRow(ctx, s.limits.set.sql, Now(now), r.Scope, r.Target, r.Key,
 			positiveOrNil(r.MaxRunning), positiveOrNil(r.Rate), perOrNil(r), channel).Scan(&at, &notified)
 	})
 	return at, err
 }
 
-// txStarter is what changeLimits needs to run a statement in a transaction of its
+// txStarter is what changeLanes needs to run a statement in a transaction of its
 // own: *pgxpool.Pool and *pgx.Conn (a pgx.Tx begins savepoints, which would not
 // commit the change).
 type txStarter interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
-// changeLimits runs change, a write to the limits table, in a READ COMMITTED
-// transaction of its own when db can start one (see LimitSet), then, when settle and
-// the change rewrote job_grouped, LanesSettle. In a caller's transaction it runs
-// change alone.
-func (s *Store) changeLimits(ctx context.Context, db DBTX, settle bool, change func(DBTX) error) error {
+// changeLanes runs change, a write to the limits table or to a queue's fairness, in a
+// READ COMMITTED transaction of its own when db can start one (see LimitSet, FairSet),
+// then, when settle and the change rewrote job_grouped or job_fair, LanesSettle. In a
+// caller's transaction it runs change alone.
+func (s *Store) changeLanes(ctx context.Context, db DBTX, settle bool, change func(DBTX) error) error {
 	b, ok := db.(txStarter)
 	if _, tx := db.(pgx.Tx); !ok || tx {
 		return change(db)
@@ -58,8 +58,9 @@ func (s *Store) changeLimits(ctx context.Context, db DBTX, settle bool, change f
 		if err := change(tx); err != nil || !settle {
 			return err
 		}
-		// Whether the trigger rewrote job_grouped (lanes_refresh): a limit's new
-		// figures for a queue that was limited already change nothing to settle.
+		// Whether a trigger rewrote job_grouped or job_fair (lanes_refresh,
+		// fair_lanes_refresh): a limit's new figures for a queue that was limited
+		// already, or a fair queue's new bypass priority, change nothing to settle.
 		return tx.QueryRow(ctx, s.limits.changed.sql).Scan(&changed)
 	})
 	if err != nil || !changed {
@@ -69,12 +70,13 @@ func (s *Store) changeLimits(ctx context.Context, db DBTX, settle bool, change f
 	return err
 }
 
-// LanesSettle completes a change of the limits table after it committed: it waits for
-// every transaction holding ROW EXCLUSIVE on jobs (an insert that marked its job with
-// job_grouped's previous body holds it since before the change), then marks the jobs
-// of the queues now limited that such inserts left out of jobs_group_ready_idx, and
-// returns how many (migration 0022, lanes_settle). It runs in a READ COMMITTED
-// transaction of its own when db can start one.
+// LanesSettle completes a change of the limits table or of a queue's fairness after it
+// committed: it waits for every transaction holding ROW EXCLUSIVE on jobs (an insert
+// that marked its job with the previous body of job_grouped or job_fair holds it since
+// before the change), then marks the jobs of the queues now limited that such inserts
+// left out of jobs_group_ready_idx, and those of the queues now fair that they left out
+// of jobs_fair_idx, and returns how many (migrations 0022 and 0024, lanes_settle). It
+// runs in a READ COMMITTED transaction of its own when db can start one.
 func (s *Store) LanesSettle(ctx context.Context, db DBTX) (int64, error) {
 	var n int64
 	run := func(db DBTX) error { return db.QueryRow(ctx, s.limits.settle.sql).Scan(&n) }
@@ -84,6 +86,22 @@ func (s *Store) LanesSettle(ctx context.Context, db DBTX) (int64, error) {
 	}
 	err := pgx.BeginTxFunc(ctx, b, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, func(tx pgx.Tx) error { return run(tx) })
 	return n, err
+}
+
+// LanesHeal runs LanesSettle in tx when a queue made fair was not settled since
+// (queues.fair_unsettled, migration 0024: the client that made it fair stopped before
+// its settle, or the change was made by SQL), and reports whether it ran and how many
+// jobs it marked. Until a settle, a job inserted racing the change is not claimed. tx
+// must be READ COMMITTED.
+func (s *Store) LanesHeal(ctx context.Context, tx pgx.Tx) (ran bool, marked int64, err error) {
+	var n *int64
+	if err := tx.QueryRow(ctx, s.limits.heal.sql).Scan(&n); err != nil {
+		return false, 0, err
+	}
+	if n == nil {
+		return false, 0, nil
+	}
+	return true, *n, nil
 }
 
 func positiveOrNil(n int) *int {
@@ -106,7 +124,7 @@ func (s *Store) LimitDelete(ctx context.Context, db DBTX, scope, target, key, ch
 	var n int64
 	var notified bool
 	// A limit gone marks no job (job_grouped only narrows): nothing to settle.
-	err := s.changeLimits(ctx, db, false, func(db DBTX) error {
+	err := s.changeLanes(ctx, db, false, func(db DBTX) error {
 		return db.QueryRow(ctx, s.limits.remove.sql, scope, target, key, channel).Scan(&n, &notified)
 	})
 	return n > 0, err

@@ -101,7 +101,8 @@ func (s *Store) ConvertToPartitioned(ctx context.Context, tx pgx.Tx, p ConvertPa
 		`CREATE INDEX jobs_batch_idx ON {{s}}.jobs (batch_id) WHERE batch_id IS NOT NULL`,
 		`CREATE INDEX jobs_waiting_idx ON {{s}}.jobs (queue) WHERE status > 'cancelled'`,
 		`CREATE INDEX jobs_slot_of_idx ON {{s}}.jobs (slot_of) WHERE slot_of IS NOT NULL AND status = 'running'`,
-		`CREATE INDEX jobs_fair_idx ON {{s}}.jobs (queue, concurrency_key, priority DESC, run_at, id) WHERE status = 'pending'`,
+		`CREATE INDEX jobs_fair_idx ON {{s}}.jobs (queue, concurrency_key, priority DESC, run_at, id)
+		   WHERE status = 'pending' AND fair_indexed`,
 		// Finding the job that holds a key (the insert statements' follow-up query).
 		`CREATE INDEX jobs_dedup_lookup_idx ON {{s}}.jobs (kind, deduplication_key) WHERE deduplication_key IS NOT NULL`,
 		`ALTER TABLE {{s}}.jobs ATTACH PARTITION {{s}}.jobs_legacy FOR VALUES FROM (MINVALUE) TO (` + to + `)`,

@@ -38,8 +38,6 @@
 -- fire no trigger): the lock is taken before anything reads the limits.
 LOCK TABLE {{schema}}.limits IN SHARE ROW EXCLUSIVE MODE;
 
-ALTER TABLE {{schema}}.jobs ADD COLUMN grouped boolean NOT NULL DEFAULT true;
-
 -- Rewritten by limits_lanes; this first body is replaced below from the limits
 -- already set.
 CREATE FUNCTION {{schema}}.job_grouped(queue text) RETURNS boolean
@@ -130,6 +128,11 @@ BEGIN
   RETURN n;
 END
 $$;
+
+-- After the functions: on an existing Citus schema (which takes the functions, not the
+-- trigger), Citus refuses a function's creation after a parallel change of a
+-- distributed table in the same transaction, which the new column is.
+ALTER TABLE {{schema}}.jobs ADD COLUMN grouped boolean NOT NULL DEFAULT true;
 
 -- The trigger, and the body for the limits already set (no job is unmarked yet:
 -- nothing to settle). Not on the Citus layout (recognised by tx_lineage's
