@@ -1,21 +1,24 @@
 package store
 
 // The lane marks of a COPY (issue #49): a COPY names its columns but computes no
-// expression, so it cannot write grouped = job_grouped(queue) as the insert statements
-// do (migration 0022, grouped in enqueue.go). Left at its default, true, every bulk job
-// entered jobs_group_ready_idx: ~140 B of WAL and a quarter of the server's CPU per
-// bulk row (docs/enqueue_cost.md, "COPY's lane marks"). CopyLaned reads the marks of
-// the batch's queues in the COPY's own transaction, after taking ROW EXCLUSIVE on jobs,
-// and the COPY writes them as a column.
+// expression, so it cannot write grouped = job_grouped(queue) and fair_indexed =
+// job_fair(queue) as the insert statements do (migrations 0022 and 0024, grouped and
+// fairIndexed in enqueue.go). Left at their default, true, every bulk job entered
+// jobs_group_ready_idx (~140 B of WAL and a quarter of the server's CPU per bulk row:
+// docs/enqueue_cost.md, "COPY's lane marks") and jobs_fair_idx. CopyLaned reads the
+// marks of the batch's queues in the COPY's own transaction, after taking ROW
+// EXCLUSIVE on jobs, and the COPY writes them as columns.
 //
-// Why the lock first: lanes_settle(), which LimitSet runs after a change of
-// job_grouped's body commits, waits for every transaction that holds ROW EXCLUSIVE on
-// jobs when it starts, then marks what they left unmarked. A transaction that reads
-// the marks before it holds the lock could read the previous body, let the settle pass
-// it by, and COPY unmarked jobs into a limited queue after LimitSet returned. With the
-// lock taken first, either the lock came before the change committed (the settle waits
-// for this transaction and marks its jobs), or it came after, and taking it anew
-// accepted the catalog's invalidations: the read that follows sees the new body.
+// Why the lock first: lanes_settle(), which LimitSet and QueueSetFair run after a
+// change of job_grouped's or job_fair's body commits, waits for every transaction
+// that holds ROW EXCLUSIVE on jobs when it starts, then marks what they left
+// unmarked. A transaction that reads the marks before it holds the lock could read
+// the previous body, let the settle pass it by, and COPY unmarked jobs into a queue
+// limited or made fair after the call returned (for a fair queue that job would be
+// invisible to the fair claim until the lane settler's next pass). With the lock taken
+// first, either the lock came before the change committed (the settle waits for this
+// transaction and marks its jobs), or it came after, and taking it anew accepted the
+// catalog's invalidations: the read that follows sees the new body.
 
 import (
 	"context"
@@ -25,19 +28,29 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// LaneMarks are the jobs.grouped values of a COPY's queues (CopyLaned).
-type LaneMarks map[string]bool
-
-// of returns queue's mark; a queue not read is marked (the column's default, which
-// keeps its jobs in every index a claim may read).
-func (m LaneMarks) of(queue string) bool {
-	g, ok := m[queue]
-	return g || !ok
+// Lanes are one queue's lane marks: the values of jobs.grouped (migration 0022, the
+// limited claim's jobs_group_ready_idx) and jobs.fair_indexed (0024, the fair claim's
+// jobs_fair_idx) its jobs are written with.
+type Lanes struct {
+	Grouped, FairIndexed bool
 }
 
-// copyLanesSQL reads job_grouped for each queue of $1 (the function is inlined: a
+// LaneMarks are the lane marks of a COPY's queues (CopyLaned).
+type LaneMarks map[string]Lanes
+
+// of returns queue's marks; a queue not read is marked in both (the columns' default,
+// which keeps its jobs in every index a claim may read).
+func (m LaneMarks) of(queue string) Lanes {
+	l, ok := m[queue]
+	if !ok {
+		return Lanes{Grouped: true, FairIndexed: true}
+	}
+	return l
+}
+
+// copyLanesSQL reads job_grouped and job_fair for each queue of $1 (both inlined: a
 // constant or a test against a literal list, no table read).
-const copyLanesSQL = `SELECT q, {{s}}.job_grouped(q) FROM unnest($1::text[]) AS q`
+const copyLanesSQL = `SELECT q, {{s}}.job_grouped(q), {{s}}.job_fair(q) FROM unnest($1::text[]) AS q`
 
 // batcher is a transaction's or a connection's SendBatch.
 type batcher interface {
@@ -151,13 +164,13 @@ func (s *Store) readLanes(ctx context.Context, on batcher, b *pgx.Batch, marks L
 	}
 	for rows.Next() {
 		var q string
-		var g bool
-		if err := rows.Scan(&q, &g); err != nil {
+		var l Lanes
+		if err := rows.Scan(&q, &l.Grouped, &l.FairIndexed); err != nil {
 			rows.Close()
 			_ = br.Close()
 			return err
 		}
-		marks[q] = g
+		marks[q] = l
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {

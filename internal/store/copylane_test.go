@@ -90,7 +90,7 @@ func copyLanedMarks(t *testing.T, partitioned bool) {
 		var lim, free []string
 		owned, notifyErr, err := s.CopyLaned(ctx, db, []string{"lim", "free"}, &Notify{Channel: "skiplock_test", Queues: []string{"lim"}},
 			func(cp Copier, marks LaneMarks) error {
-				if !marks["lim"] || marks["free"] || len(marks) != 2 {
+				if !marks["lim"].Grouped || marks["free"].Grouped || len(marks) != 2 {
 					t.Errorf("%s: marks %v, want lim marked and free not", name, marks)
 				}
 				lim = copyJobsOf(t, ctx, s, cp, marks, "lim", 70)
@@ -152,81 +152,97 @@ func copyLanedMarks(t *testing.T, partitioned bool) {
 	}
 }
 
-// TestCopyRacingALimit: a COPY whose marks were read before a limit of its queue
-// committed does not strand its jobs out of jobs_group_ready_idx. The limit is set
-// between the read and the COPY itself (inside write): LimitSet must wait for the
-// COPY's transaction — which holds ROW EXCLUSIVE on jobs since before its read — and
-// mark its jobs once it has committed. Reading the marks before taking the lock,
-// LimitSet would return while the COPY was still to write its unmarked jobs (the
-// settle waits only for transactions that hold the lock when it starts). Run for the
-// pool (CopyLaned's own transaction) and a pgx.Tx (the caller's).
-func TestCopyRacingALimit(t *testing.T) {
+// TestCopyRacingALaneChange: a COPY whose marks were read before a limit of its
+// queue, or the queue's fairness, committed does not strand its jobs out of the index
+// the change wants them in (jobs_group_ready_idx, jobs_fair_idx: a fair job out of
+// the latter is invisible to the fair claim). The change is made between the read
+// and the COPY itself (inside write): LimitSet / FairSet must wait for the COPY's
+// transaction — which holds ROW EXCLUSIVE on jobs since before its read — and mark
+// its jobs once it has committed. Reading the marks before taking the lock, the
+// change would return while the COPY was still to write its unmarked jobs (the settle
+// waits only for transactions that hold the lock when it starts). Run for the pool
+// (CopyLaned's own transaction) and a pgx.Tx (the caller's).
+func TestCopyRacingALaneChange(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newStore(t, pgtest.Schema(t))
 	pool := pgtest.Pool(t)
-	for _, c := range []struct{ name, queue string }{{"pool", "qp"}, {"pgx.Tx", "qt"}} {
-		var db Copier = pool
-		var tx pgx.Tx
-		if c.name == "pgx.Tx" {
-			var err error
-			if tx, err = pool.Begin(ctx); err != nil {
+	changes := []struct {
+		name, mark string
+		of         func(Lanes) bool
+		change     func(queue string) error
+	}{
+		{"limit", "grouped", func(l Lanes) bool { return l.Grouped }, func(queue string) error {
+			_, err := s.LimitSet(ctx, pool, nil, LimitRow{Scope: "queue", Target: queue, Key: "*", MaxRunning: 1}, "c")
+			return err
+		}},
+		{"fair", "fair_indexed", func(l Lanes) bool { return l.FairIndexed }, func(queue string) error {
+			_, err := s.FairSet(ctx, pool, nil, queue, true, nil, "c")
+			return err
+		}},
+	}
+	for _, ch := range changes {
+		for _, c := range []struct{ name, queue string }{{"pool", ch.name + "-qp"}, {"pgx.Tx", ch.name + "-qt"}} {
+			name := ch.name + ", " + c.name
+			var db Copier = pool
+			var tx pgx.Tx
+			if c.name == "pgx.Tx" {
+				var err error
+				if tx, err = pool.Begin(ctx); err != nil {
+					t.Fatal(err)
+				}
+				defer tx.Rollback(ctx)
+				db = tx
+			}
+			set := make(chan error, 1)
+			var ids []string
+			_, _, err := s.CopyLaned(ctx, db, []string{c.queue}, nil, func(cp Copier, marks LaneMarks) error {
+				if ch.of(marks[c.queue]) {
+					t.Fatalf("%s: queue %s marked before the change", name, c.queue)
+				}
+				go func() { set <- ch.change(c.queue) }()
+				// The change has committed once the settle waits (for this transaction).
+				waitForSettle(t, ctx, s, pool, set)
+				ids = copyJobsOf(t, ctx, s, cp, marks, c.queue, 100)
+				var left int
+				if err := cp.(DBTX).QueryRow(ctx, `SELECT count(*) FROM `+s.Table("jobs")+` WHERE id = ANY ($1::uuid[]) AND NOT `+ch.mark, ids).Scan(&left); err != nil {
+					t.Fatal(err)
+				}
+				if left != len(ids) {
+					t.Fatalf("%s: %d of %d jobs unmarked before the commit: the test does not exercise the settle", name, left, len(ids))
+				}
+				select {
+				case err := <-set:
+					t.Fatalf("%s: the change returned (%v) while a COPY that read the old marks was open", name, err)
+				default:
+				}
+				return nil
+			})
+			if err != nil {
 				t.Fatal(err)
 			}
-			defer tx.Rollback(ctx)
-			db = tx
-		}
-		set := make(chan error, 1)
-		var ids []string
-		_, _, err := s.CopyLaned(ctx, db, []string{c.queue}, nil, func(cp Copier, marks LaneMarks) error {
-			if marks[c.queue] {
-				t.Fatalf("%s: queue %s marked before its limit exists", c.name, c.queue)
+			if tx != nil {
+				if err := tx.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
 			}
-			go func() {
-				_, err := s.LimitSet(ctx, pool, nil, LimitRow{Scope: "queue", Target: c.queue, Key: "*", MaxRunning: 1}, "c")
-				set <- err
-			}()
-			// The limit has committed once the settle waits (for this transaction).
-			waitForSettle(t, ctx, pool, set)
-			ids = copyJobsOf(t, ctx, s, cp, marks, c.queue, 100)
-			var left int
-			if err := cp.(DBTX).QueryRow(ctx, `SELECT count(*) FROM `+s.Table("jobs")+` WHERE id = ANY ($1::uuid[]) AND NOT grouped`, ids).Scan(&left); err != nil {
+			if err := <-set; err != nil {
 				t.Fatal(err)
 			}
-			if left != len(ids) {
-				t.Fatalf("%s: %d of %d jobs unmarked before the commit: the test does not exercise the settle", c.name, left, len(ids))
+			if n := unmarkedBy(t, ctx, s, pool, ch.mark, c.queue); n != 0 {
+				t.Fatalf("%s: %d COPY'd jobs of queue %s are unmarked (%s) after the change returned", name, n, c.queue, ch.mark)
 			}
-			select {
-			case err := <-set:
-				t.Fatalf("%s: LimitSet returned (%v) while a COPY that read the old marks was open", c.name, err)
-			default:
-			}
-			return nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if tx != nil {
-			if err := tx.Commit(ctx); err != nil {
+			// The next COPY reads the new marks.
+			var later []string
+			if _, _, err := s.CopyLaned(ctx, pool, []string{c.queue}, nil, func(cp Copier, marks LaneMarks) error {
+				later = copyJobsOf(t, ctx, s, cp, marks, c.queue, 70)
+				return nil
+			}); err != nil {
 				t.Fatal(err)
 			}
-		}
-		if err := <-set; err != nil {
-			t.Fatal(err)
-		}
-		if n := unmarked(t, ctx, s, pool, c.queue); n != 0 {
-			t.Fatalf("%s: %d COPY'd jobs of limited queue %s are out of jobs_group_ready_idx after LimitSet returned", c.name, n, c.queue)
-		}
-		// The next COPY reads the new marks.
-		var later []string
-		if _, _, err := s.CopyLaned(ctx, pool, []string{c.queue}, nil, func(cp Copier, marks LaneMarks) error {
-			later = copyJobsOf(t, ctx, s, cp, marks, c.queue, 70)
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		if n := groupedCount(t, ctx, s, pool, later); n != len(later) {
-			t.Fatalf("%s: a COPY after the limit marked %d of %d jobs", c.name, n, len(later))
+			if n := unmarkedBy(t, ctx, s, pool, ch.mark, c.queue); n != 0 {
+				t.Fatalf("%s: a COPY after the change left %d of %d jobs unmarked (%s)", name, n, len(later), ch.mark)
+			}
 		}
 	}
 }

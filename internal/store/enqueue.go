@@ -458,7 +458,7 @@ type Copier interface {
 // withRunAt every row's RunAt must be set; otherwise run_at takes its default, the
 // database's now(). A non-nil now sets created_at and updated_at (an injected
 // clock); nil leaves them to the database. Non-nil marks (CopyLaned's) set each job's
-// grouped; nil leaves it at its default, true.
+// grouped and fair_indexed; nil leaves both at their default, true.
 func (s *Store) CopyInsert(ctx context.Context, db Copier, ids [][16]byte, ps []InsertParams, withRunAt bool, now *time.Time, marks LaneMarks) error {
 	return s.copyJobs(ctx, db, len(ps), nil, withRunAt, now, marks, func(i int) ([]any, *InsertParams) {
 		return []any{ids[i]}, &ps[i]
@@ -468,7 +468,7 @@ func (s *Store) CopyInsert(ctx context.Context, db Copier, ids [][16]byte, ps []
 // copyJobs writes n jobs with COPY. row(i) gives the i-th job's leading column values
 // (its id, then one for each of extra) and its parameters; the common columns follow
 // them, then run_at when withRunAt (every RunAt must be set), then created_at and
-// updated_at when now is set, then grouped when marks is not nil.
+// updated_at when now is set, then grouped and fair_indexed when marks is not nil.
 func (s *Store) copyJobs(ctx context.Context, db Copier, n int, extra []string, withRunAt bool, now *time.Time, marks LaneMarks,
 	row func(i int) ([]any, *InsertParams)) error {
 	cols := append(append([]string{"id"}, extra...), "queue", "kind", "payload", "priority", "max_attempts", "metadata",
@@ -480,7 +480,7 @@ func (s *Store) copyJobs(ctx context.Context, db Copier, n int, extra []string, 
 		cols = append(cols, "created_at", "updated_at")
 	}
 	if marks != nil {
-		cols = append(cols, "grouped")
+		cols = append(cols, "grouped", "fair_indexed")
 	}
 	i := -1
 	src := pgx.CopyFromFunc(func() ([]any, error) {
@@ -505,7 +505,8 @@ func (s *Store) copyJobs(ctx context.Context, db Copier, n int, extra []string, 
 			vals = append(vals, *now, *now)
 		}
 		if marks != nil {
-			vals = append(vals, marks.of(p.Queue))
+			l := marks.of(p.Queue)
+			vals = append(vals, l.Grouped, l.FairIndexed)
 		}
 		return vals, nil
 	})

@@ -120,15 +120,21 @@ func TestFairIndexedFollowsFairness(t *testing.T) {
 			t.Fatalf("job %s of a plain queue entered jobs_fair_idx", id)
 		}
 	}
-	// COPY writes no mark: its jobs keep the default and stay in the index.
+	// A COPY writes the marks CopyLaned read: b is plain yet, so its jobs stay out of
+	// the index until b's backfill below marks them.
 	ids := make([][16]byte, 3)
 	ps := make([]InsertParams, len(ids))
 	for i := range ids {
 		ids[i] = [16]byte{0xff, byte(i), 1}
 		ps[i] = InsertParams{Queue: "b", Kind: "k", Payload: []byte(`{}`), MaxAttempts: 3, ConcurrencyKey: "k4"}
 	}
-	if err := s.CopyInsert(ctx, pool, ids, ps, false, nil); err != nil {
+	if _, _, err := s.CopyLaned(ctx, pool, []string{"b"}, nil, func(cp Copier, marks LaneMarks) error {
+		return s.CopyInsert(ctx, cp, ids, ps, false, nil, marks)
+	}); err != nil {
 		t.Fatal(err)
+	}
+	if n := unmarkedBy(t, ctx, s, pool, "fair_indexed", "b"); n < len(ids) {
+		t.Fatalf("%d jobs of plain queue b unmarked, want the %d COPY'd at least", n, len(ids))
 	}
 
 	// A job claimed while the queue is plain, retried after it became fair: back to
@@ -162,8 +168,8 @@ func TestFairIndexedFollowsFairness(t *testing.T) {
 	if _, err := pool.Exec(ctx, `UPDATE `+s.Table("jobs")+` SET status = 'succeeded' WHERE id = $1`, done); err != nil {
 		t.Fatal(err)
 	}
-	if n := unfairIndexed(t, ctx, s, pool, "b"); n != 5 {
-		t.Fatalf("%d jobs of plain queue b out of jobs_fair_idx, want 5", n)
+	if n := unfairIndexed(t, ctx, s, pool, "b"); n != 8 {
+		t.Fatalf("%d jobs of plain queue b out of jobs_fair_idx, want 8 (3 COPY'd)", n)
 	}
 
 	if _, err := s.FairSet(ctx, pool, nil, "b", true, nil, "c"); err != nil {

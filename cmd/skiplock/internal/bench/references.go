@@ -105,8 +105,8 @@ func runB2(ctx context.Context, e *Env) (*Result, error) {
 }
 
 // copyColumns are the columns W3's COPY writes (store.CopyInsert's, with no run_at
-// and no clock, and the lane mark W3's COPY reads for its unlimited queue: false).
-var copyColumns = []string{"id", "queue", "kind", "payload", "priority", "max_attempts", "metadata", "tags", "concurrency_key", "grouped"}
+// and no clock, and the lane marks W3's COPY reads for its plain queue: false, false).
+var copyColumns = []string{"id", "queue", "kind", "payload", "priority", "max_attempts", "metadata", "tags", "concurrency_key", "grouped", "fair_indexed"}
 
 // copyRows returns W3's rows from first, n of them, ready for COPY.
 func copyRows(first, n int) [][]any {
@@ -114,7 +114,7 @@ func copyRows(first, n int) [][]any {
 	rows := make([][]any, n)
 	for k := range rows {
 		b, _ := json.Marshal(noop{I: first + k})
-		rows[k] = []any{uuidv7.New(stamp, uint32(k)), skiplock.DefaultQueue, noop{}.Kind(), json.RawMessage(b), int32(0), int32(skiplock.DefaultMaxAttempts), nil, nil, "", false}
+		rows[k] = []any{uuidv7.New(stamp, uint32(k)), skiplock.DefaultQueue, noop{}.Kind(), json.RawMessage(b), int32(0), int32(skiplock.DefaultMaxAttempts), nil, nil, "", false, false}
 	}
 	return rows
 }
