@@ -70,6 +70,12 @@ func preinsertKeys(ctx context.Context, e *Env, schema string, n int, keyOf func
 			return err
 		}
 	}
+	return settleBacklog(ctx, e, schema)
+}
+
+// settleBacklog vacuums and analyzes schema's jobs and checkpoints, before a clock
+// starts on a backlog just written.
+func settleBacklog(ctx context.Context, e *Env, schema string) error {
 	if _, err := e.Pool.Exec(ctx, `VACUUM ANALYZE "`+schema+`".jobs`); err != nil {
 		return err
 	}
