@@ -175,3 +175,23 @@ func TestCursorKeepsTheLaterClaimsEnd(t *testing.T) {
 		t.Fatalf("cursor %v, want %v: a claim after the rewind moves it", got, at(5))
 	}
 }
+
+// A claim beside the one in flight waits for half the places while jobs are queued
+// locally (or a full claim when claims are smaller), and goes at once when none are.
+func TestBesideRoom(t *testing.T) {
+	t.Parallel()
+	c := newCapacity(Queue{MaxWorkers: 100, MaxPrefetch: 1000, PrefetchWindow: time.Hour})
+	c.observe(time.Microsecond) // limit 1,100
+	for _, x := range []struct {
+		n, fetch int
+		queued   bool
+		want     bool
+	}{
+		{549, 1000, true, false}, {550, 1000, true, true}, {300, 1000, false, true},
+		{4, 4, true, true}, {3, 4, true, false},
+	} {
+		if got := c.besideRoom(x.n, x.fetch, x.queued); got != x.want {
+			t.Errorf("besideRoom(%d, fetch %d, queued %v) = %v, want %v", x.n, x.fetch, x.queued, got, x.want)
+		}
+	}
+}
