@@ -176,22 +176,20 @@ func TestCursorKeepsTheLaterClaimsEnd(t *testing.T) {
 	}
 }
 
-// A claim beside the one in flight waits for half the places while jobs are queued
-// locally (or a full claim when claims are smaller), and goes at once when none are.
+// A claim beside the one in flight takes half the places or more (or a full claim
+// when claims are smaller).
 func TestBesideRoom(t *testing.T) {
 	t.Parallel()
 	c := newCapacity(Queue{MaxWorkers: 100, MaxPrefetch: 1000, PrefetchWindow: time.Hour})
 	c.observe(time.Microsecond) // limit 1,100
 	for _, x := range []struct {
 		n, fetch int
-		queued   bool
 		want     bool
 	}{
-		{549, 1000, true, false}, {550, 1000, true, true}, {300, 1000, false, true},
-		{4, 4, true, true}, {3, 4, true, false},
+		{549, 1000, false}, {550, 1000, true}, {1000, 1000, true}, {4, 4, true}, {3, 4, false}, {300, 300, true},
 	} {
-		if got := c.besideRoom(x.n, x.fetch, x.queued); got != x.want {
-			t.Errorf("besideRoom(%d, fetch %d, queued %v) = %v, want %v", x.n, x.fetch, x.queued, got, x.want)
+		if got := c.besideRoom(x.n, x.fetch); got != x.want {
+			t.Errorf("besideRoom(%d, fetch %d) = %v, want %v", x.n, x.fetch, got, x.want)
 		}
 	}
 }

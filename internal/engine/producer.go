@@ -178,7 +178,7 @@ func (e *Engine) produce(p *producer) {
 		// beside it, rather than after it; so does a plain queue with a backlog (see
 		// produce, "A second claim").
 		parallel := claiming && beside(inflight, e.cfg.Citus, urgent,
-			backlog && !e.fair(p.queue) && !e.limited(p.queue) && p.cap.besideRoom(n, e.cfg.FetchLimit, p.local.len() > 0))
+			backlog && !e.fair(p.queue) && !e.limited(p.queue) && p.cap.besideRoom(n, e.cfg.FetchLimit))
 		if !ok && successors && p.handoff.Load() {
 			// Successors need no capacity of their own (they run on their
 			// predecessors' executors): claim them even when the workers are full.
