@@ -91,10 +91,10 @@ func (c *capacity) claimSize(batch, fetchLimit int, queuedLocally bool) (int, bo
 // besideRoom reports whether a claim for n jobs is worth sending beside the claim in
 // flight under a backlog (produce, "A second claim"): only a claim of half the limit
 // or more (or a full claim of fetchLimit), where a claim sent alone waits for a
-// quarter. The claim statement's cost per job
-// grows as its size falls (about 0.5 ms of backend CPU per statement: 11.0 µs a job at
-// 350 against 10.2 at 700, docs/benchmarks.md, "A second claim in flight"); two claims
-// that split the places between them would each be small.
+// quarter. The claim statement's cost per job grows as its size falls (about 0.5 ms
+// of backend CPU per statement: 11.0 µs a job at 350 against 10.2 at 700,
+// docs/benchmarks.md, "A second claim in flight"); two claims that split the places
+// between them would each be small.
 func (c *capacity) besideRoom(n, fetchLimit int) bool {
 	return n >= min(c.limit()/2, fetchLimit)
 }

@@ -71,9 +71,9 @@ type claimResult struct {
 // and the stale client".)
 //
 // A second claim. A plain queue (neither fair nor limited, one node) whose last
-// claim came back full has a backlog: while a claim is in flight and places are free
-// for another (claimSize, with its quarter rule), the producer sends a second plain
-// claim beside it rather than after it. Under a backlog the claim statement is the
+// claim came back full has a backlog: while a claim is in flight and half the places
+// or more are free for another (capacity.besideRoom), the producer sends a second
+// plain claim beside it rather than after it. Under a backlog the claim statement is the
 // queue's critical path (claims were in flight 90% of W5's time, one at a time), and
 // a second one runs on another backend, so another core; the second skips the rows
 // the first holds (SKIP LOCKED) and takes the jobs after them. Both reserved their
