@@ -73,6 +73,11 @@ type ProcessCounters struct {
 	// ClaimStatements and CompletionStatements count the runtime's claim and
 	// completion statements; Claimed and Completed over them are the batch sizes.
 	ClaimStatements, Claimed, CompletionStatements, Completed int64
+	// ClaimsBeside counts the claim statements sent while another claim of the same
+	// queue was in flight: a plain queue's second claim under a backlog, a fair
+	// queue's claim for a new job. At most two claims of a queue are in flight, so
+	// ClaimTime can exceed the wall time it was spent in.
+	ClaimsBeside int64
 	// ClaimTime and CompletionTime are the wall time spent in those statements.
 	ClaimTime, CompletionTime time.Duration
 	// Throttled counts due jobs a limited claim left pending because a limit held
@@ -377,7 +382,7 @@ func (c *Client) Counters() ProcessCounters {
 		Inserted: m.inserted.Load(), Succeeded: m.succeeded.Load(), Failed: m.failed.Load(),
 		Retried: m.retried.Load(), Snoozed: m.snoozed.Load(), Cancelled: m.cancelled.Load(),
 		LeaseLost: m.leaseLost.Load(), Reclaimed: m.reclaimed.Load(), EventsDropped: dropped,
-		ClaimStatements: m.engine.Claims.Load(), Claimed: m.engine.Claimed.Load(),
+		ClaimStatements: m.engine.Claims.Load(), Claimed: m.engine.Claimed.Load(), ClaimsBeside: m.engine.ClaimsBeside.Load(),
 		CompletionStatements: m.engine.Flushes.Load(), Completed: m.engine.Flushed.Load(),
 		ClaimTime: time.Duration(m.engine.ClaimNanos.Load()), CompletionTime: time.Duration(m.engine.FlushNanos.Load()),
 		Throttled: m.engine.Throttled.Load(),

@@ -3,6 +3,8 @@ package engine
 import (
 	"testing"
 	"time"
+
+	"github.com/skiplock/skiplock/internal/store"
 )
 
 func drained(ch chan struct{}) bool {
@@ -120,5 +122,74 @@ func TestFairBound(t *testing.T) {
 	}
 	if got := fairBound(100, 1000); got <= 0 {
 		t.Errorf("fairBound after a long silence = %d: overflowed", got)
+	}
+}
+
+// A claim goes beside the one in flight only beside a single claim, never on the
+// Citus layout, and only for a fair queue told of a new job or a plain queue whose
+// last claim came back full: an idle queue (its claims short) never overlaps them.
+func TestBeside(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		inflight                     int
+		citus, urgent, backlog, want bool
+	}{
+		{1, false, false, true, true},   // a plain backlog
+		{1, false, true, false, true},   // a fair queue's new job
+		{1, false, false, false, false}, // idle, or the last claim was short
+		{2, false, false, true, false},  // two in flight already
+		{2, false, true, true, false},
+		{0, false, false, true, false}, // nothing in flight: an ordinary claim
+		{1, true, false, true, false},  // Citus
+		{1, true, true, false, false},
+	} {
+		if got := beside(c.inflight, c.citus, c.urgent, c.backlog); got != c.want {
+			t.Errorf("beside(%d, citus %v, urgent %v, backlog %v) = %v, want %v", c.inflight, c.citus, c.urgent, c.backlog, got, c.want)
+		}
+	}
+}
+
+// Two plain claims read the cursor at once: the one that read it first does not move
+// it back over the later one's jobs when it comes back last, and a rewind still wins
+// over both.
+func TestCursorKeepsTheLaterClaimsEnd(t *testing.T) {
+	t.Parallel()
+	var c claimCursor
+	at := func(s int) *store.ClaimCursor { return &store.ClaimCursor{RunAt: time.Unix(int64(s), 0)} }
+	_, first := c.get()
+	_, second := c.get()
+	c.advance(second, at(20))
+	c.advance(first, at(10)) // came back last: stays at the second's end
+	if got, _ := c.get(); got == nil || !got.RunAt.Equal(at(20).RunAt) {
+		t.Fatalf("cursor %v, want the later claim's end %v", got, at(20))
+	}
+	_, third := c.get()
+	c.rewind()
+	c.advance(third, at(30)) // read before the rewind
+	if got, _ := c.get(); got != nil {
+		t.Fatalf("cursor %v after a rewind, want the head", got)
+	}
+	_, fourth := c.get()
+	c.advance(fourth, at(5))
+	if got, _ := c.get(); got == nil || !got.RunAt.Equal(at(5).RunAt) {
+		t.Fatalf("cursor %v, want %v: a claim after the rewind moves it", got, at(5))
+	}
+}
+
+// A claim beside the one in flight takes half the places or more (or a full claim
+// when claims are smaller).
+func TestBesideRoom(t *testing.T) {
+	t.Parallel()
+	c := newCapacity(Queue{MaxWorkers: 100, MaxPrefetch: 1000, PrefetchWindow: time.Hour})
+	c.observe(time.Microsecond) // limit 1,100
+	for _, x := range []struct {
+		n, fetch int
+		want     bool
+	}{
+		{549, 1000, false}, {550, 1000, true}, {1000, 1000, true}, {4, 4, true}, {3, 4, false}, {300, 300, true},
+	} {
+		if got := c.besideRoom(x.n, x.fetch); got != x.want {
+			t.Errorf("besideRoom(%d, fetch %d) = %v, want %v", x.n, x.fetch, got, x.want)
+		}
 	}
 }

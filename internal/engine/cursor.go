@@ -30,27 +30,42 @@ import (
 
 // claimCursor is a producer's cursor. gen counts rewinds, so a claim that started
 // before a rewind cannot move the cursor past what the rewind uncovered.
+//
+// Two plain claims can be in flight at once (produce, "A second claim"), both
+// started from the same cursor; the later one skips the rows the earlier one holds
+// and takes the jobs after them. seq orders the claims by when they read the cursor,
+// so that the earlier claim, should it come back last, does not move the cursor back
+// over the later one's jobs: as with claims in a row, the cursor is where the claim
+// that started last ended.
 type claimCursor struct {
 	mu  sync.Mutex
 	at  *store.ClaimCursor
 	gen uint64
+	// issued counts the reads of the cursor (get); moved is the read whose claim
+	// moved the cursor last.
+	issued, moved uint64
 }
 
-// get returns where the next claim starts (nil: at the head) and the generation to
-// hand back to advance.
-func (c *claimCursor) get() (*store.ClaimCursor, uint64) {
+// cursorTicket is what a claim hands back to advance: the generation it read and
+// its place among the reads.
+type cursorTicket struct{ gen, seq uint64 }
+
+// get returns where the next claim starts (nil: at the head) and the ticket to hand
+// back to advance.
+func (c *claimCursor) get() (*store.ClaimCursor, cursorTicket) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.at, c.gen
+	c.issued++
+	return c.at, cursorTicket{gen: c.gen, seq: c.issued}
 }
 
 // advance moves the cursor to the last job a claim took, unless a rewind happened
-// since that claim read the cursor.
-func (c *claimCursor) advance(gen uint64, at *store.ClaimCursor) {
+// since that claim read the cursor, or a claim that read it later moved it already.
+func (c *claimCursor) advance(t cursorTicket, at *store.ClaimCursor) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.gen == gen {
-		c.at = at
+	if c.gen == t.gen && t.seq > c.moved {
+		c.at, c.moved = at, t.seq
 	}
 }
 

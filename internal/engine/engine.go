@@ -142,6 +142,9 @@ type Counters struct {
 	// LateStarts counts the jobs under a rate limit handed back because their
 	// handler could not start within store.RateStartSlack of their claim.
 	LateStarts atomic.Int64
+	// ClaimsBeside counts the claims sent while another claim of the same queue was
+	// in flight (produce: a plain queue's second claim, a fair queue's notified one).
+	ClaimsBeside atomic.Int64
 }
 
 // ErrShutdown is the cause a handler's context is cancelled with when a stop cuts

@@ -74,7 +74,7 @@ func (e *Engine) claimLimited(ctx context.Context, p *producer, n, waiting int, 
 	}
 	// Limited claims resume from the producer's cursor too (cursor.go), so a held
 	// snapshot does not make each of them walk every job claimed since it was taken.
-	after, gen := p.cursor.get()
+	after, ticket := p.cursor.get()
 	params := store.ClaimParams{Queue: p.queue, WorkerID: e.cfg.WorkerID, Limit: n, Waiting: waiting, Lease: e.cfg.LeaseDuration, Preds: preds,
 		After: after, Lag: e.cfg.PollInterval}
 	if successors && p.handoff.Load() {
@@ -95,9 +95,9 @@ func (e *Engine) claimLimited(ctx context.Context, p *producer, n, waiting int, 
 	// must not fall behind the cursor), or after the last job taken when none waits.
 	switch {
 	case res.Next != nil:
-		p.cursor.advance(gen, res.Next)
+		p.cursor.advance(ticket, res.Next)
 	case len(res.Jobs) > 0:
-		p.cursor.advance(gen, store.CursorOf(res.Jobs[len(res.Jobs)-1]))
+		p.cursor.advance(ticket, store.CursorOf(res.Jobs[len(res.Jobs)-1]))
 	}
 	out := claimResult{short: len(res.Jobs) < n}
 	// Handoff stays on from a throttled claim until the queue has no due job left: a

@@ -69,6 +69,18 @@ type claimResult struct {
 // light jobs wait beyond the bound; the claims that passed them over were a stale
 // client's plain claims, not the overlap: docs/fairness.md, "Two claims in flight,
 // and the stale client".)
+//
+// A second claim. A plain queue (neither fair nor limited, one node) whose last
+// claim came back full has a backlog: while a claim is in flight and half the places
+// or more are free for another (capacity.besideRoom), the producer sends a second
+// plain claim beside it rather than after it. Under a backlog the claim statement is the
+// queue's critical path (claims were in flight 90% of W5's time, one at a time), and
+// a second one runs on another backend, so another core; the second skips the rows
+// the first holds (SKIP LOCKED) and takes the jobs after them. Both reserved their
+// places before they were sent, so the two never hold more than the queue's
+// capacity. A claim that comes back short ends the backlog: an idle queue, a paused
+// one, or one drained, sends its claims one at a time as before, so the overlap adds
+// no statement at idle. At most two claims are in flight.
 func (e *Engine) produce(p *producer) {
 	defer e.prodWG.Done()
 	fail := e.failBackoff(100 * time.Millisecond)
@@ -80,7 +92,8 @@ func (e *Engine) produce(p *producer) {
 	results := make(chan claimResult, 2)
 	claiming, empty := false, false
 	// inflight counts the claims in flight: at most one, and a second while a fair
-	// queue's notified claim runs beside an unprompted one (see produce). full:
+	// queue's notified claim runs beside an unprompted one, or a plain queue's second
+	// claim beside the first (see produce). full:
 	// one of the results of claims that overlapped was not short.
 	inflight, full := 0, false
 	// woken records a wake-up (NOTIFY) that arrived after the claim in flight began:
@@ -91,6 +104,9 @@ func (e *Engine) produce(p *producer) {
 	notified := false
 	// unheard counts the claims begun since the last wake-up (fairBound).
 	unheard := 0
+	// backlog: the last claim that came back was full (more due jobs than it took
+	// may wait), so a plain queue may send a second claim beside the one in flight.
+	backlog := false
 	// successors: a job began that can hand its limit slots on (heard while waiting
 	// or while a claim was in flight), so a claim of successors is due (handoff.go).
 	successors := false
@@ -159,8 +175,10 @@ func (e *Engine) produce(p *producer) {
 			n = min(n, fairBound(p.cap.workers, unheard))
 		}
 		// A fair queue told of a new job while a claim is in flight claims at once,
-		// beside it, rather than after it (see produce).
-		parallel := claiming && urgent && inflight == 1 && !e.cfg.Citus
+		// beside it, rather than after it; so does a plain queue with a backlog (see
+		// produce, "A second claim").
+		parallel := claiming && beside(inflight, e.cfg.Citus, urgent,
+			backlog && !e.fair(p.queue) && !e.limited(p.queue) && p.cap.besideRoom(n, e.cfg.FetchLimit))
 		if !ok && successors && p.handoff.Load() {
 			// Successors need no capacity of their own (they run on their
 			// predecessors' executors): claim them even when the workers are full.
@@ -173,6 +191,7 @@ func (e *Engine) produce(p *producer) {
 			case res := <-results:
 				inflight--
 				claiming = inflight > 0
+				backlog = res.err == nil && !res.short
 				if res.err != nil {
 					wait := fail.Next()
 					e.cfg.Failures.Warn("claim", res.err, "queue", p.queue, "retry_in", wait)
@@ -213,12 +232,23 @@ func (e *Engine) produce(p *producer) {
 		// beyond the idle executors are claimed to wait, not started.
 		waiting := max(n-p.cap.idle(), 0)
 		p.cap.reserve(n)
+		if claiming {
+			e.cfg.Counters.ClaimsBeside.Add(1)
+		}
 		claiming, woken, notified = true, false, false
 		inflight++
 		unheard++
 		go func(successors bool) { results <- e.claim(p, n, waiting, successors) }(successors)
 		successors = false
 	}
+}
+
+// beside reports whether a producer with inflight claims in flight sends another
+// beside them rather than after them (produce): only beside a single claim, never
+// on the Citus layout, and only for a fair queue told of a new job (urgent) or a
+// plain queue whose last claim came back full (plainBacklog).
+func beside(inflight int, citus, urgent, plainBacklog bool) bool {
+	return inflight == 1 && !citus && (urgent || plainBacklog)
 }
 
 // fairQuiet is how many claims in a row a fair queue makes without hearing of a new
@@ -276,14 +306,14 @@ func (e *Engine) claim(p *producer, n, waiting int, successors bool) claimResult
 	case e.limited(p.queue):
 		rows, res, err = e.claimLimited(ctx, p, n, waiting, successors)
 	default:
-		after, gen := p.cursor.get()
+		after, ticket := p.cursor.get()
 		rows, err = e.cfg.Store.Claim(ctx, e.cfg.Pool, e.now(), store.ClaimParams{
 			Queue: p.queue, WorkerID: e.cfg.WorkerID, Limit: n, Waiting: waiting, Lease: e.cfg.LeaseDuration,
 			After: after, Lag: e.cfg.PollInterval,
 		})
 		res.short = len(rows) < n
 		if len(rows) > 0 {
-			p.cursor.advance(gen, store.CursorOf(rows[len(rows)-1]))
+			p.cursor.advance(ticket, store.CursorOf(rows[len(rows)-1]))
 		}
 	}
 	m := e.cfg.Counters

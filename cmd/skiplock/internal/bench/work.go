@@ -137,6 +137,11 @@ func work(ctx context.Context, e *Env, o workOpts) (*Result, map[float64]time.Du
 	if o.jobTime > 0 {
 		r.Extra["handler_mean_ms"] = fmt.Sprintf("%.3f", float64(slept.Load())/float64(o.n)/1e6)
 	}
+	if pc.ClaimsBeside > 0 {
+		// Claims that overlapped (a second claim under a backlog): their times add up
+		// beyond the time spent with a claim in flight.
+		r.Extra["batches"] = fmt.Sprintf("%s; %d claims sent beside another in flight", r.Extra["batches"], pc.ClaimsBeside)
+	}
 	if pc.Handoffs > 0 {
 		r.Extra["batches"] = fmt.Sprintf("%s; %d limit slots handed over (%d given back)", r.Extra["batches"], pc.Handoffs, pc.HandoffsReturned)
 	}
