@@ -57,5 +57,11 @@ func (c *Client) retention() *maint.Retention {
 			Windows: map[string]time.Duration{store.StatusSucceeded: r.Succeeded, store.StatusFailed: r.Failed,
 				store.StatusCancelled: r.Cancelled},
 			BatchSize: r.BatchSize, MaxBatches: r.MaxBatches, OutboxPublished: r.OutboxPublished,
-			PartitionLockTimeout: r.PartitionLockTimeout}}
+			PartitionLockTimeout: r.PartitionLockTimeout},
+		Observe: func(res maint.RetentionResult) {
+			c.metrics.retentionDeleted.Add(res.Succeeded + res.Failed + res.Cancelled)
+			if res.Incomplete {
+				c.metrics.retentionBehind.Add(1)
+			}
+		}}
 }

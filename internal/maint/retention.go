@@ -57,6 +57,9 @@ type Retention struct {
 	Log      *slog.Logger
 	Clock    interface{ Now() time.Time } // nil: the database's now()
 	Settings RetentionSettings
+	// Observe, when set, hears about every run's result, errors included (the
+	// client's counters of deleted rows and of runs that ended behind).
+	Observe func(RetentionResult)
 }
 
 // KeptPartition is an expired partition that could not be dropped yet, and why.
@@ -93,6 +96,11 @@ func (r RetentionResult) LogAttrs() []any {
 	return a
 }
 
+// Backlogged implements Backlogged: a run that stopped at MaxBatches left expired
+// rows behind, and the runner starts the next one at once rather than after the
+// interval, so a backlog is worked off in bounded runs back to back.
+func (r RetentionResult) Backlogged() bool { return r.Incomplete }
+
 // Name implements Service.
 func (r *Retention) Name() string { return "retention" }
 
@@ -112,9 +120,17 @@ func (r *Retention) Run(ctx context.Context) (res RetentionResult, err error) {
 	start := hostclock.Now()
 	defer func() {
 		res.Duration = hostclock.Since(start)
-		if res.Succeeded+res.Failed+res.Cancelled+res.OutboxPublished > 0 ||
-			len(res.PartitionsCreated)+len(res.PartitionsDropped)+len(res.PartitionsKept) > 0 {
+		switch {
+		case res.Incomplete:
+			r.Log.Warn("skiplock: retention is behind: the run stopped at its batch cap with expired rows left; "+
+				"the next run starts at once (raise RetentionConfig.BatchSize or MaxBatches if this repeats)",
+				res.LogAttrs()...)
+		case res.Succeeded+res.Failed+res.Cancelled+res.OutboxPublished > 0 ||
+			len(res.PartitionsCreated)+len(res.PartitionsDropped)+len(res.PartitionsKept) > 0:
 			r.Log.Info("skiplock: retention run", res.LogAttrs()...)
+		}
+		if r.Observe != nil {
+			r.Observe(res)
 		}
 	}()
 	layout, err := r.Store.JobsLayout(ctx, r.Pool)
@@ -164,8 +180,16 @@ func (r *Retention) Run(ctx context.Context) (res RetentionResult, err error) {
 		}
 		total := map[string]*int64{store.StatusSucceeded: &res.Succeeded, store.StatusFailed: &res.Failed,
 			store.StatusCancelled: &res.Cancelled}[st]
+		// Each batch starts where the previous one stopped (the newest updated_at it
+		// deleted), so the run walks the retention index once, not once per batch
+		// over the entries of the rows it already deleted (store.DeleteFinished).
+		var from time.Time
 		more, err := drain(func() (int64, error) {
-			return r.Store.DeleteFinished(ctx, r.Pool, store.NowParam(r.Clock), st, window+grace, cfg.BatchSize)
+			n, newest, err := r.Store.DeleteFinished(ctx, r.Pool, store.NowParam(r.Clock), st, window+grace, cfg.BatchSize, from)
+			if newest.After(from) {
+				from = newest
+			}
+			return n, err
 		}, total)
 		if err != nil {
 			return res, fmt.Errorf("retention: deleting %s jobs: %w", st, err)

@@ -1,0 +1,221 @@
+package maint_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/skiplock/skiplock/internal/maint"
+	"github.com/skiplock/skiplock/internal/pgtest"
+	"github.com/skiplock/skiplock/internal/store"
+)
+
+// batchClock is the retention's injected clock: every batch reads it once (its
+// statement's now), so each call marks a batch's start. At each call it records how
+// many succeeded jobs are left, and it runs onCall (a test's hook) with the call's
+// number.
+type batchClock struct {
+	t      *testing.T
+	now    time.Time
+	pool   *pgxpool.Pool
+	table  string
+	left   []int64
+	onCall func(n int)
+}
+
+func (c *batchClock) Now() time.Time {
+	var n int64
+	if err := c.pool.QueryRow(context.Background(), `SELECT count(*) FROM `+c.table+` WHERE status = 'succeeded'`).Scan(&n); err != nil {
+		c.t.Error(err)
+	}
+	c.left = append(c.left, n)
+	if c.onCall != nil {
+		c.onCall(len(c.left))
+	}
+	return c.now
+}
+
+// retentionBacklog makes a schema holding backlog succeeded jobs past a one-minute
+// retention (finished over the hour before t0, three at each microsecond, so that
+// batches end inside a run of equal updated_at), young succeeded jobs within it and
+// pending jobs, and a Retention over it keeping succeeded jobs one minute (the other
+// states forever).
+func retentionBacklog(t *testing.T, backlog, young, batch, maxBatches int) (*maint.Retention, *batchClock) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := store.New(pgtest.Schema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := pgtest.Pool(t)
+	jobs := s.Table("jobs")
+	if _, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (kind, payload, status, attempts, updated_at)
+SELECT 'k', '{}', 'succeeded', 1, $1::timestamptz - interval '1 hour' + (g / 3) * interval '1 microsecond'
+FROM generate_series(0, $2 - 1) g`, t0, backlog); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (kind, payload, status, attempts, updated_at)
+SELECT 'k', '{}', 'succeeded', 1, $1::timestamptz - interval '10 seconds' FROM generate_series(1, $2)`, t0, young); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO `+jobs+` (kind, payload) SELECT 'k', '{}' FROM generate_series(1, 5)`); err != nil {
+		t.Fatal(err)
+	}
+	clock := &batchClock{t: t, now: t0, pool: pool, table: jobs}
+	return &maint.Retention{Store: s, Pool: pool, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Clock: clock,
+		Settings: maint.RetentionSettings{Every: time.Minute, Windows: map[string]time.Duration{store.StatusSucceeded: time.Minute},
+			BatchSize: batch, MaxBatches: maxBatches, PartitionLockTimeout: time.Second}}, clock
+}
+
+// A backlog of expired succeeded jobs is deleted in one run, in batches of at most
+// BatchSize each, until a batch comes back short; the jobs within their window and
+// the unfinished ones stay. The run reports itself caught up, and Observe hears it.
+func TestRetentionCatchesUpInBoundedBatches(t *testing.T) {
+	t.Parallel()
+	const backlog, young, batch = 2500, 7, 100
+	r, clock := retentionBacklog(t, backlog, young, batch, 1000)
+	var observed atomic.Int64
+	r.Observe = func(res maint.RetentionResult) { observed.Add(res.Succeeded) }
+	res, err := r.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Succeeded != backlog || res.Incomplete || res.Backlogged() {
+		t.Fatalf("run: %+v, want the %d expired jobs deleted and the run caught up", res, backlog)
+	}
+	if observed.Load() != backlog {
+		t.Errorf("Observe heard %d deleted, want %d", observed.Load(), backlog)
+	}
+	// 25 full batches and the short one that ends the run.
+	if want := backlog/batch + 1; len(clock.left) != want {
+		t.Errorf("%d batches, want %d", len(clock.left), want)
+	}
+	clock.onCall = nil
+	clock.Now() // what the last batch left
+	for i := 1; i < len(clock.left); i++ {
+		if d := clock.left[i-1] - clock.left[i]; d < 0 || d > batch {
+			t.Errorf("batch %d deleted %d jobs, want at most %d", i, d, batch)
+		}
+	}
+	if left := clock.left[len(clock.left)-1]; left != young {
+		t.Errorf("%d succeeded jobs left, want the %d within their window", left, young)
+	}
+	var pending int64
+	if err := r.Pool.QueryRow(context.Background(), `SELECT count(*) FROM `+r.Store.Table("jobs")+` WHERE status = 'pending'`).Scan(&pending); err != nil {
+		t.Fatal(err)
+	}
+	if pending != 5 {
+		t.Errorf("%d pending jobs left, want 5", pending)
+	}
+}
+
+// A run that reaches MaxBatches stops with the rest left and reports itself behind
+// (Incomplete, Backlogged: the runner starts the next run at once); the next run
+// finishes the backlog.
+func TestRetentionBehindIsReported(t *testing.T) {
+	t.Parallel()
+	r, _ := retentionBacklog(t, 250, 0, 100, 2)
+	var behind atomic.Int64
+	r.Observe = func(res maint.RetentionResult) {
+		if res.Incomplete {
+			behind.Add(1)
+		}
+	}
+	res, err := r.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Succeeded != 200 || !res.Incomplete || !res.Backlogged() {
+		t.Fatalf("first run: %+v, want 200 deleted and the run behind", res)
+	}
+	res, err = r.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Succeeded != 50 || res.Incomplete || res.Backlogged() {
+		t.Fatalf("second run: %+v, want the 50 left and the run caught up", res)
+	}
+	if behind.Load() != 1 {
+		t.Errorf("Observe heard %d runs behind, want 1", behind.Load())
+	}
+}
+
+// A run stops at the batch during which its context is cancelled: the batches before
+// it committed, nothing after it ran, and the run returns the context's error.
+func TestRetentionRunStopsWhenCancelled(t *testing.T) {
+	t.Parallel()
+	r, clock := retentionBacklog(t, 1000, 0, 100, 1000)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	clock.onCall = func(n int) {
+		if n == 4 {
+			cancel()
+		}
+	}
+	res, err := r.Run(ctx)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("run: %v, want context.Canceled", err)
+	}
+	if res.Succeeded != 300 || len(clock.left) != 4 {
+		t.Fatalf("deleted %d in %d batches, want 300 in the 3 batches before the cancel", res.Succeeded, len(clock.left))
+	}
+	clock.onCall = nil
+	if clock.Now(); clock.left[len(clock.left)-1] != 700 {
+		t.Fatalf("%d succeeded jobs left, want 700", clock.left[len(clock.left)-1])
+	}
+}
+
+// backlogService is a service whose first run ends Backlogged: the runner must start
+// the second at once, though its interval (after a first short one) is an hour.
+type backlogService struct {
+	calls, ran atomic.Int64
+	runs       chan int64
+}
+
+type backlogResult bool
+
+func (b backlogResult) LogAttrs() []any  { return nil }
+func (b backlogResult) Backlogged() bool { return bool(b) }
+
+func (s *backlogService) Name() string { return "backlog_test" }
+func (s *backlogService) Interval() time.Duration {
+	if s.calls.Add(1) == 1 {
+		return time.Millisecond
+	}
+	return time.Hour
+}
+func (s *backlogService) RunOnce(context.Context, pgx.Tx) (maint.Result, error) {
+	n := s.ran.Add(1)
+	s.runs <- n
+	return backlogResult(n == 1), nil
+}
+
+func TestRunnerRunsAgainAtOnceWhenBacklogged(t *testing.T) {
+	t.Parallel()
+	s, err := store.New(pgtest.Schema(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner := &maint.Runner{Store: s, Pool: pgtest.Pool(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	svc := &backlogService{runs: make(chan int64, 10)}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); runner.Loop(ctx, svc) }()
+	defer func() { cancel(); <-done }()
+	for want := int64(1); want <= 2; want++ {
+		select {
+		case n := <-svc.runs:
+			if n != want {
+				t.Fatalf("run %d, want %d", n, want)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("run %d did not come: a backlogged run must be followed at once, not after the hour", want)
+		}
+	}
+}
