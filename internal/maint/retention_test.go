@@ -219,3 +219,44 @@ func TestRunnerRunsAgainAtOnceWhenBacklogged(t *testing.T) {
 		}
 	}
 }
+
+// A run starts each state at its floor, a margin below the newest updated_at the
+// previous run deleted: a job that landed below it (its completion committed long
+// after its updated_at) is left to the next run from the oldest entry, every
+// RetentionFullEvery-th run, while jobs above the floor go at once.
+func TestRetentionRunsStartAtTheFloor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r, _ := retentionBacklog(t, 300, 0, 100, 1000)
+	insert := func(at time.Time) {
+		t.Helper()
+		if _, err := r.Pool.Exec(ctx, `INSERT INTO `+r.Store.Table("jobs")+` (kind, payload, status, attempts, updated_at)
+VALUES ('k', '{}', 'succeeded', 1, $1)`, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func() int64 {
+		t.Helper()
+		res, err := r.Run(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Succeeded
+	}
+	if n := run(); n != 300 {
+		t.Fatalf("first run (from the oldest entry): deleted %d, want 300", n)
+	}
+	insert(t0.Add(-2 * time.Hour))    // below the floor (about t0 - 1 h - the margin)
+	insert(t0.Add(-30 * time.Minute)) // above it
+	if n := run(); n != 1 {
+		t.Fatalf("second run (from the floor): deleted %d, want only the job above the floor", n)
+	}
+	for i := 3; i <= maint.RetentionFullEvery; i++ {
+		if n := run(); n != 0 {
+			t.Fatalf("run %d (from the floor): deleted %d, want 0", i, n)
+		}
+	}
+	if n := run(); n != 1 {
+		t.Fatalf("run %d (from the oldest entry): deleted %d, want the job below the floor", maint.RetentionFullEvery+1, n)
+	}
+}
