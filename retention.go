@@ -31,9 +31,9 @@ type RetentionConfig struct {
 	BatchSize int
 	// MaxBatches caps the batches of one run, so a large backlog is worked off over
 	// several runs rather than in one long one. A run that stops at the cap with
-	// expired jobs left is behind: it logs a warning, counts in
-	// ProcessCounters.RetentionBehind, and the service starts the next run at once
-	// instead of after Interval. Default 1000.
+	// expired jobs left is behind: it counts in ProcessCounters.RetentionBehind
+	// (RetentionResult.Incomplete), and the service logs a warning and starts the
+	// next run at once instead of after Interval. Default 1000.
 	MaxBatches int
 	// OutboxPublished, when positive, also deletes outbox events published longer ago
 	// than this (the outbox package's statement; same as outbox.Admin.Prune). Default

@@ -86,6 +86,9 @@ func (r *Runner) Loop(ctx context.Context, svc Service) {
 		wait = hostclock.Jitter(svc.Interval())
 		if b, ok := res.(Backlogged); ok && ran && err == nil && b.Backlogged() {
 			wait = 0
+			r.Log.Warn("skiplock: maintenance is behind: the run stopped at its cap with work left, the next starts at once "+
+				"(retention: raise RetentionConfig.BatchSize or MaxBatches if this repeats)",
+				append([]any{"service", svc.Name()}, res.LogAttrs()...)...)
 		}
 		switch {
 		case err != nil && ctx.Err() == nil:

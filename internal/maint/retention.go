@@ -176,13 +176,8 @@ func (r *Retention) Run(ctx context.Context) (res RetentionResult, err error) {
 	start := hostclock.Now()
 	defer func() {
 		res.Duration = hostclock.Since(start)
-		switch {
-		case res.Incomplete:
-			r.Log.Warn("skiplock: retention is behind: the run stopped at its batch cap with expired rows left; "+
-				"the next run starts at once (raise RetentionConfig.BatchSize or MaxBatches if this repeats)",
-				res.LogAttrs()...)
-		case res.Succeeded+res.Failed+res.Cancelled+res.OutboxPublished > 0 ||
-			len(res.PartitionsCreated)+len(res.PartitionsDropped)+len(res.PartitionsKept) > 0:
+		if res.Succeeded+res.Failed+res.Cancelled+res.OutboxPublished > 0 ||
+			len(res.PartitionsCreated)+len(res.PartitionsDropped)+len(res.PartitionsKept) > 0 {
 			r.Log.Info("skiplock: retention run", res.LogAttrs()...)
 		}
 		if r.Observe != nil {

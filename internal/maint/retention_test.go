@@ -1,10 +1,13 @@
 package maint_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -202,7 +205,8 @@ func TestRunnerRunsAgainAtOnceWhenBacklogged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runner := &maint.Runner{Store: s, Pool: pgtest.Pool(t), Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	var logged lockedBuffer
+	runner := &maint.Runner{Store: s, Pool: pgtest.Pool(t), Log: slog.New(slog.NewTextHandler(&logged, nil))}
 	svc := &backlogService{runs: make(chan int64, 10)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -218,6 +222,28 @@ func TestRunnerRunsAgainAtOnceWhenBacklogged(t *testing.T) {
 			t.Fatalf("run %d did not come: a backlogged run must be followed at once, not after the hour", want)
 		}
 	}
+	// The warning was written before the second run began.
+	if out := logged.String(); !strings.Contains(out, "maintenance is behind") || !strings.Contains(out, "service=backlog_test") {
+		t.Errorf("no warning that the service is behind; log:\n%s", out)
+	}
+}
+
+// lockedBuffer is a log's destination read by the test while the runner writes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // A run starts each state at its floor, a margin below the newest updated_at the
