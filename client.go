@@ -26,8 +26,12 @@ type Client struct {
 	log      *slog.Logger
 	failures *failures
 	maint    *maint.Runner
-	channel  string
-	metrics  counters
+	// retentionSvc is the retention service of the client's started runs and of
+	// RunRetention alike, built once so that its floors carry from run to run.
+	retentionSvc  *maint.Retention
+	retentionOnce sync.Once
+	channel       string
+	metrics       counters
 
 	coalescer *engine.Coalescer // which NOTIFY each enqueue carries
 	// listenConn is Config.ListenURL's configuration, or nil (the pool's).

@@ -57,12 +57,25 @@ func (c *Client) reclaimer() *maint.Reclaimer {
 		Reclaimed: func(n int) { c.metrics.reclaimed.Add(int64(n)) }}
 }
 
+// retention returns the client's retention service (one for the client's life: its
+// floors carry from one run to the next, RunRetention's included).
 func (c *Client) retention() *maint.Retention {
+	c.retentionOnce.Do(func() { c.retentionSvc = c.newRetention() })
+	return c.retentionSvc
+}
+
+func (c *Client) newRetention() *maint.Retention {
 	r := c.cfg.Retention
 	return &maint.Retention{Store: c.store, Pool: c.pool, Log: c.log, Clock: c.cfg.Clock,
 		Settings: maint.RetentionSettings{Every: r.Interval,
 			Windows: map[string]time.Duration{store.StatusSucceeded: r.Succeeded, store.StatusFailed: r.Failed,
 				store.StatusCancelled: r.Cancelled},
 			BatchSize: r.BatchSize, MaxBatches: r.MaxBatches, OutboxPublished: r.OutboxPublished,
-			PartitionLockTimeout: r.PartitionLockTimeout}}
+			PartitionLockTimeout: r.PartitionLockTimeout},
+		Observe: func(res maint.RetentionResult) {
+			c.metrics.retentionDeleted.Add(res.Succeeded + res.Failed + res.Cancelled)
+			if res.Incomplete {
+				c.metrics.retentionBehind.Add(1)
+			}
+		}}
 }

@@ -30,7 +30,10 @@ type RetentionConfig struct {
 	// own. Default 1000.
 	BatchSize int
 	// MaxBatches caps the batches of one run, so a large backlog is worked off over
-	// several runs rather than in one long one. Default 1000.
+	// several runs rather than in one long one. A run that stops at the cap with
+	// expired jobs left is behind: it counts in ProcessCounters.RetentionBehind
+	// (RetentionResult.Incomplete), and the service logs a warning and starts the
+	// next run at once instead of after Interval. Default 1000.
 	MaxBatches int
 	// OutboxPublished, when positive, also deletes outbox events published longer ago
 	// than this (the outbox package's statement; same as outbox.Admin.Prune). Default
@@ -79,7 +82,8 @@ type RetentionResult struct {
 	PartitionsDropped []string `json:"partitions_dropped,omitempty"`
 	// PartitionsKept are expired partitions that could not be dropped, and why.
 	PartitionsKept []KeptPartition `json:"partitions_kept,omitempty"`
-	// Incomplete is true when the run stopped at MaxBatches with rows left to delete.
+	// Incomplete is true when the run stopped at MaxBatches with rows left to delete:
+	// retention is behind (run it again; the service does so at once).
 	Incomplete bool `json:"incomplete"`
 	// Duration is the run's wall time (nanoseconds in JSON).
 	Duration time.Duration `json:"duration_ns"`

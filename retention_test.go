@@ -175,7 +175,7 @@ FROM generate_series(1, 20000) g`)
 	e.must(err)
 	_, err = e.pool.Exec(e.ctx, "ANALYZE "+e.q("jobs"))
 	e.must(err)
-	plan := explainGeneric(e, e.client.StoreSQLForTest("retention_delete"), nil, "succeeded", int64(time.Hour/time.Microsecond), 1000)
+	plan := explainGeneric(e, e.client.StoreSQLForTest("retention_delete"), nil, "succeeded", int64(time.Hour/time.Microsecond), 1000, nil)
 	if !strings.Contains(plan, "jobs_retention_idx") || strings.Contains(plan, "Seq Scan") {
 		t.Fatalf("retention batch does not use jobs_retention_idx:\n%s", plan)
 	}

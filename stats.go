@@ -91,11 +91,19 @@ type ProcessCounters struct {
 	// WarmedConns counts the pool connections the runtime's warmer prepared the claim
 	// and the completion on while it was idle (docs/runtime.md, "warmer").
 	WarmedConns int64
+	// RetentionDeleted counts the finished jobs this process's retention runs
+	// deleted row by row (the service and RunRetention), and RetentionBehind the runs
+	// that stopped at RetentionConfig.MaxBatches with expired jobs left: retention
+	// is behind the completion rate (the service then runs again at once, and logs
+	// a warning). A count that keeps rising means the batches cannot follow the
+	// completions: see docs/operations.md §2.
+	RetentionDeleted, RetentionBehind int64
 }
 
 // counters are the client's in-process totals (see Stats and the metrics package).
 type counters struct {
 	inserted, succeeded, failed, retried, snoozed, cancelled, leaseLost, reclaimed atomic.Int64
+	retentionDeleted, retentionBehind                                              atomic.Int64
 	engine                                                                         engine.Counters // the engine's figures
 }
 
@@ -387,7 +395,8 @@ func (c *Client) Counters() ProcessCounters {
 		ClaimTime: time.Duration(m.engine.ClaimNanos.Load()), CompletionTime: time.Duration(m.engine.FlushNanos.Load()),
 		Throttled: m.engine.Throttled.Load(),
 		Handoffs:  m.engine.Handoffs.Load(), HandoffsReturned: m.engine.HandoffsReturned.Load(),
-		WarmedConns:       m.engine.Warmed.Load(),
+		WarmedConns:      m.engine.Warmed.Load(),
+		RetentionDeleted: m.retentionDeleted.Load(), RetentionBehind: m.retentionBehind.Load(),
 		OperationFailures: map[string]int64{},
 	}
 	for _, op := range c.failures.snapshot() {

@@ -33,6 +33,8 @@
 //	skiplock_jobs_throttled_total                    counter: due jobs this process's claims left pending for a limit
 //	skiplock_limit_handoffs_total                    counter: jobs claimed as successors of running jobs (slot handoff)
 //	skiplock_limit_handoffs_returned_total           counter: successors given back to pending (predecessor too long, stop)
+//	skiplock_retention_deleted_total                 counter: finished jobs this process's retention runs deleted
+//	skiplock_retention_behind_total                  counter: retention runs that stopped at MaxBatches with expired jobs left; alert on its rate
 //	skiplock_operation_failures_total{operation}     counter: failed claims, heartbeats, completions, maintenance runs
 //	skiplock_operation_failing{operation}            gauge: 1 while the operation keeps failing; alert on it
 //	skiplock_outbox_<outcome>_total                  counters of the relays added with AddRelay
@@ -218,6 +220,8 @@ func New(c *skiplock.Client, opts Options) *Metrics {
 	d("jobs_throttled_total", "Due jobs that this process's claims left pending because a limit held them back (once per claim).")
 	d("limit_handoffs_total", "Jobs this process claimed as successors of its running jobs, taking over their limit slots.")
 	d("limit_handoffs_returned_total", "Successors this process gave back to pending: their predecessor ran too long, or the client stopped.")
+	d("retention_deleted_total", "Finished jobs this process's retention runs deleted row by row.")
+	d("retention_behind_total", "Retention runs of this process that stopped at their batch cap (MaxBatches) with expired jobs left: retention is behind the completions.")
 	d("operation_failures_total", "Failed attempts of this process's repeating operations (claim, heartbeat, completion, maintenance:<service>).", "operation")
 	d("operation_failing", "1 while the operation's latest attempt failed.", "operation")
 	for _, n := range []string{"published", "retried", "dead", "lease_lost", "errors"} {
@@ -348,6 +352,8 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	counter("jobs_throttled_total", p.Throttled)
 	counter("limit_handoffs_total", p.Handoffs)
 	counter("limit_handoffs_returned_total", p.HandoffsReturned)
+	counter("retention_deleted_total", p.RetentionDeleted)
+	counter("retention_behind_total", p.RetentionBehind)
 	operations := func(prefix string, ops []skiplock.OperationStatus, labels ...string) {
 		for _, op := range ops {
 			failing := 0.0

@@ -6,6 +6,7 @@ package maint
 const (
 	ReclaimFloorMargin = reclaimFloorMargin
 	ReclaimFullEvery   = reclaimFullEvery
+	RetentionFullEvery = retentionFullEvery
 )
 
 // StartAt exposes startAt: where a pass at now would start its scan (nil: the head).

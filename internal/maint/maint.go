@@ -68,11 +68,28 @@ func (r *Runner) RunOnce(ctx context.Context, svc Service) (ran bool, res Result
 	return ran, res, err
 }
 
-// Loop runs svc at its interval until ctx ends.
+// Backlogged is implemented by a Result whose run stopped at its cap with work left
+// (retention behind a high completion rate): the runner then starts the next run
+// at once instead of after the interval. Each run stays bounded, so no transaction
+// lasts long; between runs the service's connections go back to the pool.
+type Backlogged interface {
+	Backlogged() bool
+}
+
+// Loop runs svc at its interval until ctx ends, and again at once after a run
+// whose result is Backlogged.
 func (r *Runner) Loop(ctx context.Context, svc Service) {
 	op := "maintenance:" + svc.Name()
-	for hostclock.Sleep(ctx, hostclock.Jitter(svc.Interval())) {
+	wait := hostclock.Jitter(svc.Interval())
+	for hostclock.Sleep(ctx, wait) {
 		ran, res, err := r.RunOnce(ctx, svc)
+		wait = hostclock.Jitter(svc.Interval())
+		if b, ok := res.(Backlogged); ok && ran && err == nil && b.Backlogged() {
+			wait = 0
+			r.Log.Warn("skiplock: maintenance is behind: the run stopped at its cap with work left, the next starts at once "+
+				"(retention: raise RetentionConfig.BatchSize or MaxBatches if this repeats)",
+				append([]any{"service", svc.Name()}, res.LogAttrs()...)...)
+		}
 		switch {
 		case err != nil && ctx.Err() == nil:
 			if r.Failed != nil {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -57,6 +59,63 @@ type Retention struct {
 	Log      *slog.Logger
 	Clock    interface{ Now() time.Time } // nil: the database's now()
 	Settings RetentionSettings
+	// Observe, when set, hears about every run's result, errors included (the
+	// client's counters of deleted rows and of runs that ended behind).
+	Observe func(RetentionResult)
+
+	// The floors: where the next run's first batch of each finished state starts in
+	// jobs_retention_idx. Within a run each batch starts where the previous one
+	// stopped; across runs, the entries of the rows earlier runs deleted stay in the
+	// index until vacuum removes them, and while a snapshot held open elsewhere stops
+	// vacuum (W14's disturbed run) each is also a heap visit, since the row is not yet
+	// dead to everyone. A run starting from the oldest entry would walk all of them,
+	// every interval, for as long as the snapshot is held. So a run leaves each
+	// state's floor at the newest updated_at it deleted less retentionFloorMargin,
+	// and the next run starts there.
+	//
+	// As the reclaimer's floor, it is a starting point, never a promise: a job whose
+	// completion committed long after its updated_at (CompleteTx in a long caller
+	// transaction, another client's clock running behind) can land below it. Every
+	// retentionFullEvery-th run, and the first of each Retention, start from the
+	// oldest entry, so such a job waits at most that many intervals longer.
+	mu     sync.Mutex
+	floors map[string]time.Time
+	runs   int // runs since the last one from the oldest entry
+}
+
+// retentionFloorMargin is how far below the newest updated_at a run deleted the
+// next run starts: a completion commits within moments of the updated_at it writes.
+const retentionFloorMargin = 5 * time.Second
+
+// retentionFullEvery paces the runs that start from the oldest entry (every tenth:
+// 10 minutes at the default 1 m interval).
+const retentionFullEvery = 10
+
+// startFloors returns the floors this run starts from (nil: from the oldest entry
+// for every state).
+func (r *Retention) startFloors() map[string]time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.runs++
+	if r.floors == nil || r.runs > retentionFullEvery {
+		r.runs = 1
+		return nil
+	}
+	return maps.Clone(r.floors)
+}
+
+// reached records the newest updated_at a run deleted in a state (zero: it deleted
+// none, and the floor stays): the next run of that state starts a margin below it.
+func (r *Retention) reached(status string, newest time.Time) {
+	if newest.IsZero() {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.floors == nil {
+		r.floors = map[string]time.Time{}
+	}
+	r.floors[status] = newest.Add(-retentionFloorMargin)
 }
 
 // KeptPartition is an expired partition that could not be dropped yet, and why.
@@ -93,6 +152,11 @@ func (r RetentionResult) LogAttrs() []any {
 	return a
 }
 
+// Backlogged implements Backlogged: a run that stopped at MaxBatches left expired
+// rows behind, and the runner starts the next one at once rather than after the
+// interval, so a backlog is worked off in bounded runs back to back.
+func (r RetentionResult) Backlogged() bool { return r.Incomplete }
+
 // Name implements Service.
 func (r *Retention) Name() string { return "retention" }
 
@@ -115,6 +179,9 @@ func (r *Retention) Run(ctx context.Context) (res RetentionResult, err error) {
 		if res.Succeeded+res.Failed+res.Cancelled+res.OutboxPublished > 0 ||
 			len(res.PartitionsCreated)+len(res.PartitionsDropped)+len(res.PartitionsKept) > 0 {
 			r.Log.Info("skiplock: retention run", res.LogAttrs()...)
+		}
+		if r.Observe != nil {
+			r.Observe(res)
 		}
 	}()
 	layout, err := r.Store.JobsLayout(ctx, r.Pool)
@@ -141,6 +208,7 @@ func (r *Retention) Run(ctx context.Context) (res RetentionResult, err error) {
 			}
 		}
 	}
+	floors := r.startFloors()
 	// drain runs batches until one is short; false means MaxBatches stopped it.
 	batches := 0
 	drain := func(batch func() (int64, error), total *int64) (bool, error) {
@@ -164,9 +232,23 @@ func (r *Retention) Run(ctx context.Context) (res RetentionResult, err error) {
 		}
 		total := map[string]*int64{store.StatusSucceeded: &res.Succeeded, store.StatusFailed: &res.Failed,
 			store.StatusCancelled: &res.Cancelled}[st]
+		// Each batch starts where the previous one stopped (the newest updated_at it
+		// deleted), so the run walks the retention index once, not once per batch
+		// over the entries of the rows it already deleted (store.DeleteFinished); the
+		// first starts at the state's floor.
+		from := floors[st]
+		var newest time.Time
 		more, err := drain(func() (int64, error) {
-			return r.Store.DeleteFinished(ctx, r.Pool, store.NowParam(r.Clock), st, window+grace, cfg.BatchSize)
+			n, last, err := r.Store.DeleteFinished(ctx, r.Pool, store.NowParam(r.Clock), st, window+grace, cfg.BatchSize, from)
+			if last.After(from) {
+				from = last
+			}
+			if last.After(newest) {
+				newest = last
+			}
+			return n, err
 		}, total)
+		r.reached(st, newest)
 		if err != nil {
 			return res, fmt.Errorf("retention: deleting %s jobs: %w", st, err)
 		}

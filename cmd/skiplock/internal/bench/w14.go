@@ -124,11 +124,18 @@ type W14Window struct {
 	Passes          int64   `json:"passes"`
 	Claims          int64   `json:"claims"`
 	ClaimMeanMs     float64 `json:"claim_mean_ms"`
+	// RetainedPerSec is what the worker's retention runs deleted per second
+	// (Counters.RetentionDeleted): in the steady state it follows CompletedPerSec
+	// two windows later. RetentionBehind counts its runs that stopped at their batch
+	// cap with expired jobs left.
+	RetainedPerSec  float64 `json:"retained_per_sec"`
+	RetentionBehind int64   `json:"retention_behind,omitempty"`
 }
 
 // w14Mark is what the observer reads at a window's end.
 type w14Mark struct {
 	succeeded, claims      int64
+	retained, behind       int64
 	claimTime              time.Duration
 	dead, live, passes     int64
 	tableBytes, indexBytes int64
@@ -426,7 +433,8 @@ func runW14Timeline(ctx context.Context, e *Env, plan w14Plan, rate float64, dis
 FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'jobs'`
 	read := func() (w14Mark, error) {
 		c := worker.Counters()
-		m := w14Mark{succeeded: c.Succeeded, claims: c.ClaimStatements, claimTime: c.ClaimTime}
+		m := w14Mark{succeeded: c.Succeeded, claims: c.ClaimStatements, claimTime: c.ClaimTime,
+			retained: c.RetentionDeleted, behind: c.RetentionBehind}
 		err := e.Pool.QueryRow(ctx, statsSQL, schema).Scan(&m.dead, &m.live, &m.passes, &m.tableBytes, &m.indexBytes)
 		return m, err
 	}

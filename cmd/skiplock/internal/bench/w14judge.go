@@ -33,9 +33,9 @@ type w14Windows []W14Window
 
 func (ws w14Windows) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n       %-7s %7s %4s %6s %9s %11s %8s %8s %8s %11s %11s %9s %9s %6s %7s %9s",
+	fmt.Fprintf(&b, "\n       %-7s %7s %4s %6s %9s %11s %8s %8s %8s %11s %11s %9s %9s %6s %7s %9s %10s %6s",
 		"phase", "start s", "snap", "read s", "offered/s", "completed/s", "p50 ms", "p99 ms", "enq p99", "dead tuples", "live tuples",
-		"table MB", "index MB", "passes", "claims", "claim ms")
+		"table MB", "index MB", "passes", "claims", "claim ms", "retained/s", "behind")
 	for _, w := range ws {
 		snap, read := "", ""
 		if w.Snapshot {
@@ -44,9 +44,9 @@ func (ws w14Windows) String() string {
 		if w.Read {
 			read = fmt.Sprintf("%.1f", w.ReadS)
 		}
-		fmt.Fprintf(&b, "\n       %-7s %7.1f %4s %6s %9.0f %11.0f %8.2f %8.2f %8.2f %11d %11d %9.1f %9.1f %6d %7d %9.2f",
+		fmt.Fprintf(&b, "\n       %-7s %7.1f %4s %6s %9.0f %11.0f %8.2f %8.2f %8.2f %11d %11d %9.1f %9.1f %6d %7d %9.2f %10.0f %6d",
 			w.Phase, w.StartS, snap, read, w.OfferedPerSec, w.CompletedPerSec, w.P50ms, w.P99ms, w.EnqueueP99ms, w.DeadTuples, w.LiveTuples,
-			w.TableMB, w.IndexMB, w.Passes, w.Claims, w.ClaimMeanMs)
+			w.TableMB, w.IndexMB, w.Passes, w.Claims, w.ClaimMeanMs, w.RetainedPerSec, w.RetentionBehind)
 	}
 	return b.String()
 }

@@ -121,7 +121,8 @@ func w14Split(plan w14Plan, rec *w14Recorder, marks []w14Mark, readTimes []time.
 			EnqueueP99ms: rec.enqueue[k].quantile(0.99),
 			DeadTuples:   b.dead, LiveTuples: b.live,
 			TableMB: float64(b.tableBytes) / (1 << 20), IndexMB: float64(b.indexBytes) / (1 << 20),
-			Passes: b.passes - a.passes, Claims: b.claims - a.claims}
+			Passes: b.passes - a.passes, Claims: b.claims - a.claims,
+			RetainedPerSec: float64(b.retained-a.retained) / secs, RetentionBehind: b.behind - a.behind}
 		if w.Claims > 0 {
 			w.ClaimMeanMs = float64((b.claimTime - a.claimTime).Microseconds()) / 1000 / float64(w.Claims)
 		}
