@@ -315,7 +315,7 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx DB, jobs []EnqueueParams)
 	if err := c.store.CitusHoldKeys(ctx, tx, now, ps); err != nil {
 		return nil, fmt.Errorf("enqueueing %d job(s): %w", len(ps), wrapPgError(err))
 	}
-	if copier, ok := tx.(store.Copier); ok && len(ps) >= copyThreshold {
+	if copier, ok := tx.(store.Copier); ok && store.CanCopy(tx) && len(ps) >= copyThreshold {
 		if out, ok, err := c.copyInsert(ctx, copier, tx, ps, queues, notify); ok || err != nil {
 			return out, err
 		}

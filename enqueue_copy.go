@@ -44,13 +44,14 @@ func (c *Client) copyInsert(ctx context.Context, copier store.Copier, tx DB, ps 
 	}
 	stamp := hostclock.Now()
 	ids := make([][16]byte, len(ps))
+	uuidv7.Fill(stamp, ids)
 	out = make([]EnqueueResult, len(ps))
 	for i := range ids {
-		ids[i] = uuidv7.New(stamp, uint32(i))
 		out[i] = EnqueueResult{ID: uuidv7.String(ids[i])}
 	}
-	// The COPY writes each job's lane mark (jobs.grouped) as the insert statements
-	// do, read in its own transaction after it locked jobs (store.CopyLaned).
+	// The COPY writes each job's lane marks (jobs.grouped, jobs.fair_indexed) as the
+	// insert statements do, read in its own transaction after it locked jobs
+	// (store.CopyLaned).
 	owned, notifyErr, err := c.store.CopyLaned(ctx, copier, queues, notify, func(cp store.Copier, marks store.LaneMarks) error {
 		return c.store.CopyInsert(ctx, cp, ids, ps, withRunAt, now, marks)
 	})

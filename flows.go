@@ -95,7 +95,7 @@ func (c *Client) EnqueueFlowTx(ctx context.Context, tx DB, f Flow) (*FlowResult,
 // insertNodes inserts validated nodes in one statement: COPY when it can (as
 // EnqueueManyTx does), else one INSERT.
 func (c *Client) insertNodes(ctx context.Context, tx DB, nodes []store.FlowNode, queues []string) error {
-	if copier, ok := tx.(store.Copier); ok && len(nodes) >= copyThreshold {
+	if copier, ok := tx.(store.Copier); ok && store.CanCopy(tx) && len(nodes) >= copyThreshold {
 		if ok, err := c.copyNodes(ctx, copier, tx, nodes, queues); ok || err != nil {
 			return err
 		}

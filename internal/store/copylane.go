@@ -66,8 +66,8 @@ type batcher interface {
 //     asynchronously committed transaction pipelined behind the COMMIT (one round
 //     trip for both); an error of that NOTIFY alone is returned as notifyErr, the
 //     jobs being committed.
-//   - *pgx.Conn: the same when the connection is outside a transaction, else the
-//     caller's.
+//   - *pgx.Conn and *pgxpool.Conn: the same when the connection is outside a
+//     transaction, else the caller's.
 //   - pgx.Tx: the caller's transaction; after is left to the caller (SendNotify).
 //
 // For any other Copier, and on the Citus layout (which refuses limits: its jobs keep
@@ -97,6 +97,8 @@ func (s *Store) CopyLaned(ctx context.Context, db Copier, queues []string, after
 		conn = pc.Conn()
 	case *pgx.Conn:
 		conn = d
+	case *pgxpool.Conn:
+		conn = d.Conn()
 	case pgx.Tx:
 		conn = d.Conn()
 	}

@@ -5,7 +5,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -448,7 +447,8 @@ func (s *Store) insertMany(ctx context.Context, db DBTX, now *time.Time, ps []In
 	return out, nil
 }
 
-// Copier is satisfied by pgx.Tx, *pgx.Conn and *pgxpool.Pool.
+// Copier is satisfied by pgx.Tx, *pgx.Conn, *pgxpool.Conn and *pgxpool.Pool, the
+// connections a COPY writes through (CanCopy).
 type Copier interface {
 	CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, rows pgx.CopyFromSource) (int64, error)
 }
@@ -460,17 +460,19 @@ type Copier interface {
 // clock); nil leaves them to the database. Non-nil marks (CopyLaned's) set each job's
 // grouped and fair_indexed; nil leaves both at their default, true.
 func (s *Store) CopyInsert(ctx context.Context, db Copier, ids [][16]byte, ps []InsertParams, withRunAt bool, now *time.Time, marks LaneMarks) error {
-	return s.copyJobs(ctx, db, len(ps), nil, withRunAt, now, marks, func(i int) ([]any, *InsertParams) {
-		return []any{ids[i]}, &ps[i]
+	return s.copyJobs(ctx, db, len(ps), nil, withRunAt, now, marks, func(i int, w *copyRow) *InsertParams {
+		w.uuid(ids[i])
+		return &ps[i]
 	})
 }
 
-// copyJobs writes n jobs with COPY. row(i) gives the i-th job's leading column values
-// (its id, then one for each of extra) and its parameters; the common columns follow
-// them, then run_at when withRunAt (every RunAt must be set), then created_at and
-// updated_at when now is set, then grouped and fair_indexed when marks is not nil.
+// copyJobs writes n jobs with COPY (binary, copyenc.go). row(i, w) writes the i-th
+// job's leading fields into w (its id, then one for each of extra) and returns its
+// parameters; the common columns follow them, then run_at when withRunAt (every RunAt
+// must be set), then created_at and updated_at when now is set, then grouped and
+// fair_indexed when marks is not nil.
 func (s *Store) copyJobs(ctx context.Context, db Copier, n int, extra []string, withRunAt bool, now *time.Time, marks LaneMarks,
-	row func(i int) ([]any, *InsertParams)) error {
+	row func(i int, w *copyRow) *InsertParams) error {
 	cols := append(append([]string{"id"}, extra...), "queue", "kind", "payload", "priority", "max_attempts", "metadata",
 		"tags", "concurrency_key")
 	if withRunAt {
@@ -482,35 +484,29 @@ func (s *Store) copyJobs(ctx context.Context, db Copier, n int, extra []string, 
 	if marks != nil {
 		cols = append(cols, "grouped", "fair_indexed")
 	}
-	i := -1
-	src := pgx.CopyFromFunc(func() ([]any, error) {
-		i++
-		if i >= n {
-			return nil, nil
-		}
-		vals, p := row(i)
-		var meta, tags any // NULL unless set
-		if p.Metadata != nil {
-			meta = json.RawMessage(p.Metadata)
-		}
-		if p.Tags != nil {
-			tags = p.Tags
-		}
-		vals = append(vals, p.Queue, p.Kind, json.RawMessage(p.Payload), int32(p.Priority), int32(p.MaxAttempts), meta,
-			tags, p.ConcurrencyKey)
+	copied, err := copyTo(ctx, db, pgx.Identifier{s.Schema, "jobs"}, cols, n, func(i int, w *copyRow) {
+		p := row(i, w)
+		w.text(p.Queue)
+		w.text(p.Kind)
+		w.jsonb(p.Payload)
+		w.int4(int32(p.Priority))
+		w.int4(int32(p.MaxAttempts))
+		w.jsonb(p.Metadata)
+		w.textArray(p.Tags)
+		w.text(p.ConcurrencyKey)
 		if withRunAt {
-			vals = append(vals, *p.RunAt)
+			w.timestamptz(*p.RunAt)
 		}
 		if now != nil {
-			vals = append(vals, *now, *now)
+			w.timestamptz(*now)
+			w.timestamptz(*now)
 		}
 		if marks != nil {
 			l := marks.of(p.Queue)
-			vals = append(vals, l.Grouped, l.FairIndexed)
+			w.boolean(l.Grouped)
+			w.boolean(l.FairIndexed)
 		}
-		return vals, nil
 	})
-	copied, err := db.CopyFrom(ctx, pgx.Identifier{s.Schema, "jobs"}, cols, src)
 	if err != nil {
 		return err
 	}

@@ -165,26 +165,19 @@ func (s *Store) InsertFlow(ctx context.Context, db DBTX, now *time.Time, nodes [
 // database's now(); a non-nil now sets created_at and updated_at.
 func (s *Store) CopyFlow(ctx context.Context, db Copier, nodes []FlowNode, withRunAt bool, now *time.Time, marks LaneMarks) error {
 	extra := []string{"parent_id", "batch_id", "status", "flow_policy", "flow_open"}
-	return s.copyJobs(ctx, db, len(nodes), extra, withRunAt, now, marks, func(i int) ([]any, *InsertParams) {
+	return s.copyJobs(ctx, db, len(nodes), extra, withRunAt, now, marks, func(i int, w *copyRow) *InsertParams {
 		p := &nodes[i]
-		var parent, batch, policy, open any // NULL unless set
-		if p.ParentID != nil {
-			parent = *p.ParentID
-		}
-		if p.BatchID != nil {
-			batch = *p.BatchID
-		}
-		if p.Policy != nil {
-			policy = *p.Policy
-		}
-		if p.Open != nil {
-			open = int32(*p.Open)
-		}
-		status := StatusPending
+		w.uuid(p.ID)
+		w.uuidOrNull(p.ParentID)
+		w.uuidOrNull(p.BatchID)
 		if p.Waiting {
-			status = StatusWaiting
+			w.text(StatusWaiting)
+		} else {
+			w.text(StatusPending)
 		}
-		return []any{p.ID, parent, batch, status, policy, open}, &p.InsertParams
+		w.textOrNull(p.Policy)
+		w.int4OrNull(p.Open)
+		return &p.InsertParams
 	})
 }
 

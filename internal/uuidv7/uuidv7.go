@@ -17,14 +17,30 @@ import (
 
 // New returns the id for position seq of a batch created at t.
 func New(t time.Time, seq uint32) [16]byte {
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	return build(t, seq, rnd[:])
+}
+
+// Fill sets ids[i] to the id for position i of a batch created at t (as New does),
+// with one read of the random source for the whole batch.
+func Fill(t time.Time, ids [][16]byte) {
+	rnd := make([]byte, 8*len(ids))
+	rand.Read(rnd)
+	for i := range ids {
+		ids[i] = build(t, uint32(i), rnd[8*i:8*i+8])
+	}
+}
+
+// build lays out the id for position seq of a batch created at t, its random bits
+// from rnd's 8 bytes.
+func build(t time.Time, seq uint32, rnd []byte) [16]byte {
 	var u [16]byte
 	us := t.UnixMicro()
 	ms := uint64(us / 1000)
 	frac := uint64((us % 1000) * 4096 / 1000)
 	hi := ms<<16 | 0x7000 | frac
-	var rnd [8]byte
-	rand.Read(rnd[:])
-	lo := uint64(1)<<63 | uint64(seq&0xFFFFFF)<<38 | binary.BigEndian.Uint64(rnd[:])&(1<<38-1)
+	lo := uint64(1)<<63 | uint64(seq&0xFFFFFF)<<38 | binary.BigEndian.Uint64(rnd)&(1<<38-1)
 	binary.BigEndian.PutUint64(u[:8], hi)
 	binary.BigEndian.PutUint64(u[8:], lo)
 	return u

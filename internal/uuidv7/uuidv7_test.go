@@ -44,3 +44,32 @@ func TestValid(t *testing.T) {
 		}
 	}
 }
+
+// TestFillMatchesNew: a batch filled at once has New's layout, position by position,
+// differing only in the random bits, and no two ids alike.
+func TestFillMatchesNew(t *testing.T) {
+	t.Parallel()
+	base := time.Date(2030, 1, 2, 3, 4, 5, 123456000, time.UTC)
+	ids := make([][16]byte, 3000)
+	Fill(base, ids)
+	seen := map[[16]byte]bool{}
+	for i, id := range ids {
+		want := New(base, uint32(i))
+		for k := range 16 {
+			mask := byte(0xff)
+			if k >= 11 { // the 38 random bits: bytes 12..15 and byte 11's low 6 bits
+				mask = 0
+			}
+			if k == 11 {
+				mask = 0xc0
+			}
+			if id[k]&mask != want[k]&mask {
+				t.Fatalf("id %d byte %d: %08b, want %08b under %08b", i, k, id[k], want[k], mask)
+			}
+		}
+		if seen[id] {
+			t.Fatalf("id %d repeats", i)
+		}
+		seen[id] = true
+	}
+}
