@@ -111,39 +111,23 @@ func (c *Client) insertNodes(ctx context.Context, tx DB, nodes []store.FlowNode,
 	return nil
 }
 
-// copyNodes writes nodes with COPY when none has a sequence key (whose lock COPY
-// cannot take) and their schedule can be expressed as column values; ok is false when
-// they do not qualify.
+// copyNodes writes nodes with COPY, with their lane marks (as copyInsert writes a
+// batch), when none has a sequence key (whose lock COPY cannot take) and their
+// schedule can be expressed as column values; ok is false when they do not qualify.
 func (c *Client) copyNodes(ctx context.Context, copier store.Copier, tx DB, nodes []store.FlowNode, queues []string) (ok bool, err error) {
-	allNow, allAbs := true, true
 	for i := range nodes {
 		if nodes[i].SequenceKey != nil {
 			return false, nil
 		}
-		allNow = allNow && nodes[i].RunAt == nil && nodes[i].Delay == 0
-		allAbs = allAbs && nodes[i].RunAt != nil
 	}
 	now := store.NowParam(c.cfg.Clock)
-	withRunAt := !allNow
-	if now != nil {
-		withRunAt = true
-		for i := range nodes {
-			if nodes[i].RunAt == nil {
-				t := now.Add(nodes[i].Delay)
-				nodes[i].RunAt = &t
-			}
-		}
-	} else if !allNow && !allAbs {
+	withRunAt, ok := copySchedule(now, len(nodes), func(i int) *store.InsertParams { return &nodes[i].InsertParams })
+	if !ok {
 		return false, nil // relative delays need the database's now(): use the statement
 	}
-	if err := c.store.CopyFlow(ctx, copier, nodes, withRunAt, now, nil); err != nil {
-		return true, wrapPgError(err)
-	}
-	if err := c.store.SendNotify(ctx, tx, c.coalescer.Tx(queues)); err != nil {
-		return true, fmt.Errorf("notifying after COPY: %w", err)
-	}
-	c.metrics.inserted.Add(int64(len(nodes)))
-	return true, nil
+	return true, c.copyLaned(ctx, copier, tx, queues, c.coalescer.Tx(queues), len(nodes), func(cp store.Copier, marks store.LaneMarks) error {
+		return c.store.CopyFlow(ctx, cp, nodes, withRunAt, now, marks)
+	})
 }
 
 // flowBuilder validates a flow and flattens it into store nodes, parents first.
