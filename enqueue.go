@@ -15,6 +15,7 @@ import (
 	"github.com/skiplock/skiplock/internal/hostclock"
 	"github.com/skiplock/skiplock/internal/ident"
 	"github.com/skiplock/skiplock/internal/store"
+	"github.com/skiplock/skiplock/internal/uuidv7"
 	"github.com/skiplock/skiplock/internal/validate"
 )
 
@@ -331,6 +332,12 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx DB, jobs []EnqueueParams)
 		// On the pool the insert is its own transaction: its job is all the
 		// transaction wrote, so it records no lineage row (JobsByTx).
 		ps[0].Solo = own
+		// A job without keys gets its id here (used by the plain insert only): the
+		// server then runs no id default and returns nothing (issue #49).
+		if p := &ps[0]; p.DedupKey == nil && p.UniqueKey == nil && p.SequenceKey == nil {
+			id := uuidv7.String(uuidv7.New(hostclock.Now(), 0))
+			p.ID = &id
+		}
 		var r store.InsertResult
 		r, err = c.store.Insert(ctx, tx, now, ps[0], notify)
 		results = []store.InsertResult{r}

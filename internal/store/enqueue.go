@@ -12,9 +12,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/skiplock/skiplock/internal/hostclock"
-	"github.com/skiplock/skiplock/internal/uuidv7"
 )
 
 type enqueueStatements struct {
@@ -148,8 +145,8 @@ WHERE t.notified >= 0 AND (t.solo IS NULL OR t.solo = 'off')
 // its CTE is inlined rather than materialised; the unique key's expression, the
 // states' cast and six parameters are gone. With generic plans, as the client runs
 // it, that is ~4 µs of the server's ~50 µs per insert (docs/enqueue_cost.md). The job's
-// id comes from the client ($15, uuidv7.New, as a COPY's ids do) rather than from the
-// column's default, the PL/pgSQL uuid_v7(), and nothing is returned: the server skips
+// id comes from the client ($15, InsertParams.ID: a v7 UUID, as a COPY's ids) rather
+// than from the column's default, the PL/pgSQL uuid_v7(), and nothing is returned: the server skips
 // the function call and the RETURNING, the client a row to read (issue #49). Its
 // parameters are insertSQL's up to $8, then $9 metadata, $10 and $11 the NOTIFY's
 // (notifyColumn, at the same places as in insertSQL: queryInsert clears them), $12
@@ -257,6 +254,12 @@ type InsertParams struct {
 	Tags []string
 	// ConcurrencyKey is the key limits partition by; "" for none.
 	ConcurrencyKey string
+	// ID, when set (a UUID in its canonical text form), is the id of a job inserted by
+	// Insert without a deduplication, unique or sequence key (insertPlainSQL): the
+	// caller makes it (the client: a v7 UUID, as for COPY), so that the server runs
+	// no id default and the statement returns nothing. Otherwise, and by every other
+	// statement, it is ignored and the column's default makes the id.
+	ID *string
 	// Solo says the insert is its transaction's only write (the client's own
 	// transaction on its pool, not a caller's): it then writes no lineage row
 	// (soloSetting), since the transaction's lineage is the job itself. Insert only;
@@ -282,9 +285,9 @@ func collectID(rows pgx.Rows, err error) (string, error) {
 // plainArgs are insertPlainSQL's parameters for p. An absent value is an untyped nil
 // and each number has its column's width, so that pgx encodes it without reflection
 // or a conversion (~1 µs of the client's CPU per enqueue of 15 parameters).
-func plainArgs(now *time.Time, p *InsertParams, ch any, qs []string, id [16]byte) []any {
+func plainArgs(now *time.Time, p *InsertParams, ch any, qs []string) []any {
 	args := []any{nil, p.Queue, p.Kind, string(p.Payload), int32(p.Priority), nil, micros(p.Delay), int32(p.MaxAttempts),
-		nil, ch, nil, nil, p.ConcurrencyKey, p.Solo, pgtype.UUID{Bytes: id, Valid: true}}
+		nil, ch, nil, nil, p.ConcurrencyKey, p.Solo, *p.ID}
 	if int(int32(p.Priority)) != p.Priority || int(int32(p.MaxAttempts)) != p.MaxAttempts {
 		args[4], args[7] = p.Priority, p.MaxAttempts // out of int4's range: pgx refuses them
 	}
@@ -304,6 +307,24 @@ func plainArgs(now *time.Time, p *InsertParams, ch any, qs []string, id [16]byte
 		args[11] = p.Tags
 	}
 	return args
+}
+
+// execPlain runs insertPlainSQL with args (plainArgs), as queryInsert would, but
+// through Exec when its NOTIFY stays inside the statement: it returns no rows, so
+// the client reads only the command tag.
+func (s *Store) execPlain(ctx context.Context, db DBTX, n *Notify, args []any) error {
+	if _, after := notifyAfter(db, n); after {
+		_, err := queryInsert(ctx, s, db, n, collectOneInserted, s.enqueue.insertPlain.sql, args...)
+		return err
+	}
+	tag, err := db.Exec(ctx, s.enqueue.insertPlain.sql, args...)
+	if err != nil {
+		return err
+	}
+	if n := tag.RowsAffected(); n != 1 {
+		return fmt.Errorf("store: the insert wrote %d rows, want 1", n)
+	}
+	return nil
 }
 
 // collectOneInserted reads the command tag of an insert that returns no rows and
@@ -348,11 +369,14 @@ func (s *Store) Insert(ctx context.Context, db DBTX, now *time.Time, p InsertPar
 			}
 			return InsertResult{ID: id, Inserted: true}, nil
 		}
-		id := uuidv7.New(hostclock.Now(), 0)
-		if _, err := queryInsert(ctx, s, db, n, collectOneInserted, s.enqueue.insertPlain.sql, plainArgs(now, &p, ch, qs, id)...); err != nil {
-			return InsertResult{}, err
+		if p.ID != nil {
+			if err := s.execPlain(ctx, db, n, plainArgs(now, &p, ch, qs)); err != nil {
+				return InsertResult{}, err
+			}
+			return InsertResult{ID: *p.ID, Inserted: true}, nil
 		}
-		return InsertResult{ID: uuidv7.String(id), Inserted: true}, nil
+		// Without an id from the caller, the general statement below: the column's
+		// default makes the id, and the statement returns it.
 	}
 	ukey, uperiod, ustates := p.unique()
 	for range insertRetries {
