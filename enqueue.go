@@ -15,6 +15,7 @@ import (
 	"github.com/skiplock/skiplock/internal/hostclock"
 	"github.com/skiplock/skiplock/internal/ident"
 	"github.com/skiplock/skiplock/internal/store"
+	"github.com/skiplock/skiplock/internal/uuidv7"
 	"github.com/skiplock/skiplock/internal/validate"
 )
 
@@ -280,8 +281,8 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx DB, jobs []EnqueueParams)
 		return nil, nil
 	}
 	ps := make([]store.InsertParams, len(jobs))
-	var queues []string
-	seen := map[string]bool{}
+	queues := make([]string, 0, 1)
+	var seen map[string]bool // queues already listed, once there are two jobs
 	for i := range jobs {
 		jp := jobs[i] // hooks amend a copy, never the caller's slice
 		for _, h := range c.cfg.EnqueueHooks {
@@ -297,6 +298,13 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx DB, jobs []EnqueueParams)
 			return nil, err
 		}
 		ps[i] = p
+		if i == 0 {
+			queues = append(queues, p.Queue)
+			continue
+		}
+		if seen == nil {
+			seen = map[string]bool{queues[0]: true}
+		}
 		if !seen[p.Queue] {
 			seen[p.Queue] = true
 			queues = append(queues, p.Queue)
@@ -324,6 +332,12 @@ func (c *Client) EnqueueManyTx(ctx context.Context, tx DB, jobs []EnqueueParams)
 		// On the pool the insert is its own transaction: its job is all the
 		// transaction wrote, so it records no lineage row (JobsByTx).
 		ps[0].Solo = own
+		// A job without keys gets its id here (used by the plain insert only): the
+		// server then runs no id default and returns nothing (issue #49).
+		if p := &ps[0]; p.DedupKey == nil && p.UniqueKey == nil && p.SequenceKey == nil {
+			id := uuidv7.String(uuidv7.New(hostclock.Now(), 0))
+			p.ID = &id
+		}
 		var r store.InsertResult
 		r, err = c.store.Insert(ctx, tx, now, ps[0], notify)
 		results = []store.InsertResult{r}
@@ -355,18 +369,19 @@ func deref(o *EnqueueOpts) EnqueueOpts {
 // insertParams validates one job and turns it into store parameters.
 func (c *Client) insertParams(j *EnqueueParams) (store.InsertParams, error) {
 	kind, payload := j.Kind, j.Payload
+	marshalled := false
 	if j.Args != nil {
 		kind = j.Args.Kind()
 		b, err := json.Marshal(j.Args)
 		if err != nil {
 			return store.InsertParams{}, invalid("payload", "encoding %T as JSON: %v", j.Args, err)
 		}
-		payload = b
+		payload, marshalled = b, true
 	}
 	if err := validateKind(kind); err != nil {
 		return store.InsertParams{}, err
 	}
-	if err := c.validatePayload(payload); err != nil {
+	if err := validatePayload(payload, c.cfg.MaxPayloadBytes, !marshalled); err != nil {
 		return store.InsertParams{}, err
 	}
 	o := j.Opts
@@ -435,21 +450,23 @@ func validateKind(kind string) error {
 	return nil
 }
 
-// validatePayload checks a job payload against the client's size limit.
-func (c *Client) validatePayload(p []byte) error { return ValidatePayload(p, c.cfg.MaxPayloadBytes) }
-
 // ValidatePayload checks what PostgreSQL's jsonb would refuse — and the size limit —
 // before the database sees it: empty input, more than limit bytes, invalid JSON, and
 // strings (values or keys) containing \u0000. It returns a *ValidationError on
 // "payload". The outbox validates event payloads with it too.
-func ValidatePayload(p []byte, limit int) error {
+func ValidatePayload(p []byte, limit int) error { return validatePayload(p, limit, true) }
+
+// validatePayload is ValidatePayload; syntax false skips the check of p's JSON syntax,
+// for a payload json.Marshal produced (valid JSON by construction, and json.Valid was
+// a second pass over every typed payload: issue #49).
+func validatePayload(p []byte, limit int, syntax bool) error {
 	if len(p) == 0 {
 		return invalid("payload", "empty (use {} or null for no data)")
 	}
 	if len(p) > limit {
 		return invalid("payload", "%d bytes exceeds the limit of %d (MaxPayloadBytes)", len(p), limit)
 	}
-	if !json.Valid(p) {
+	if syntax && !json.Valid(p) {
 		return invalid("payload", "not valid JSON")
 	}
 	if bytes.Contains(p, []byte(`\u0000`)) && hasNULEscape(p) {

@@ -143,20 +143,22 @@ WHERE t.notified >= 0 AND (t.solo IS NULL OR t.solo = 'off')
 // their defaults, the values insertSQL would give them) and reads the clock once, so
 // its CTE is inlined rather than materialised; the unique key's expression, the
 // states' cast and six parameters are gone. With generic plans, as the client runs
-// it, that is ~4 µs of the server's ~50 µs per insert (docs/enqueue_cost.md). Its
+// it, that is ~4 µs of the server's ~50 µs per insert (docs/enqueue_cost.md). The job's
+// id comes from the client ($15, InsertParams.ID: a v7 UUID, as a COPY's ids) rather
+// than from the column's default, the PL/pgSQL uuid_v7(), and nothing is returned: the server skips
+// the function call and the RETURNING, the client a row to read (issue #49). Its
 // parameters are insertSQL's up to $8, then $9 metadata, $10 and $11 the NOTIFY's
 // (notifyColumn, at the same places as in insertSQL: queryInsert clears them), $12
-// tags, $13 concurrency key, $14 solo.
+// tags, $13 concurrency key, $14 solo, $15 id.
 func insertPlainSQL() string {
 	return `
 WITH t AS (SELECT coalesce($1::timestamptz, now()) AS now, ` + notifyColumn + `, ` + soloSetting("$14") + `)
-INSERT INTO {{s}}.jobs (queue, kind, payload, priority, run_at, max_attempts, metadata, tags, concurrency_key, created_at, updated_at,
+INSERT INTO {{s}}.jobs (id, queue, kind, payload, priority, run_at, max_attempts, metadata, tags, concurrency_key, created_at, updated_at,
                        grouped, fair_indexed)
-SELECT $2, $3, $4::jsonb, $5, coalesce($6::timestamptz, t.now + $7::bigint * interval '1 microsecond'), $8, $9::jsonb,
+SELECT $15::uuid, $2, $3, $4::jsonb, $5, coalesce($6::timestamptz, t.now + $7::bigint * interval '1 microsecond'), $8, $9::jsonb,
        $12::text[], $13::text, t.now, t.now, ` + grouped("$2::text") + `, ` + fairIndexed("$2::text") + `
 FROM t
-WHERE t.notified >= 0 AND (t.solo IS NULL OR t.solo = 'off')
-RETURNING id`
+WHERE t.notified >= 0 AND (t.solo IS NULL OR t.solo = 'off')`
 }
 
 // insertManySQL is the batch insert.
@@ -251,6 +253,12 @@ type InsertParams struct {
 	Tags []string
 	// ConcurrencyKey is the key limits partition by; "" for none.
 	ConcurrencyKey string
+	// ID, when set (a UUID in its canonical text form), is the id of a job inserted by
+	// Insert without a deduplication, unique or sequence key (insertPlainSQL): the
+	// caller makes it (the client: a v7 UUID, as for COPY), so that the server runs
+	// no id default and the statement returns nothing. Otherwise, and by every other
+	// statement, it is ignored and the column's default makes the id.
+	ID *string
 	// Solo says the insert is its transaction's only write (the client's own
 	// transaction on its pool, not a caller's): it then writes no lineage row
 	// (soloSetting), since the transaction's lineage is the job itself. Insert only;
@@ -273,6 +281,67 @@ func collectID(rows pgx.Rows, err error) (string, error) {
 	return pgx.CollectExactlyOneRow(rows, pgx.RowTo[string])
 }
 
+// plainArgs are insertPlainSQL's parameters for p. An absent value is an untyped nil
+// and each number has its column's width, so that pgx encodes it without reflection
+// or a conversion (~1 µs of the client's CPU per enqueue of 15 parameters).
+func plainArgs(now *time.Time, p *InsertParams, ch any, qs []string) []any {
+	args := []any{nil, p.Queue, p.Kind, string(p.Payload), int32(p.Priority), nil, micros(p.Delay), int32(p.MaxAttempts),
+		nil, ch, nil, nil, p.ConcurrencyKey, p.Solo, *p.ID}
+	if int(int32(p.Priority)) != p.Priority || int(int32(p.MaxAttempts)) != p.MaxAttempts {
+		args[4], args[7] = p.Priority, p.MaxAttempts // out of int4's range: pgx refuses them
+	}
+	if now != nil {
+		args[0] = now.UTC()
+	}
+	if p.RunAt != nil {
+		args[5] = *p.RunAt
+	}
+	if p.Metadata != nil {
+		args[8] = string(p.Metadata)
+	}
+	if qs != nil {
+		args[10] = qs
+	}
+	if p.Tags != nil {
+		args[11] = p.Tags
+	}
+	return args
+}
+
+// execPlain runs insertPlainSQL with args (plainArgs), as queryInsert would, but
+// through Exec when its NOTIFY stays inside the statement: it returns no rows, so
+// the client reads only the command tag.
+func (s *Store) execPlain(ctx context.Context, db DBTX, n *Notify, args []any) error {
+	if _, after := notifyAfter(db, n); after {
+		_, err := queryInsert(ctx, s, db, n, collectOneInserted, s.enqueue.insertPlain.sql, args...)
+		return err
+	}
+	tag, err := db.Exec(ctx, s.enqueue.insertPlain.sql, args...)
+	if err != nil {
+		return err
+	}
+	if n := tag.RowsAffected(); n != 1 {
+		return fmt.Errorf("store: the insert wrote %d rows, want 1", n)
+	}
+	return nil
+}
+
+// collectOneInserted reads the command tag of an insert that returns no rows and
+// must have written exactly one (insertPlainSQL).
+func collectOneInserted(rows pgx.Rows, err error) (struct{}, error) {
+	if err != nil {
+		return struct{}{}, err
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return struct{}{}, err
+	}
+	if n := rows.CommandTag().RowsAffected(); n != 1 {
+		return struct{}{}, fmt.Errorf("store: the insert wrote %d rows, want 1", n)
+	}
+	return struct{}{}, nil
+}
+
 // insertRetries bounds how often an insert is repeated when its row was skipped for a
 // key whose holder was gone by the time it was looked up (it finished and released a
 // unique key, or a period ended): the key is then free, and the next insert takes it.
@@ -291,16 +360,22 @@ func (s *Store) Insert(ctx context.Context, db DBTX, now *time.Time, p InsertPar
 	}
 	if p.DedupKey == nil && p.UniqueKey == nil && p.SequenceKey == nil {
 		// No key that can skip the row: one statement, which always inserts.
-		q := s.enqueue.insertPlain.sql
 		if citus != "" {
-			q = citus
+			id, err := queryInsert(ctx, s, db, n, collectID, citus, Now(now), p.Queue, p.Kind, string(p.Payload),
+				p.Priority, p.RunAt, micros(p.Delay), p.MaxAttempts, jsonOrNil(p.Metadata), ch, qs, p.Tags, p.ConcurrencyKey, p.Solo)
+			if err != nil {
+				return InsertResult{}, err
+			}
+			return InsertResult{ID: id, Inserted: true}, nil
 		}
-		id, err := queryInsert(ctx, s, db, n, collectID, q, Now(now), p.Queue, p.Kind, string(p.Payload),
-			p.Priority, p.RunAt, micros(p.Delay), p.MaxAttempts, jsonOrNil(p.Metadata), ch, qs, p.Tags, p.ConcurrencyKey, p.Solo)
-		if err != nil {
-			return InsertResult{}, err
+		if p.ID != nil {
+			if err := s.execPlain(ctx, db, n, plainArgs(now, &p, ch, qs)); err != nil {
+				return InsertResult{}, err
+			}
+			return InsertResult{ID: *p.ID, Inserted: true}, nil
 		}
-		return InsertResult{ID: id, Inserted: true}, nil
+		// Without an id from the caller, the general statement below: the column's
+		// default makes the id, and the statement returns it.
 	}
 	ukey, uperiod, ustates := p.unique()
 	for range insertRetries {

@@ -33,7 +33,7 @@ WHERE queue = $1 AND NOT `+mark+` AND status <> 'succeeded'`, queue).Scan(&n); e
 func insertPlain(t *testing.T, ctx context.Context, s *Store, db DBTX, queue, key string) string {
 	t.Helper()
 	r, err := s.Insert(ctx, db, nil, InsertParams{Queue: queue, Kind: "k", Payload: []byte(`{}`), MaxAttempts: 3,
-		ConcurrencyKey: key, Solo: true}, nil)
+		ConcurrencyKey: key, Solo: true, ID: plainID()}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -217,6 +217,7 @@ func TestInsertPlainWritesTheSameRow(t *testing.T) {
 			Metadata: []byte(`{"m":"x"}`), Tags: []string{"t1", "t2"}, ConcurrencyKey: "acme"},
 		{Queue: "q3", Kind: "k3", Payload: []byte(`[]`), MaxAttempts: 1, RunAt: &runAt},
 	} {
+		p.ID = plainID() // the client's plain enqueue: insert_plain
 		one, err := s.Insert(ctx, pool, &now, p, nil)
 		if err != nil {
 			t.Fatal(err)

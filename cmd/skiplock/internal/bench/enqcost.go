@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/internal/store"
+	"github.com/skiplock/skiplock/internal/uuidv7"
 )
 
 // costVariant is one schema of E1 and how an enqueue is made against it.
@@ -244,8 +245,9 @@ func prepareCost(ctx context.Context, e *Env, name string, v costVariant) (*cost
 		}
 		r.one = func(ctx context.Context, db *pgxpool.Pool, i int64) error {
 			args := noopArgs(i)
+			id := uuidv7.String(uuidv7.New(time.Now(), 0)) // as Client.Enqueue makes it
 			_, err := st.Insert(ctx, db, nil, store.InsertParams{Queue: skiplock.DefaultQueue, Kind: noop{}.Kind(),
-				Payload: []byte(args[2].(string)), MaxAttempts: skiplock.DefaultMaxAttempts, Solo: v.solo}, n)
+				Payload: []byte(args[2].(string)), MaxAttempts: skiplock.DefaultMaxAttempts, Solo: v.solo, ID: &id}, n)
 			return err
 		}
 	}
