@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // MaxHistory is how many attempts a job's attempt_history keeps (the newest).
@@ -262,11 +263,14 @@ func (s *Store) runFinishStmt(ctx context.Context, db DBTX, now *time.Time, outs
 // finishArgs are a finishing statement's parameters: finish_complete takes only the
 // ids, tokens and outputs (its actions are all completions, which take no delay or
 // error); the others take every column, and on the Citus layout the key last.
+//
+// The arrays of *string go as pgtype.FlatArray, which pgx encodes without reflection.
 func finishArgs(complete bool, now *time.Time, ids, tokens, actions []string, delays []int64, errs, outputs []*string, key []string) []any {
+	outs := pgtype.FlatArray[*string](outputs)
 	if complete {
-		return []any{Now(now), uuidArg(ids), uuidArg(tokens), outputs}
+		return []any{Now(now), uuidArg(ids), uuidArg(tokens), outs}
 	}
-	return append([]any{Now(now), uuidArg(ids), uuidArg(tokens), actions, delays, errs, outputs}, anys(key)...)
+	return append([]any{Now(now), uuidArg(ids), uuidArg(tokens), actions, delays, pgtype.FlatArray[*string](errs), outs}, anys(key)...)
 }
 
 // anys converts ss to a slice of statement parameters.
