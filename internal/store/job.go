@@ -4,8 +4,10 @@ package store
 // behalf (retry, cancel, delete).
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -111,9 +113,10 @@ var claimReturns = prefixedExcept("j", map[string]string{"output": "NULL::jsonb"
 // status, the worker, the lease's end and updated_at), nor the output and attempt
 // history claimReturns sends as NULL. Each column costs the server its output
 // function and this process its decoding, per job, on the claim, the statement of
-// W5's critical path.
+// W5's critical path. The txid goes as the server prints an xid8 (pgx reads a type it
+// does not know as text), not converted to bigint through text on the server.
 const leanClaimReturns = `j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
-  j.lease_token, j.deduplication_key, j.last_error, j.metadata, j.tags, j.txid::text::bigint, j.attempted_at,
+  j.lease_token, j.deduplication_key, j.last_error, j.metadata, j.tags, j.txid, j.attempted_at,
   j.concurrency_key, j.created_at, j.started,
   (j.sequence_key IS NOT NULL OR j.parent_id IS NOT NULL OR j.batch_id IS NOT NULL) AS unblocks`
 
@@ -142,7 +145,8 @@ func collectLeanClaimed(worker string, lease time.Duration) func(rows pgx.Rows, 
 			// Each row's raw values, and the last distinct value each became.
 			token                     pgtype.UUID
 			at                        pgtype.Timestamptz
-			txid                      pgtype.Int8
+			txid                      pgtype.DriverBytes // an xid8's text, NULL for none
+			lastTxid                  []byte
 			dedup, lastErr            pgtype.Text
 			queue, kind, key          pgtype.DriverBytes
 			lastToken                 [16]byte
@@ -175,10 +179,13 @@ func collectLeanClaimed(worker string, lease time.Duration) func(rows pgx.Rows, 
 				t, u := at.Time, at.Time.Add(d)
 				atPtr, untilPtr = &t, &u
 			}
-			if txid.Valid {
-				if txPtr == nil || *txPtr != txid.Int64 {
-					v := txid.Int64
-					txPtr = &v
+			if txid != nil {
+				if txPtr == nil || !bytes.Equal(txid, lastTxid) {
+					v, err := strconv.ParseInt(string(txid), 10, 64)
+					if err != nil {
+						return nil, fmt.Errorf("claim: job %s: txid %q: %w", j.ID, txid, err)
+					}
+					txPtr, lastTxid = &v, append(lastTxid[:0], txid...)
 				}
 				j.TxID = txPtr
 			}
