@@ -4,10 +4,8 @@ package store
 // behalf (retry, cancel, delete).
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -113,8 +111,8 @@ var claimReturns = prefixedExcept("j", map[string]string{"output": "NULL::jsonb"
 // status, the worker, the lease's end and updated_at), nor the output and attempt
 // history claimReturns sends as NULL. Each column costs the server its output
 // function and this process its decoding, per job, on the claim, the statement of
-// W5's critical path. The txid goes as the server prints an xid8 (pgx reads a type it
-// does not know as text), not converted to bigint through text on the server.
+// W5's critical path. The txid goes as the xid8 it is (pgx reads it in binary), not
+// converted to bigint through text on the server.
 const leanClaimReturns = `j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
   j.lease_token, j.deduplication_key, j.last_error, j.metadata, j.tags, j.txid, j.attempted_at,
   j.concurrency_key, j.created_at, j.started,
@@ -145,8 +143,7 @@ func collectLeanClaimed(worker string, lease time.Duration) func(rows pgx.Rows, 
 			// Each row's raw values, and the last distinct value each became.
 			token                     pgtype.UUID
 			at                        pgtype.Timestamptz
-			txid                      pgtype.DriverBytes // an xid8's text, NULL for none
-			lastTxid                  []byte
+			txid                      pgtype.Uint64
 			dedup, lastErr            pgtype.Text
 			queue, kind, key          pgtype.DriverBytes
 			lastToken                 [16]byte
@@ -179,13 +176,10 @@ func collectLeanClaimed(worker string, lease time.Duration) func(rows pgx.Rows, 
 				t, u := at.Time, at.Time.Add(d)
 				atPtr, untilPtr = &t, &u
 			}
-			if txid != nil {
-				if txPtr == nil || !bytes.Equal(txid, lastTxid) {
-					v, err := strconv.ParseInt(string(txid), 10, 64)
-					if err != nil {
-						return nil, fmt.Errorf("claim: job %s: txid %q: %w", j.ID, txid, err)
-					}
-					txPtr, lastTxid = &v, append(lastTxid[:0], txid...)
+			if txid.Valid {
+				if txPtr == nil || *txPtr != int64(txid.Uint64) {
+					v := int64(txid.Uint64) // as txid::text::bigint reads it
+					txPtr = &v
 				}
 				j.TxID = txPtr
 			}
