@@ -89,7 +89,7 @@ func (e *Engine) writeBatch(fs []*flight) error {
 	for {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(e.bgCtx), 30*time.Second)
 		began := hostclock.Now()
-		res, err := Finish(ctx, e.cfg.Store, e.cfg.Pool, e.now(), e.cfg.DeleteOnSuccess, outs)
+		res, err := e.cfg.Store.FinishEach(ctx, e.cfg.Pool, e.now(), outs, e.cfg.DeleteOnSuccess)
 		if err == nil && recheck(fs) {
 			// An earlier attempt, or the handler's own transaction (CompleteTx), may
 			// have written the outcome already: the fenced write then matched nothing.
@@ -102,9 +102,9 @@ func (e *Engine) writeBatch(fs []*flight) error {
 			m.FlushNanos.Add(int64(hostclock.Since(began)))
 			m.Flushes.Add(1)
 			m.Flushed.Add(int64(len(outs)))
-			for _, f := range fs {
-				if st, ok := res[f.outcome.Lease]; ok {
-					e.retire(f, &st)
+			for i, f := range fs {
+				if res[i] != "" {
+					e.retire(f, &res[i])
 				} else {
 					e.retire(f, nil)
 				}
@@ -157,16 +157,17 @@ func fallback(o store.Outcome, refusal error) store.Outcome {
 // recognise runs after a retried completion batch: an earlier attempt may have
 // committed before its connection failed, and then the retry — fenced by tokens the
 // first attempt cleared — changes nothing for those jobs. For each job the retry did
-// not change, it reads the row and adds it to res when the row is exactly what this
-// outcome writes (state, attempt count and, where written, the error), so the worker
+// not change, it reads the row and sets the job's answer in res (FinishEach's, by
+// position in batch) when the row is exactly what this outcome writes (state,
+// attempt count and, where written, the error), so the worker
 // reports the outcome it wrote instead of a lost lease. A job taken over by another
 // worker cannot match: a reclaim writes its own error, a new claim raises attempts —
 // or, after a claim lost in a server crash, counts the same attempt again but at
 // another claim time.
-func (e *Engine) recognise(ctx context.Context, batch []*flight, res map[store.Lease]string) error {
+func (e *Engine) recognise(ctx context.Context, batch []*flight, res []string) error {
 	var missing []string
-	for _, f := range batch {
-		if _, ok := res[f.outcome.Lease]; !ok {
+	for i, f := range batch {
+		if res[i] == "" {
 			missing = append(missing, f.row.ID)
 		}
 	}
@@ -177,8 +178,8 @@ func (e *Engine) recognise(ctx context.Context, batch []*flight, res map[store.L
 	if err != nil {
 		return err
 	}
-	for _, f := range batch {
-		if _, ok := res[f.outcome.Lease]; ok {
+	for i, f := range batch {
+		if res[i] != "" {
 			continue
 		}
 		row, found := rows[f.row.ID]
@@ -193,7 +194,7 @@ func (e *Engine) recognise(ctx context.Context, batch []*flight, res map[store.L
 			st, ok = ownOutcome(store.Outcome{Action: store.ActionComplete}, f.row.Attempts, claimedAt, row, found, e.cfg.DeleteOnSuccess)
 		}
 		if ok {
-			res[f.outcome.Lease] = st
+			res[i] = st
 		}
 	}
 	return nil

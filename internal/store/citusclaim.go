@@ -362,8 +362,8 @@ func (s *Store) citusHeartbeat(ctx context.Context, db DBTX, now *time.Time, lea
 
 // citusFinish is runFinish on the Citus layout: one statement per key, each in id
 // order (idOrder).
-func (s *Store) citusFinish(ctx context.Context, db DBTX, now *time.Time, outs []Outcome, st stmt) (map[Lease]string, error) {
-	out := make(map[Lease]string, len(outs))
+func (s *Store) citusFinish(ctx context.Context, db DBTX, now *time.Time, outs []Outcome, st stmt) ([]string, error) {
+	out := make([]string, len(outs))
 	keys, groups := byKey(outs, func(o Outcome) string { return o.Key })
 	slices.Sort(keys) // every completer writes keys in one order, as ids within a key
 	for _, k := range keys {
@@ -371,12 +371,12 @@ func (s *Store) citusFinish(ctx context.Context, db DBTX, now *time.Time, outs [
 		for i, p := range groups[k] {
 			part[i] = outs[p]
 		}
-		m, err := s.runFinishStmt(ctx, db, now, part, st, k)
+		done, err := s.runFinishStmt(ctx, db, now, part, st, k)
 		if err != nil {
 			return nil, err
 		}
-		for l, v := range m {
-			out[l] = v
+		for i, p := range groups[k] {
+			out[p] = done[i]
 		}
 	}
 	return out, nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // MaxHistory is how many attempts a job's attempt_history keeps (the newest).
@@ -184,16 +185,43 @@ type Outcome struct {
 // again. Keyed by id, the live outcome's row would have answered for both. Rows come
 // back by their outcome's ordinal, so the key is the caller's own Lease as given.
 func (s *Store) Finish(ctx context.Context, db DBTX, now *time.Time, outs []Outcome) (map[Lease]string, error) {
-	return s.runFinish(ctx, db, now, outs, s.finish.finish)
+	return byLease(outs)(s.FinishEach(ctx, db, now, outs, false))
 }
 
 // FinishDeleting is Finish, but a completed job is deleted instead of kept as
 // succeeded.
 func (s *Store) FinishDeleting(ctx context.Context, db DBTX, now *time.Time, outs []Outcome) (map[Lease]string, error) {
-	return s.runFinish(ctx, db, now, outs, s.finish.finishDelete)
+	return byLease(outs)(s.FinishEach(ctx, db, now, outs, true))
 }
 
-func (s *Store) runFinish(ctx context.Context, db DBTX, now *time.Time, outs []Outcome, st stmt) (map[Lease]string, error) {
+// FinishEach is Finish, or FinishDeleting when deleting, answering by position: the
+// status the outcome outs[i] left its job in, or "" when its lease was lost and
+// nothing was written for it. The completer reads its batches' answers so, without
+// a map of up to a batch's leases built and probed per batch.
+func (s *Store) FinishEach(ctx context.Context, db DBTX, now *time.Time, outs []Outcome, deleting bool) ([]string, error) {
+	if deleting {
+		return s.runFinish(ctx, db, now, outs, s.finish.finishDelete)
+	}
+	return s.runFinish(ctx, db, now, outs, s.finish.finish)
+}
+
+// byLease turns FinishEach's answer for outs into Finish's.
+func byLease(outs []Outcome) func(st []string, err error) (map[Lease]string, error) {
+	return func(st []string, err error) (map[Lease]string, error) {
+		if err != nil {
+			return nil, err
+		}
+		m := make(map[Lease]string, len(outs))
+		for i, v := range st {
+			if v != "" {
+				m[outs[i].Lease] = v
+			}
+		}
+		return m, nil
+	}
+}
+
+func (s *Store) runFinish(ctx context.Context, db DBTX, now *time.Time, outs []Outcome, st stmt) ([]string, error) {
 	if len(outs) > 0 {
 		if dist, err := s.Distributed(ctx, db); err != nil {
 			return nil, err
@@ -224,7 +252,7 @@ func allComplete(outs []Outcome) bool {
 
 // runFinishStmt runs st for outs; on the Citus layout key is the outcomes' one
 // concurrency key, the statement's last parameter.
-func (s *Store) runFinishStmt(ctx context.Context, db DBTX, now *time.Time, outs []Outcome, st stmt, key ...string) (map[Lease]string, error) {
+func (s *Store) runFinishStmt(ctx context.Context, db DBTX, now *time.Time, outs []Outcome, st stmt, key ...string) ([]string, error) {
 	n := len(outs)
 	ids, tokens, actions, delays, errs := make([]string, n), make([]string, n), make([]string, n), make([]int64, n), make([]*string, n)
 	outputs := make([]*string, n)
@@ -238,35 +266,50 @@ func (s *Store) runFinishStmt(ctx context.Context, db DBTX, now *time.Time, outs
 		}
 		outputs[k] = jsonOrNil(o.Output)
 	}
-	return guarded(ctx, db, st, func(rows pgx.Rows, err error) (map[Lease]string, error) {
+	return guarded(ctx, db, st, func(rows pgx.Rows, err error) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
 		defer rows.Close()
-		m := make(map[Lease]string, len(outs))
+		done := make([]string, len(outs))
+		var n int
+		var st string
+		dest := []any{&n, &st}
 		for rows.Next() {
-			var n int
-			var st string
-			if err := rows.Scan(&n, &st); err != nil {
+			if err := rows.Scan(dest...); err != nil {
 				return nil, err
 			}
 			if n < 1 || n > len(outs) {
 				return nil, fmt.Errorf("finish: the statement returned outcome %d of %d", n, len(outs))
 			}
-			m[outs[order[n-1]].Lease] = st
+			done[order[n-1]] = internStatus(st)
 		}
-		return m, rows.Err()
+		return done, rows.Err()
 	}, finishArgs(st.name == s.finish.finishComplete.name, now, ids, tokens, actions, delays, errs, outputs, key)...)
+}
+
+// internStatus returns the status constant equal to st, so that a batch's answers
+// share it instead of holding a copy each.
+func internStatus(st string) string {
+	for _, c := range [...]string{StatusSucceeded, StatusPending, StatusFailed, StatusCancelled} {
+		if st == c {
+			return c
+		}
+	}
+	return st
 }
 
 // finishArgs are a finishing statement's parameters: finish_complete takes only the
 // ids, tokens and outputs (its actions are all completions, which take no delay or
 // error); the others take every column, and on the Citus layout the key last.
+//
+// The arrays of *string go as pgtype.FlatArray, which pgx encodes without reflection.
 func finishArgs(complete bool, now *time.Time, ids, tokens, actions []string, delays []int64, errs, outputs []*string, key []string) []any {
+	outs := pgtype.FlatArray[*string](outputs)
 	if complete {
-		return []any{Now(now), uuidArg(ids), uuidArg(tokens), outputs}
+		return []any{Now(now), uuidArg(ids), uuidArg(tokens), outs}
 	}
-	return append([]any{Now(now), uuidArg(ids), uuidArg(tokens), actions, delays, errs, outputs}, anys(key)...)
+	return append([]any{Now(now), uuidArg(ids), uuidArg(tokens), actions, delays, pgtype.FlatArray[*string](errs), outs}, anys(key)...)
 }
 
 // anys converts ss to a slice of statement parameters.

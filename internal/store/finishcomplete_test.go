@@ -55,7 +55,7 @@ func TestFinishCompleteWritesTheSameRow(t *testing.T) {
 		if done, err := s.Finish(ctx, pool, &later, []Outcome{out(jobs[1], "00000000-0000-0000-0000-000000000001")}); err != nil || len(done) != 0 {
 			t.Fatalf("a completion under a wrong token: %v, %v", done, err)
 		}
-		if done, err := s.runFinishStmt(ctx, pool, &later, []Outcome{out(jobs[0], *jobs[0].LeaseToken)}, s.finish.finish); err != nil || len(done) != 1 {
+		if done, err := s.runFinishStmt(ctx, pool, &later, []Outcome{out(jobs[0], *jobs[0].LeaseToken)}, s.finish.finish); err != nil || len(done) != 1 || done[0] != StatusSucceeded {
 			t.Fatalf("finish: %v, %v", done, err)
 		}
 		o := out(jobs[1], *jobs[1].LeaseToken)

@@ -5,10 +5,12 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 // Status values, as in the job_status enum.
@@ -102,6 +104,115 @@ func prefixedExcept(p string, replace map[string]string) string {
 // whether the job's outcome can make another job ready (Job.Unblocks).
 var claimReturns = prefixedExcept("j", map[string]string{"output": "NULL::jsonb", "attempt_history": "NULL::jsonb"}) +
 	`, (j.sequence_key IS NOT NULL OR j.parent_id IS NOT NULL OR j.batch_id IS NOT NULL) AS unblocks`
+
+// leanClaimReturns is what the plain claim returns of each job: claimReturns without
+// the columns its claimSet writes the same for every job it takes, and which
+// collectLeanClaimed fills in from the claim's parameters and its time instead (the
+// status, the worker, the lease's end and updated_at), nor the output and attempt
+// history claimReturns sends as NULL. Each column costs the server its output
+// function and this process its decoding, per job, on the claim, the statement of
+// W5's critical path. The txid goes as the xid8 it is (pgx reads it in binary), not
+// converted to bigint through text on the server.
+const leanClaimReturns = `j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempts, j.max_attempts,
+  j.lease_token, j.deduplication_key, j.last_error, j.metadata, j.tags, j.txid, j.attempted_at,
+  j.concurrency_key, j.created_at, j.started,
+  (j.sequence_key IS NOT NULL OR j.parent_id IS NOT NULL OR j.batch_id IS NOT NULL) AS unblocks`
+
+// collectLeanClaimed collects the rows of a claim that returned leanClaimReturns, under
+// a lease of duration lease for worker: each job is running, its worker is worker, and
+// its lease ends lease after its claim (attempted_at), which is also its updated_at —
+// what claimSet wrote, with the same microseconds.
+//
+// It decodes as little as it can: the values one claim shares across its jobs (the
+// token, the claim's time and so the lease's end, the queue, the kind, the writing
+// transaction of a bulk insert, the concurrency key) are read into reused buffers and
+// kept once, the jobs pointing at one copy, where scanning each into its own pointer
+// cost a reflective allocation per column and job (docs/benchmarks.md, "W5's Go side").
+// The jobs are only read after the claim: nobody writes through these pointers.
+func collectLeanClaimed(worker string, lease time.Duration) func(rows pgx.Rows, err error) ([]*Job, error) {
+	return func(rows pgx.Rows, err error) ([]*Job, error) {
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		var (
+			out   []*Job
+			chunk []Job
+			d     = time.Duration(micros(lease)) * time.Microsecond
+			w     = &worker
+			// Each row's raw values, and the last distinct value each became.
+			token                     pgtype.UUID
+			at                        pgtype.Timestamptz
+			txid                      pgtype.Uint64
+			dedup, lastErr            pgtype.Text
+			queue, kind, key          pgtype.DriverBytes
+			lastToken                 [16]byte
+			tokenStr                  *string
+			atPtr, untilPtr           *time.Time
+			txPtr                     *int64
+			queueStr, kindStr, keyStr internStr
+			dest                      = make([]any, 0, 19) // one for every row
+		)
+		for rows.Next() {
+			if len(chunk) == cap(chunk) {
+				chunk = make([]Job, 0, min(max(2*cap(chunk), 1), 256))
+			}
+			chunk = chunk[:len(chunk)+1]
+			j := &chunk[len(chunk)-1]
+			dest = append(dest[:0], &j.ID, &queue, &kind, &j.Payload, &j.Priority, &j.RunAt, &j.Attempts, &j.MaxAttempts,
+				&token, &dedup, &lastErr, &j.Metadata, &j.Tags, &txid, &at,
+				&key, &j.CreatedAt, &j.Started, &j.Unblocks)
+			if err := rows.Scan(dest...); err != nil {
+				return nil, err
+			}
+			if !token.Valid || !at.Valid {
+				return nil, fmt.Errorf("claim: job %s came back without its lease token or its claim's time", j.ID)
+			}
+			if tokenStr == nil || token.Bytes != lastToken {
+				s := token.String()
+				tokenStr, lastToken = &s, token.Bytes
+			}
+			if atPtr == nil || !at.Time.Equal(*atPtr) {
+				t, u := at.Time, at.Time.Add(d)
+				atPtr, untilPtr = &t, &u
+			}
+			if txid.Valid {
+				if txPtr == nil || *txPtr != int64(txid.Uint64) {
+					v := int64(txid.Uint64) // as txid::text::bigint reads it
+					txPtr = &v
+				}
+				j.TxID = txPtr
+			}
+			if dedup.Valid {
+				v := dedup.String
+				j.DeduplicationKey = &v
+			}
+			if lastErr.Valid {
+				v := lastErr.String
+				j.LastError = &v
+			}
+			j.Queue, j.Kind, j.ConcurrencyKey = queueStr.of(queue), kindStr.of(kind), keyStr.of(key)
+			j.LeaseToken, j.AttemptedAt, j.LeaseUntil, j.UpdatedAt = tokenStr, atPtr, untilPtr, *atPtr
+			j.Status, j.WorkerID = StatusRunning, w
+			out = append(out, j)
+		}
+		return out, rows.Err()
+	}
+}
+
+// internStr turns bytes into a string, allocating only when they differ from the
+// last it returned.
+type internStr struct {
+	s  string
+	ok bool
+}
+
+func (x *internStr) of(b []byte) string {
+	if !x.ok || x.s != string(b) {
+		x.s, x.ok = string(b), true
+	}
+	return x.s
+}
 
 // jobDest appends to d where a row of jobColumns goes in j.
 func jobDest(d []any, j *Job) []any {

@@ -196,7 +196,7 @@ UPDATE {{s}}.jobs AS j
     `+claimStartedBound+`
 FROM t
 WHERE j.id = ANY(ARRAY(SELECT id FROM claimed)) AND t.async IS NOT NULL
-RETURNING `+claimReturns),
+RETURNING `+leanClaimReturns),
 
 		// ClaimHead: the first job the claim would take if it started at the index head,
 		// for the producer's check that nothing claimable lies behind its cursor. It
@@ -311,7 +311,7 @@ func CursorOf(j *Job) *ClaimCursor { return &ClaimCursor{Priority: j.Priority, R
 // (priority, then run_at, then id).
 func (s *Store) Claim(ctx context.Context, db DBTX, now *time.Time, p ClaimParams) ([]*Job, error) {
 	prio, after, lag := p.cursorArgs()
-	jobs, err := guarded(ctx, db, s.lease.claim, collectClaimed, Now(now), p.Queue, p.WorkerID, micros(p.Lease), p.Limit,
+	jobs, err := guarded(ctx, db, s.lease.claim, collectLeanClaimed(p.WorkerID, p.Lease), Now(now), p.Queue, p.WorkerID, micros(p.Lease), p.Limit,
 		prio, after, lag, p.ready())
 	if err != nil {
 		return nil, err

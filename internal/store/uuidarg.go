@@ -16,13 +16,19 @@ import "github.com/jackc/pgx/v5/pgtype"
 // uuidArg returns ss as a uuid[] parameter pgx sends in binary. A string that is not
 // a uuid in the canonical form (8-4-4-4-12 hex digits) leaves ss as it is, sent as
 // text, so the server judges it as it always did.
+//
+// The array holds pointers into one backing slice: pgx reads an array element by
+// element as an interface value, and a pointer fits one where a 17-byte UUID took an
+// allocation of its own per element.
 func uuidArg(ss []string) any {
-	out := make([]pgtype.UUID, len(ss))
+	vals := make([]pgtype.UUID, len(ss))
+	out := make(pgtype.FlatArray[*pgtype.UUID], len(ss))
 	for i, s := range ss {
-		if !parseUUID(s, &out[i].Bytes) {
+		if !parseUUID(s, &vals[i].Bytes) {
 			return ss
 		}
-		out[i].Valid = true
+		vals[i].Valid = true
+		out[i] = &vals[i]
 	}
 	return out
 }

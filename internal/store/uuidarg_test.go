@@ -11,9 +11,9 @@ import (
 func TestUUIDArg(t *testing.T) {
 	t.Parallel()
 	ids := []string{"0192f1e4-7a3b-7c2d-8e9f-0a1b2c3d4e5f", "FFFFFFFF-0000-4000-A000-123456789ABC"}
-	got, ok := uuidArg(ids).([]pgtype.UUID)
+	got, ok := uuidArg(ids).(pgtype.FlatArray[*pgtype.UUID])
 	if !ok || len(got) != 2 {
-		t.Fatalf("uuidArg(%q) = %#v, want two pgtype.UUID", ids, uuidArg(ids))
+		t.Fatalf("uuidArg(%q) = %#v, want two *pgtype.UUID", ids, uuidArg(ids))
 	}
 	for i, id := range ids {
 		v, err := got[i].Value()
