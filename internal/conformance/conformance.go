@@ -104,8 +104,10 @@ type Scenario struct {
 //	expire           end Job's lease and reclaim it (reclaim_jobs) to run again after Delay
 //	operator_cancel  cancel Job as an operator would (Client.JobCancel) with Reason
 //	kill             SIGKILL the runner process
-//	settle           enqueue a plain job and wait for it to succeed: the one-at-a-time
-//	                 runner has then recorded every earlier outcome
+//	settle           enqueue a plain job and wait for it to succeed, then for the
+//	                 scenario's jobs to leave running: a one-at-a-time runner that
+//	                 writes its outcomes in concurrent batches may record the settling
+//	                 job's before an earlier one's
 type Step struct {
 	Do          string          `json:"do"`
 	Job         string          `json:"job,omitempty"`
