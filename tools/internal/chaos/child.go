@@ -99,7 +99,9 @@ func say(line string) {
 // childPool opens a small pool named after the child, so the harness can find (and
 // terminate) its backends by application_name.
 func childPool(ctx context.Context, url, appName string, maxConns int32) (*pgxpool.Pool, error) {
-	return openPool(ctx, url, appName, maxConns, 5*time.Second)
+	// 15 s: on a loaded 2-core machine a Citus coordinator took more than 5 s to
+	// accept a session (a worker child then exited before "ready").
+	return openPool(ctx, url, appName, maxConns, 15*time.Second)
 }
 
 // openPool opens a pool of at most maxConns connections named appName, each connect

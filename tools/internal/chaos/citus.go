@@ -263,6 +263,12 @@ func connectionError(err error) bool {
 	if errors.As(err, &pe) {
 		return pe.Code == "57P01" || strings.HasPrefix(pe.Code, "08")
 	}
+	// A new session that did not come up in time (a coordinator slow to accept on a
+	// loaded machine: one CI run's "failed to connect … timeout").
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return true
+	}
 	return pgconn.SafeToRetry(err) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }
 

@@ -23,6 +23,7 @@ func TestConnectionError(t *testing.T) {
 		{fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: "08001"}), true},
 		{&pgconn.PgError{Code: "57P01"}, true},
 		{io.ErrUnexpectedEOF, true},
+		{fmt.Errorf("counting worker nodes: %w", &pgconn.ConnectError{}), true},
 		{&pgconn.PgError{Code: "42P01"}, false},
 		{&pgconn.PgError{Code: "55000", Message: "a rebalance is already running"}, false},
 		{errors.New("something else"), false},
