@@ -30,6 +30,12 @@ log = logging.getLogger("skiplock")
 # How many outcomes may wait for the completer before the claimer pauses.
 _MAX_HELD = 2000
 
+# The longest the main thread blocks in a wait of its own. Python runs a signal
+# handler on the main thread only, and a signal the kernel hands to another thread
+# (any thread may take a process's signal) does not wake a main thread blocked on a
+# lock: it runs the handler when it next wakes. A bounded wait makes that within this.
+_MAIN_WAIT = 0.5
+
 SQLSTATE_LEASE_LOST = "SK409"
 
 
@@ -367,6 +373,16 @@ class Worker:
         free = limit - self._busy
         return free > 0 and self._held < _MAX_HELD and (free >= limit / 4 or self._jobs.empty())
 
+    def _nap(self, timeout: float) -> None:
+        """The claimer's wait for a wake-up (a NOTIFY, a freed place, stop()) of at most
+        timeout, in slices of _MAIN_WAIT so that a signal's handler is not held up."""
+        deadline = time.monotonic() + timeout
+        while not self._wake.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._wake.wait(min(left, _MAIN_WAIT))
+
     def _claim_loop(self, conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
         backoff = 0.1
         kinds = sorted(self.handlers)
@@ -385,7 +401,7 @@ class Worker:
                 # the handlers go on), up to a bound of their own.
                 while not self._stopping.is_set() and not self._may_claim():
                     self._claimer_waits = True
-                    self._cond.wait()
+                    self._cond.wait(_MAIN_WAIT)
                 self._claimer_waits = False
                 free = min(self._limit() - self._busy, 1000)
             if self._stopping.is_set():
@@ -401,11 +417,11 @@ class Worker:
                 else:
                     log.error("skiplock: claiming from %s refused: %s", self.queue, e)
                     backoff = max(backoff, self.poll_interval)
-                self._wake.wait(backoff)
+                self._nap(backoff)
                 backoff = min(backoff * 2, 30.0)
                 continue
             if text is None:
-                self._wake.wait(self.poll_interval)
+                self._nap(self.poll_interval)
                 continue
             schema = self.schema
             jobs = [Job(id=r[0], kind=r[1], args=r[2], attempt=r[3], max_attempts=r[4], priority=r[5],
@@ -419,7 +435,7 @@ class Worker:
                 self._jobs.put(j)
             if len(jobs) < free:
                 # The queue is drained for now: wait for a NOTIFY or the poll.
-                self._wake.wait(self.poll_interval)
+                self._nap(self.poll_interval)
         return conn
 
     def _listen(self) -> None:

@@ -43,6 +43,7 @@ class Output:
 
     def __init__(self, proc: subprocess.Popen[str]) -> None:
         assert proc.stdout is not None
+        self._proc = proc
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._seen: list[str] = []
         stdout = proc.stdout
@@ -62,12 +63,31 @@ class Output:
             try:
                 line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                raise AssertionError(f"timed out waiting for {what}; the output so far:\n{self.text()}") from None
+                raise AssertionError(f"timed out waiting for {what}; the output so far:\n{self.text()}"
+                                     f"{self._stacks()}") from None
             if line is None:
                 raise AssertionError(f"the output ended before {what}:\n{self.text()}")
             self._seen.append(line)
             if want(line):
                 return
+
+    def _stacks(self) -> str:
+        """The stuck process's threads, as faulthandler prints them on SIGUSR1 (the
+        subprocess registers it), for a failure to say where the worker waited."""
+        if self._proc.poll() is not None:
+            return ""
+        self._proc.send_signal(signal.SIGUSR1)
+        got: list[str] = []
+        deadline = time.monotonic() + 3.0
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self._lines.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            got.append(line)
+        return "\nits threads then (faulthandler):\n" + "".join(got)
 
     def rest(self, timeout: float = 10.0) -> str:
         """Everything the process wrote, once its output has ended."""
@@ -316,7 +336,8 @@ class WorkerTest(unittest.TestCase):
         self.assertEqual(j["attempt_history"][0]["worker_id"], "doomed")
 
     def subprocess(self, body: str) -> subprocess.Popen[str]:
-        script = "import sys\nfrom skiplock import Worker\n" + f"DSN, SCHEMA, QUEUE = {DSN!r}, {SCHEMA!r}, {self.queue!r}\n" \
+        script = "import faulthandler, signal, sys\nfaulthandler.register(signal.SIGUSR1, all_threads=True)\n" \
+            "from skiplock import Worker\n" + f"DSN, SCHEMA, QUEUE = {DSN!r}, {SCHEMA!r}, {self.queue!r}\n" \
             + textwrap.dedent(body)
         env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
         proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,

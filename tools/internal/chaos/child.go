@@ -99,10 +99,14 @@ func say(line string) {
 // childPool opens a small pool named after the child, so the harness can find (and
 // terminate) its backends by application_name.
 func childPool(ctx context.Context, url, appName string, maxConns int32) (*pgxpool.Pool, error) {
-	// 15 s: on a loaded 2-core machine a Citus coordinator took more than 5 s to
-	// accept a session (a worker child then exited before "ready").
-	return openPool(ctx, url, appName, maxConns, 15*time.Second)
+	return openPool(ctx, url, appName, maxConns, sessionWait)
 }
+
+// sessionWait bounds a new session's start-up for the children and the harness's
+// pools on the Citus coordinator: on a loaded 2-core machine a coordinator took more
+// than 5 s to accept one, during a rebalance's first move too (a worker child exited
+// before "ready"; the harness's statements failed their four tries).
+const sessionWait = 15 * time.Second
 
 // openPool opens a pool of at most maxConns connections named appName, each connect
 // bounded by connectTimeout.

@@ -147,7 +147,7 @@ func (c *citusCluster) nodeURL(node string) string {
 		k, _ := strconv.Atoi(n)
 		p += k
 	}
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=5", p)
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable&connect_timeout=%d", p, int(sessionWait.Seconds()))
 }
 
 // sql runs statements on one node, on a connection of its own.
@@ -210,12 +210,12 @@ func (h *harness) useCitus(ctx context.Context) error {
 			return err
 		}
 		h.citus = c
-		if h.citusPool, err = openPool(ctx, c.URL, harnessApp, 16, 5*time.Second); err != nil {
+		if h.citusPool, err = openPool(ctx, c.URL, harnessApp, 16, sessionWait); err != nil {
 			return fmt.Errorf("chaos: the harness pool on the Citus coordinator: %w", err)
 		}
 		// The open producer's: a connection for each enqueue in flight, so that those
 		// waiting for a moving shard hold up no other.
-		if h.citusAppPool, err = openPool(ctx, c.URL, harnessApp+"-producer", openInFlight, 5*time.Second); err != nil {
+		if h.citusAppPool, err = openPool(ctx, c.URL, harnessApp+"-producer", openInFlight, sessionWait); err != nil {
 			return fmt.Errorf("chaos: the producer's pool on the Citus coordinator: %w", err)
 		}
 	} else {
