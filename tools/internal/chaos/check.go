@@ -262,6 +262,9 @@ WHERE NOT (j.status IN ('succeeded', 'failed', 'cancelled')
 	}
 	if ambiguous > 0 || failedTx > 0 {
 		r.note("producer: %d commits with an ambiguous outcome, %d transactions failed before commit (faults hit the producer too)", ambiguous, failedTx)
+		if why := r.prod.failures(); len(why) > 0 {
+			r.note("producer: the first errors: %s", strings.Join(why, " | "))
+		}
 	}
 
 	// double success and stale writes, from the trigger's audit.

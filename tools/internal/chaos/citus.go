@@ -199,10 +199,23 @@ func (c *citusCluster) destroy() {
 	os.RemoveAll(filepath.Dir(c.dir))
 }
 
+// dropCitus stops the Citus cluster, if one runs, and closes the harness's pools on
+// it, as dropHA does for the HA cluster.
+func (h *harness) dropCitus() {
+	if h.citus == nil {
+		return
+	}
+	h.log.Info("chaos: stopping the Citus cluster (the next round does not use it)")
+	closePools(h.citusPool, h.citusAppPool)
+	h.citus.destroy()
+	h.citus, h.citusPool, h.citusAppPool = nil, nil, nil
+}
+
 // useCitus points the harness at the Citus coordinator (the cluster started on
 // first use) for the round to come: the harness, the producer and the children all
 // connect to it directly.
 func (h *harness) useCitus(ctx context.Context) error {
+	h.dropHA()
 	if h.citus == nil {
 		h.log.Info("chaos: starting the Citus cluster (scripts/citus.sh)")
 		c, err := startCitus(ctx, h.logDir)

@@ -224,6 +224,7 @@ func (c *haCluster) nodeURL(node string) string {
 // to come — with bouncer, the application's processes through PgBouncer (started on
 // first use, with its follower); usePlain back at the throwaway server.
 func (h *harness) useHA(ctx context.Context, bouncer bool) error {
+	h.dropCitus()
 	if h.ha == nil {
 		h.log.Info("chaos: starting the pg_auto_failover cluster (scripts/ha.sh)")
 		ha, err := startHA(ctx, h.logDir)
@@ -255,6 +256,20 @@ func (h *harness) useHA(ctx context.Context, bouncer bool) error {
 	}
 	h.proxyURL, h.appPool = h.ha.BouncerURI, h.bouncerPool
 	return nil
+}
+
+// dropHA stops the HA cluster, if one runs, and closes the harness's pools on it: a
+// Citus round does not share the two cores with an idle monitor, its nodes and
+// PgBouncer (their health checks took a core's worth during CI's Citus rounds). A
+// later HA round starts it again.
+func (h *harness) dropHA() {
+	if h.ha == nil {
+		return
+	}
+	h.log.Info("chaos: stopping the pg_auto_failover cluster (the next round does not use it)")
+	closePools(h.haPool, h.bouncerPool)
+	h.ha.destroy()
+	h.ha, h.haPool, h.bouncerPool = nil, nil, nil
 }
 
 func (h *harness) usePlain() { h.pool, h.proxyURL, h.appPool = h.plainPool, h.plainURL, h.plainPool }

@@ -267,11 +267,7 @@ func (h *harness) cleanup(removeLogs bool) {
 	if h.proxy != nil {
 		h.proxy.Close()
 	}
-	for _, p := range []*pgxpool.Pool{h.plainPool, h.haPool, h.bouncerPool, h.citusPool, h.citusAppPool} {
-		if p != nil {
-			p.Close()
-		}
-	}
+	closePools(h.plainPool, h.haPool, h.bouncerPool, h.citusPool, h.citusAppPool)
 	if h.plainPool == nil && h.pool != nil {
 		h.pool.Close()
 	}
@@ -376,3 +372,12 @@ var errNoScenario = errors.New("chaos: unknown scenario")
 
 // harnessApp is the application_name of the harness's own connections.
 const harnessApp = "skiplock-chaos-harness"
+
+// closePools closes each pool that is not nil.
+func closePools(ps ...*pgxpool.Pool) {
+	for _, p := range ps {
+		if p != nil {
+			p.Close()
+		}
+	}
+}

@@ -306,6 +306,12 @@ var (
 	outageLine = regexp.MustCompile(` (failed|recovered)$|^notify: listener `)
 )
 
+// maxRelapseLines bounds the recoveries per failover a process may log after its
+// outage relapsed: a failover flaps a few times (one CI run: a claim recovered, relapsed
+// twice within RelapseWindow, and logged three recoveries); a line per retry would be
+// dozens.
+const maxRelapseLines = 5
+
 // checkLogsOnce reads the round's worker and relay logs: an outage is logged once per
 // process and operation (its loss, its recovery), not once per retry. A failover
 // may cut a process off twice (the old primary's drain, then its shutdown), so each
@@ -323,8 +329,19 @@ func (r *round) checkLogsOnce(row *Row, failovers int) {
 		}
 		b, _ := io.ReadAll(f)
 		f.Close()
-		counts := map[string]int{}
-		for _, m := range warnLine.FindAllStringSubmatch(string(b), -1) {
+		counts, relapses := map[string]int{}, map[string]int{}
+		for _, ln := range strings.Split(string(b), "\n") {
+			m := warnLine.FindStringSubmatch(ln)
+			if m == nil {
+				continue
+			}
+			// A recovery of an outage that relapsed (internal/failures.RelapseWindow:
+			// a flapping failover) says so, and is a later word on the same outage:
+			// counted apart, with its own bound.
+			if outageLine.MatchString(m[1]) && strings.Contains(ln, " relapses=") {
+				relapses[m[1]]++
+				continue
+			}
 			counts[m[1]]++
 		}
 		for msg, n := range counts {
@@ -337,6 +354,12 @@ func (r *round) checkLogsOnce(row *Row, failovers int) {
 			}
 			if n > 2*max(failovers, 1) {
 				row.Violations = append(row.Violations, fmt.Sprintf("%s logged %q %d times over %d failovers: once per retry, not once per outage", p.name, msg, n, failovers))
+			}
+		}
+		for msg, n := range relapses {
+			r.note("logs: %s logged %q %d more times after a relapse (the same outage, relapses=N)", p.name, msg, n)
+			if n > maxRelapseLines*max(failovers, 1) {
+				row.Violations = append(row.Violations, fmt.Sprintf("%s logged %q %d times after relapses over %d failovers: a line per flap", p.name, msg, n, failovers))
 			}
 		}
 	}

@@ -3,6 +3,7 @@ package chaos
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -73,7 +74,13 @@ func TestFailoverJudgements(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "w-retry.log"), []byte(perRetry), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	perJob := strings.Repeat(line("skiplock: lease lost; outcome discarded"), 5) + line("skiplock: claim failed") + line("skiplock: claim recovered")
+	relapsed := func(n int) string {
+		return `time=x level=WARN msg="skiplock: claim recovered" child=w operation=claim failing_for=2s relapses=` + strconv.Itoa(n) + "\n"
+	}
+	// One CI run's failover-kill: a claim failed once and recovered three times (the
+	// outage relapsed twice within internal/failures.RelapseWindow).
+	perJob := strings.Repeat(line("skiplock: lease lost; outcome discarded"), 5) + line("skiplock: claim failed") + line("skiplock: claim recovered") +
+		relapsed(1) + relapsed(2)
 	if err := os.WriteFile(filepath.Join(dir, "w-jobs.log"), []byte(perJob), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +94,18 @@ func TestFailoverJudgements(t *testing.T) {
 	r.checkLogsOnce(row, 1)
 	if len(row.Violations) != 1 || !strings.Contains(row.Violations[0], "w-retry") {
 		t.Errorf("five lines for one failover: violations %q; want one naming w-retry", row.Violations)
+	}
+	var flaps strings.Builder
+	for i := range maxRelapseLines + 1 {
+		flaps.WriteString(relapsed(i + 1))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "w-flaps.log"), []byte(line("skiplock: claim failed")+line("skiplock: claim recovered")+flaps.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.workers, row = []*proc{{name: "w-flaps"}}, &Row{}
+	r.checkLogsOnce(row, 1)
+	if len(row.Violations) != 1 || !strings.Contains(row.Violations[0], "after relapses") {
+		t.Errorf("%d recoveries after relapses in one failover: violations %q; want one", maxRelapseLines+1, row.Violations)
 	}
 }
 

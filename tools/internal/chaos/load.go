@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -51,6 +52,7 @@ type producer struct {
 	rolledBack []string    // job and event ids of deliberate rollbacks
 	ambiguous  int         // commits that failed: the job may or may not exist
 	failed     int         // transactions that failed before commit
+	failedWhy  []string    // the first distinct errors among them (maxFailedWhy)
 }
 
 func newProducer(pool *pgxpool.Pool, schema string, withOutbox bool, rng *rand.Rand, log *slog.Logger) (*producer, error) {
@@ -193,11 +195,25 @@ func (p *producer) enqueueOne(ctx context.Context, rollback bool) bool {
 	return p.commit(tctx, tx, res.ID)
 }
 
+// maxFailedWhy is how many distinct errors of failed transactions a round's notes
+// show.
+const maxFailedWhy = 3
+
 func (p *producer) fail(err error) {
 	p.mu.Lock()
 	p.failed++
+	if msg := err.Error(); len(p.failedWhy) < maxFailedWhy && !slices.Contains(p.failedWhy, msg) {
+		p.failedWhy = append(p.failedWhy, msg)
+	}
 	p.mu.Unlock()
 	p.log.Debug("chaos producer: enqueue failed", "error", err)
+}
+
+// failures returns the first distinct errors of the transactions that failed.
+func (p *producer) failures() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.failedWhy...)
 }
 
 func (p *producer) results() (acked, rolledBack []string, ambiguous, failed int) {
