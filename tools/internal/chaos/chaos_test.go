@@ -7,13 +7,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/skiplock/skiplock/internal/pgtest"
 )
 
 func TestMain(m *testing.M) {
 	if IsChild() {
 		os.Exit(ChildMain())
 	}
-	os.Exit(m.Run())
+	pgtest.Main(m) // TestCancelOnTimeoutKeepsTheSession's server; the scenarios start their own
 }
 
 // TestShortProfile runs three scenarios briefly with this test binary as the worker

@@ -266,6 +266,10 @@ WHERE NOT (j.status IN ('succeeded', 'failed', 'cancelled')
 			r.note("producer: the first errors: %s", strings.Join(why, " | "))
 		}
 	}
+	if committed, offered, short := r.prod.floorShortfall(r.p.rate); short {
+		row.Violations = append(row.Violations, fmt.Sprintf("the producer committed %d jobs, fewer than %.0f%% of the %d it offered: the round's load did not run (%d transactions failed before commit; first errors: %s)",
+			committed, openFloor*100, offered, failedTx, strings.Join(r.prod.failures(), " | ")))
+	}
 
 	// double success and stale writes, from the trigger's audit.
 	row.DoubleSuccess = one("double success", "SELECT count(*) FROM (SELECT job_id FROM "+q+".chaos_transitions WHERE new_status = 'succeeded' GROUP BY job_id HAVING count(*) > 1) AS d")

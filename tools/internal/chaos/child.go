@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/skiplock/skiplock"
 	"github.com/skiplock/skiplock/outbox"
@@ -109,8 +111,8 @@ func childPool(ctx context.Context, url, appName string, maxConns int32) (*pgxpo
 const sessionWait = 15 * time.Second
 
 // openPool opens a pool of at most maxConns connections named appName, each connect
-// bounded by connectTimeout.
-func openPool(ctx context.Context, url, appName string, maxConns int32, connectTimeout time.Duration) (*pgxpool.Pool, error) {
+// bounded by connectTimeout, with opts applied to its configuration.
+func openPool(ctx context.Context, url, appName string, maxConns int32, connectTimeout time.Duration, opts ...func(*pgxpool.Config)) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("parsing database URL: %w", err)
@@ -118,6 +120,9 @@ func openPool(ctx context.Context, url, appName string, maxConns int32, connectT
 	cfg.MaxConns = maxConns
 	cfg.ConnConfig.ConnectTimeout = connectTimeout
 	cfg.ConnConfig.RuntimeParams["application_name"] = appName
+	for _, o := range opts {
+		o(cfg)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("opening pool: %w", err)
@@ -233,4 +238,16 @@ func runMigratorChild(ctx context.Context, spec childSpec) error {
 		say(fmt.Sprintf("migrated %s %v", schema, applied))
 	}
 	return nil
+}
+
+// cancelOnTimeout makes a pool's statements that outlive their context end by a
+// cancel request, as psql's Ctrl-C does, rather than by closing the connection
+// (pgx's default): the server ends the statement, the transaction rolls back on the
+// same session, and the session goes back to the pool. Only a server that does not
+// answer the cancel within the delay loses its connection. The Citus producer's
+// pool uses it: each new coordinator session opens connections to every worker node.
+func cancelOnTimeout(cfg *pgxpool.Config) {
+	cfg.ConnConfig.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, CancelRequestDelay: 0, DeadlineDelay: 5 * time.Second}
+	}
 }

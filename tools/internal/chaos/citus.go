@@ -227,8 +227,9 @@ func (h *harness) useCitus(ctx context.Context) error {
 			return fmt.Errorf("chaos: the harness pool on the Citus coordinator: %w", err)
 		}
 		// The open producer's: a connection for each enqueue in flight, so that those
-		// waiting for a moving shard hold up no other.
-		if h.citusAppPool, err = openPool(ctx, c.URL, harnessApp+"-producer", openInFlight, sessionWait); err != nil {
+		// waiting for a moving shard hold up no other; one cut short keeps its session
+		// (cancelOnTimeout).
+		if h.citusAppPool, err = openPool(ctx, c.URL, harnessApp+"-producer", openInFlight, sessionWait, cancelOnTimeout); err != nil {
 			return fmt.Errorf("chaos: the producer's pool on the Citus coordinator: %w", err)
 		}
 	} else {
