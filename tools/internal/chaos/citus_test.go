@@ -102,3 +102,38 @@ func TestOpenProducerFloor(t *testing.T) {
 		t.Fatal("a closed producer judged by the open producer's floor")
 	}
 }
+
+// TestDrainStall: a drain gives up once nothing has moved for drainTimeout, not at a
+// fixed time — CI's citus round was still working its 2,193 jobs down when a flat
+// 90 s counted 736 of them as stuck — and in any case after drainCap.
+func TestDrainStall(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	d := drainStall{last: t0}
+	at := t0
+	for open := int64(2000); open > 0; open -= 20 { // 20 a second for 100 s
+		at = at.Add(time.Second)
+		d.observe(open, at)
+		if d.over(at, t0) {
+			t.Fatalf("gave up at %s with %d open, still falling", at.Sub(t0), open)
+		}
+	}
+	d.observe(20, at.Add(drainTimeout)) // no lower than before: no progress
+	if !d.over(at.Add(drainTimeout+time.Second), t0) {
+		t.Fatalf("still waiting after %s without progress", drainTimeout+time.Second)
+	}
+	moving := drainStall{last: t0}
+	for i := 1; ; i++ { // one fewer every 10 s: moving, but past the cap
+		now := t0.Add(time.Duration(i) * 10 * time.Second)
+		moving.observe(int64(100000-i), now)
+		if moving.over(now, t0) {
+			if now.Sub(t0) <= drainCap {
+				t.Fatalf("gave up at %s, before the cap %s, while moving", now.Sub(t0), drainCap)
+			}
+			break
+		}
+	}
+	if fresh := (drainStall{last: t0}); fresh.over(t0.Add(drainTimeout), t0) || !fresh.over(t0.Add(drainTimeout+time.Second), t0) {
+		t.Fatal("a drain that never read its counts is judged by its start")
+	}
+}

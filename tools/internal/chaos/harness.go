@@ -349,11 +349,16 @@ func (h *harness) shortParams(s *scenario) params {
 		// a rebalance's baseline and its after-window.
 		phase = max(phase, citusFaultPhase)
 	}
-	rate := h.cfg.Rate
-	if s.halfRate {
-		rate = max(rate/2, 1)
+	return params{faultPhase: phase, idleTx: h.cfg.IdleTx, pin: h.cfg.Pin, stall: 3 * time.Second, zombieStop: 5 * time.Second, faults: 3, rate: s.rate(h.cfg.Rate)}
+}
+
+// rate is the producer's rate in s's rounds, of the configured rate: a share of it on
+// Citus (citusRateShare).
+func (s *scenario) rate(configured int) int {
+	if s.citus {
+		return max(configured/citusRateShare, 1)
 	}
-	return params{faultPhase: phase, idleTx: h.cfg.IdleTx, pin: h.cfg.Pin, stall: 3 * time.Second, zombieStop: 5 * time.Second, faults: 3, rate: rate}
+	return configured
 }
 
 func (h *harness) soakParams(s *scenario) params {
@@ -364,7 +369,7 @@ func (h *harness) soakParams(s *scenario) params {
 		stall:      time.Duration(1000+h.rng.IntN(9000)) * time.Millisecond,
 		zombieStop: time.Duration(3000+h.rng.IntN(7000)) * time.Millisecond,
 		faults:     2 + h.rng.IntN(6),
-		rate:       h.cfg.Rate/2 + h.rng.IntN(h.cfg.Rate+1),
+		rate:       s.rate(h.cfg.Rate/2 + h.rng.IntN(h.cfg.Rate+1)),
 	}
 }
 

@@ -54,9 +54,6 @@ type scenario struct {
 	pgbouncer bool
 	// citus: the round runs on a Citus cluster (citus.go) with the distributed layout.
 	citus bool
-	// halfRate: the producer offers half the configured rate (citus-rebalance
-	// measures pickup latency, which a backlog on a loaded machine would swamp).
-	halfRate bool
 }
 
 // Scenarios lists the scenario names in the order a short run uses.
