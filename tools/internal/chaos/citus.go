@@ -51,7 +51,7 @@ const citusKeys = 64
 
 // citusRateShare is the share of the configured rate the producer offers in a Citus
 // round. Three worker processes on the cluster, sharing 2 cores with its three
-// servers and the producer, work some 20 jobs a second there, each claim walking the
+// servers and the producer, worked 10 to 25 jobs a second there, each claim walking the
 // keys one statement at a time (docs/citus.md, "Workers on Citus"). At 40 a second the
 // backlog grew through the round, pickup measured only the backlog (p50 25 s before
 // CI's rebalance, 149 s during it), and CI's drain still held 736 and 905 jobs open at

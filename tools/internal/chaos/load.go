@@ -117,7 +117,7 @@ const openInFlight = 64
 // every worker node, which loaded the machine further, until nearly every enqueue was
 // cut: CI's citus-rebalance round committed 9 jobs, none during or after its moves.
 // The open producer's pool also cancels a statement cut short on the server instead
-// of closing its connection (producerPool). The in-flight bound is the back-pressure:
+// of closing its connection (cancelOnTimeout). The in-flight bound is the back-pressure:
 // while 64 wait, the ticks go by unsent.
 func (p *producer) enqueueWait() time.Duration {
 	if p.open {

@@ -30,7 +30,7 @@ const (
 	// drainTimeout bounds a drain that stopped moving: the round's jobs and events
 	// still open (not finished, not consumed) have not decreased for that long. A
 	// drain that keeps moving may take up to drainCap: a Citus round's workers on a
-	// loaded machine work a couple of thousand jobs at some 20 a second (CI's citus
+	// loaded machine worked a couple of thousand jobs at 10 to 25 a second (CI's citus
 	// round left 736 of 2,193 open at a flat 90 s, moving).
 	drainTimeout = 90 * time.Second
 	drainCap     = 8 * time.Minute
