@@ -95,6 +95,28 @@ func TestFailoverJudgements(t *testing.T) {
 	if len(row.Violations) != 1 || !strings.Contains(row.Violations[0], "w-retry") {
 		t.Errorf("five lines for one failover: violations %q; want one naming w-retry", row.Violations)
 	}
+	// One CI run's failover: a heartbeat timed out before, during and after the
+	// failover, each recovered at its retry: three outages, each logged once.
+	var transient strings.Builder
+	for range 3 {
+		transient.WriteString(line("skiplock: heartbeat failed") + line("skiplock: heartbeat recovered"))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "w-transient.log"), []byte(transient.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.workers, row = []*proc{{name: "w-transient"}}, &Row{}
+	r.checkLogsOnce(row, 1)
+	if len(row.Violations) != 0 {
+		t.Errorf("three outages logged once each in one failover: %q", row.Violations)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "w-reretry.log"), []byte(line("skiplock: heartbeat failed")+line("skiplock: heartbeat failed")+line("skiplock: heartbeat recovered")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.workers, row = []*proc{{name: "w-reretry"}}, &Row{}
+	r.checkLogsOnce(row, 1)
+	if len(row.Violations) != 1 || !strings.Contains(row.Violations[0], "heartbeat failed") {
+		t.Errorf("a loss logged twice before its recovery: violations %q; want one", row.Violations)
+	}
 	var flaps strings.Builder
 	for i := range maxRelapseLines + 1 {
 		flaps.WriteString(relapsed(i + 1))
